@@ -1,0 +1,370 @@
+"""Builds the CIFAR-10 network: inputs, inference, loss and the training op.
+
+Summary of the graph builders:
+
+    # Input batches for training, and for evaluation.
+    images, labels = distorted_inputs(data_dir, batch_size)
+    images, labels = inputs(eval_data, data_dir, batch_size)
+
+    # The model's forward pass: logits for each image.
+    logits = inference(images)
+
+    # The loss to minimize: cross-entropy plus weight decay.
+    total_loss = loss(logits, labels)
+
+    # One step of training: SGD plus moving averages of the weights.
+    train_op = train(total_loss, global_step, batch_size)
+
+Every function takes its settings as arguments; only the scripts' `main`
+functions read the flags defined here.
+"""
+
+import logging
+import os
+import re
+import sys
+import tarfile
+
+from absl import flags
+from six.moves import urllib
+import tensorflow.compat.v1 as tf
+
+import cifar10_input
+
+# The repository's cifar10/ folder, wherever the scripts are started from.
+DEFAULT_DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                'cifar10')
+DATA_URL = 'https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz'
+BATCHES_DIR = 'cifar-10-batches-bin'
+
+# Flags shared by every script. Defined here once (a second definition would
+# raise DuplicateFlagError); read only in the scripts' main().
+flags.DEFINE_integer('batch_size', 128,
+                     'Number of images to process in a batch.')
+flags.DEFINE_string('data_dir', DEFAULT_DATA_DIR,
+                    'Path to the CIFAR-10 data directory.')
+flags.DEFINE_boolean('use_fp16', False, 'Train the model using fp16.')
+
+# Global constants describing the CIFAR-10 data set.
+IMAGE_SIZE = cifar10_input.IMAGE_SIZE
+NUM_CLASSES = cifar10_input.NUM_CLASSES
+NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN = cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN
+NUM_EXAMPLES_PER_EPOCH_FOR_EVAL = cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_EVAL
+
+# Constants describing the training process.
+MOVING_AVERAGE_DECAY = 0.9999     # The decay to use for the moving average.
+NUM_EPOCHS_PER_DECAY = 350.0      # Epochs after which learning rate decays.
+LEARNING_RATE_DECAY_FACTOR = 0.1  # Learning rate decay factor.
+INITIAL_LEARNING_RATE = 0.1       # Initial learning rate.
+
+# Multi-tower graphs prefix op names with this; summaries strip it so that
+# TensorBoard tags are the same for any number of towers.
+TOWER_NAME = 'tower'
+
+
+def _activation_summary(x):
+  """Adds a histogram and a sparsity summary of activations `x`."""
+  tensor_name = re.sub('%s_[0-9]*/' % TOWER_NAME, '', x.op.name)
+  tf.summary.histogram(tensor_name + '/activations', x)
+  tf.summary.scalar(tensor_name + '/sparsity', tf.nn.zero_fraction(x))
+
+
+def _variable_on_cpu(name, shape, initializer, dtype=tf.float32):
+  """Creates (or, under a reusing scope, fetches) a variable on /cpu:0.
+
+  Keeping the one copy of each weight on the CPU lets every tower share it.
+  """
+  with tf.device('/cpu:0'):
+    return tf.get_variable(name, shape, initializer=initializer, dtype=dtype)
+
+
+def _variable_with_weight_decay(name, shape, stddev, wd, dtype=tf.float32):
+  """Creates a truncated-normal variable, with L2 weight decay if `wd`.
+
+  Args:
+    name: name of the variable.
+    shape: list of ints.
+    stddev: standard deviation of the truncated normal initializer.
+    wd: L2 loss multiplier added to the 'losses' collection; None for none.
+    dtype: tf.float32 or tf.float16.
+
+  Returns:
+    The variable.
+  """
+  var = _variable_on_cpu(
+      name, shape,
+      tf.truncated_normal_initializer(stddev=stddev, dtype=dtype), dtype)
+  if wd is not None:
+    weight_decay = tf.multiply(tf.nn.l2_loss(var), wd, name='weight_loss')
+    tf.add_to_collection('losses', weight_decay)
+  return var
+
+
+def _maybe_fp16(images, labels, use_fp16):
+  if use_fp16:
+    images = tf.cast(images, tf.float16)
+    labels = tf.cast(labels, tf.float16)
+  return images, labels
+
+
+def distorted_inputs(data_dir=DEFAULT_DATA_DIR, batch_size=128, use_fp16=False,
+                     num_threads=cifar10_input.NUM_PREPROCESS_THREADS):
+  """Distorted training batches read from `<data_dir>/cifar-10-batches-bin`.
+
+  Returns:
+    images: 4-D tensor of [batch_size, IMAGE_SIZE, IMAGE_SIZE, 3], float32
+      (float16 with use_fp16).
+    labels: 1-D tensor of [batch_size], int32 (float16 with use_fp16).
+
+  Raises:
+    ValueError: if data_dir is empty or a data file is missing or malformed.
+  """
+  if not data_dir:
+    raise ValueError('Please supply a data_dir')
+  images, labels = cifar10_input.distorted_inputs(
+      data_dir=os.path.join(data_dir, BATCHES_DIR), batch_size=batch_size,
+      num_threads=num_threads)
+  return _maybe_fp16(images, labels, use_fp16)
+
+
+def inputs(eval_data, data_dir=DEFAULT_DATA_DIR, batch_size=128,
+           use_fp16=False, num_threads=cifar10_input.NUM_PREPROCESS_THREADS):
+  """Evaluation batches read from `<data_dir>/cifar-10-batches-bin`.
+
+  Args:
+    eval_data: 'test' (or True) or 'train_eval' (or False).
+
+  Returns:
+    images, labels: as `distorted_inputs`, centrally cropped and unshuffled.
+  """
+  if not data_dir:
+    raise ValueError('Please supply a data_dir')
+  images, labels = cifar10_input.inputs(
+      eval_data=eval_data, data_dir=os.path.join(data_dir, BATCHES_DIR),
+      batch_size=batch_size, num_threads=num_threads)
+  return _maybe_fp16(images, labels, use_fp16)
+
+
+def inference(images):
+  """Builds the CIFAR-10 model: two conv layers, two fully connected, linear.
+
+  Variables are created with `tf.get_variable` on /cpu:0, so calling this again
+  under a reusing variable scope (one call per tower) shares them.
+
+  Args:
+    images: 4-D tensor of [batch, IMAGE_SIZE, IMAGE_SIZE, 3], float32 or
+      float16; the variables take the same dtype.
+
+  Returns:
+    logits: 2-D tensor of [batch, NUM_CLASSES], unscaled (no softmax).
+  """
+  dtype = images.dtype.base_dtype
+
+  with tf.variable_scope('conv1') as scope:
+    kernel = _variable_with_weight_decay('weights', [5, 5, 3, 64], stddev=5e-2,
+                                         wd=None, dtype=dtype)
+    conv = tf.nn.conv2d(images, kernel, [1, 1, 1, 1], padding='SAME')
+    biases = _variable_on_cpu('biases', [64], tf.constant_initializer(0.0),
+                              dtype)
+    conv1 = tf.nn.relu(tf.nn.bias_add(conv, biases), name=scope.name)
+    _activation_summary(conv1)
+
+  pool1 = tf.nn.max_pool(conv1, ksize=[1, 3, 3, 1], strides=[1, 2, 2, 1],
+                         padding='SAME', name='pool1')
+  norm1 = tf.nn.lrn(pool1, 4, bias=1.0, alpha=0.001 / 9.0, beta=0.75,
+                    name='norm1')
+
+  with tf.variable_scope('conv2') as scope:
+    kernel = _variable_with_weight_decay('weights', [5, 5, 64, 64],
+                                         stddev=5e-2, wd=None, dtype=dtype)
+    conv = tf.nn.conv2d(norm1, kernel, [1, 1, 1, 1], padding='SAME')
+    biases = _variable_on_cpu('biases', [64], tf.constant_initializer(0.1),
+                              dtype)
+    conv2 = tf.nn.relu(tf.nn.bias_add(conv, biases), name=scope.name)
+    _activation_summary(conv2)
+
+  # Unlike the first block, normalization comes before pooling here.
+  norm2 = tf.nn.lrn(conv2, 4, bias=1.0, alpha=0.001 / 9.0, beta=0.75,
+                    name='norm2')
+  pool2 = tf.nn.max_pool(norm2, ksize=[1, 3, 3, 1], strides=[1, 2, 2, 1],
+                         padding='SAME', name='pool2')
+
+  with tf.variable_scope('local3') as scope:
+    # Flatten each image to one vector; -1 keeps any batch size.
+    dim = 1
+    for d in pool2.get_shape().as_list()[1:]:
+      dim *= d
+    reshape = tf.reshape(pool2, [-1, dim])
+    weights = _variable_with_weight_decay('weights', [dim, 384], stddev=0.04,
+                                          wd=0.004, dtype=dtype)
+    biases = _variable_on_cpu('biases', [384], tf.constant_initializer(0.1),
+                              dtype)
+    local3 = tf.nn.relu(tf.matmul(reshape, weights) + biases, name=scope.name)
+    _activation_summary(local3)
+
+  with tf.variable_scope('local4') as scope:
+    weights = _variable_with_weight_decay('weights', [384, 192], stddev=0.04,
+                                          wd=0.004, dtype=dtype)
+    biases = _variable_on_cpu('biases', [192], tf.constant_initializer(0.1),
+                              dtype)
+    local4 = tf.nn.relu(tf.matmul(local3, weights) + biases, name=scope.name)
+    _activation_summary(local4)
+
+  # The softmax itself is left to the loss, which fuses it with the
+  # cross-entropy for numerical stability.
+  with tf.variable_scope('softmax_linear') as scope:
+    weights = _variable_with_weight_decay('weights', [192, NUM_CLASSES],
+                                          stddev=1 / 192.0, wd=None,
+                                          dtype=dtype)
+    biases = _variable_on_cpu('biases', [NUM_CLASSES],
+                              tf.constant_initializer(0.0), dtype)
+    softmax_linear = tf.add(tf.matmul(local4, weights), biases,
+                            name=scope.name)
+    _activation_summary(softmax_linear)
+
+  return softmax_linear
+
+
+def loss(logits, labels):
+  """Cross-entropy of `logits` against `labels`, plus all weight decay terms.
+
+  Args:
+    logits: 2-D tensor of [batch, NUM_CLASSES] from `inference`.
+    labels: 1-D tensor of [batch], integer classes (any numeric dtype).
+
+  Returns:
+    Scalar tensor `total_loss`: the sum of the 'losses' collection.
+  """
+  labels = tf.cast(labels, tf.int64)
+  cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(
+      labels=labels, logits=logits, name='cross_entropy_per_example')
+  cross_entropy_mean = tf.reduce_mean(cross_entropy, name='cross_entropy')
+  tf.add_to_collection('losses', cross_entropy_mean)
+  return tf.add_n(tf.get_collection('losses'), name='total_loss')
+
+
+def _add_loss_summaries(total_loss):
+  """Adds raw and 0.9-moving-average scalar summaries of every loss term.
+
+  Returns:
+    The op that updates the moving averages of the losses.
+  """
+  loss_averages = tf.train.ExponentialMovingAverage(0.9, name='avg')
+  losses = tf.get_collection('losses')
+  loss_averages_op = loss_averages.apply(losses + [total_loss])
+  for l in losses + [total_loss]:
+    tf.summary.scalar(l.op.name + ' (raw)', l)
+    tf.summary.scalar(l.op.name, loss_averages.average(l))
+  return loss_averages_op
+
+
+def learning_rate(global_step, batch_size, num_towers=1):
+  """The staircase exponential-decay learning rate, with its summary.
+
+  Args:
+    global_step: int64 scalar variable, counting optimizer updates.
+    batch_size: int, images per batch per tower.
+    num_towers: int, towers whose batches each update averages; one update
+      then covers num_towers batches, so the decay comes that many updates
+      sooner.
+
+  Returns:
+    Scalar float32 tensor `learning_rate`.
+  """
+  num_batches_per_epoch = NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN / batch_size
+  decay_steps = int(num_batches_per_epoch / num_towers * NUM_EPOCHS_PER_DECAY)
+  lr = tf.train.exponential_decay(INITIAL_LEARNING_RATE, global_step,
+                                  decay_steps, LEARNING_RATE_DECAY_FACTOR,
+                                  staircase=True)
+  tf.summary.scalar('learning_rate', lr)
+  return lr
+
+
+def add_weight_and_gradient_summaries(grads_and_vars):
+  """Histograms of every trainable variable and of each non-None gradient."""
+  for var in tf.trainable_variables():
+    tf.summary.histogram(var.op.name, var)
+  for grad, var in grads_and_vars:
+    if grad is not None:
+      tf.summary.histogram(var.op.name + '/gradients', grad)
+
+
+def apply_moving_averages(global_step, after):
+  """Updates the 0.9999 moving averages of all trainable variables.
+
+  Args:
+    global_step: the global step, which warms the decay up early in training.
+    after: ops that must run first (the gradient update), so that the
+      averages see this step's new weights.
+
+  Returns:
+    The averaging op; running it runs `after` too.
+  """
+  variable_averages = tf.train.ExponentialMovingAverage(MOVING_AVERAGE_DECAY,
+                                                        global_step)
+  with tf.control_dependencies(after):
+    return variable_averages.apply(tf.trainable_variables())
+
+
+def train(total_loss, global_step, batch_size=128):
+  """Builds one training step: SGD on `total_loss`, then weight averages.
+
+  Args:
+    total_loss: scalar loss from `loss()`.
+    global_step: int64 scalar variable counting training steps.
+    batch_size: int, images per batch (sets the learning-rate schedule).
+
+  Returns:
+    The op to run for each training step.
+  """
+  lr = learning_rate(global_step, batch_size)
+  loss_averages_op = _add_loss_summaries(total_loss)
+
+  with tf.control_dependencies([loss_averages_op]):
+    opt = tf.train.GradientDescentOptimizer(lr)
+    grads = opt.compute_gradients(total_loss)
+  apply_gradient_op = opt.apply_gradients(grads, global_step=global_step)
+
+  add_weight_and_gradient_summaries(grads)
+  return apply_moving_averages(global_step, after=[apply_gradient_op])
+
+
+def configure_logging():
+  """Prints each TensorFlow log line once.
+
+  Under absl's app.run, TF's logger has its own handler and also propagates
+  to absl's root handler, which prints every line twice.
+  """
+  tf_logger = logging.getLogger('tensorflow')
+  tf_logger.propagate = False
+
+
+def maybe_download_and_extract(data_dir=DEFAULT_DATA_DIR, data_url=DATA_URL):
+  """Downloads and extracts the CIFAR-10 binary archive unless already there.
+
+  Args:
+    data_dir: where the archive goes and `cifar-10-batches-bin` is extracted.
+    data_url: where to download the archive from.
+  """
+  extracted_dir = os.path.join(data_dir, BATCHES_DIR)
+  if os.path.isdir(extracted_dir):
+    return
+  os.makedirs(data_dir, exist_ok=True)
+  filename = data_url.split('/')[-1]
+  filepath = os.path.join(data_dir, filename)
+  if not os.path.exists(filepath):
+    def _progress(count, block_size, total_size):
+      percent = float(count * block_size) / float(max(total_size, 1)) * 100.0
+      sys.stdout.write('\r>> Downloading %s %.1f%%'
+                       % (filename, min(percent, 100.0)))
+      sys.stdout.flush()
+    filepath, _ = urllib.request.urlretrieve(data_url, filepath, _progress)
+    print()
+    print('Successfully downloaded', filename, os.stat(filepath).st_size,
+          'bytes.')
+  with tarfile.open(filepath, 'r:gz') as archive:
+    # The 'data' filter refuses links and members outside data_dir.
+    if hasattr(tarfile, 'data_filter'):
+      archive.extractall(data_dir, filter='data')
+    else:
+      archive.extractall(data_dir)
