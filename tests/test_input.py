@@ -1,0 +1,223 @@
+"""Tests for cifar10_input: the reader, both pipelines and the file checks."""
+
+import os
+import time
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import cifar10_input
+import synthetic
+from testutil import session_config
+
+
+def _read_all(filename, count):
+  """Reads `count` + 1 records from one file with read_cifar10."""
+  with tf.Graph().as_default():
+    queue = tf.FIFOQueue(10, [tf.string], shapes=())
+    record = cifar10_input.read_cifar10(queue)
+    with tf.Session(config=session_config()) as sess:
+      sess.run(queue.enqueue([filename]))
+      sess.run(queue.close())
+      results = [sess.run([record.key, record.label, record.uint8image])
+                 for _ in range(count)]
+      with pytest.raises(tf.errors.OutOfRangeError):
+        sess.run(record.key)
+  return record, results
+
+
+def test_read_cifar10_returns_exact_records(tmp_path):
+  rng = np.random.RandomState(1)
+  labels = [9, 3, 0]
+  # Random pixels: a wrong CHW->HWC transpose cannot go unnoticed.
+  images = rng.randint(0, 256, size=(3, 32, 32, 3)).astype(np.uint8)
+  filename = str(tmp_path / 'cifar')
+  synthetic.write_records(filename, labels, images)
+
+  record, results = _read_all(filename, 3)
+
+  assert (record.height, record.width, record.depth) == (32, 32, 3)
+  assert record.label.dtype == tf.int32
+  assert record.uint8image.dtype == tf.uint8
+  assert record.uint8image.shape.as_list() == [32, 32, 3]
+  for i, (key, label, image) in enumerate(results):
+    assert tf.compat.as_text(key) == '%s:%d' % (filename, i)
+    assert label.tolist() == [labels[i]]
+    np.testing.assert_array_equal(image, images[i])
+
+
+def test_record_layout_is_label_then_red_green_blue_planes(tmp_path):
+  # One record written by hand: label 7, red plane all 10, green 20, blue 30,
+  # except pixel (row 1, col 2) whose red is 99.
+  raw = bytearray([7]) + bytearray([10] * 1024 + [20] * 1024 + [30] * 1024)
+  raw[1 + 1 * 32 + 2] = 99
+  filename = str(tmp_path / 'one.bin')
+  with open(filename, 'wb') as f:
+    f.write(bytes(raw))
+
+  _, [(_, label, image)] = _read_all(filename, 1)
+
+  assert label.tolist() == [7]
+  assert image[1, 2].tolist() == [99, 20, 30]
+  assert image[0, 0].tolist() == [10, 20, 30]
+
+
+def _position_image():
+  """A 32x32 image of random pixels: any window of it is unlike any other."""
+  return np.random.RandomState(3).randint(0, 256, (32, 32, 3)).astype(np.uint8)
+
+
+def _standardize(x):
+  x = x.astype(np.float64)
+  return (x - x.mean()) / max(x.std(), 1.0 / np.sqrt(x.size))
+
+
+def _write_same_image_everywhere(root, image, records_per_file=10):
+  batches = os.path.join(root, 'cifar-10-batches-bin')
+  os.makedirs(batches)
+  for name in synthetic.TRAIN_FILES + [synthetic.TEST_FILE]:
+    labels = np.arange(records_per_file) % 10
+    synthetic.write_records(os.path.join(batches, name), labels,
+                            np.repeat(image[None], records_per_file, axis=0))
+  return batches
+
+
+def _run_batches(build, num_batches):
+  with tf.Graph().as_default():
+    images, labels = build()
+    with tf.Session(config=session_config()) as sess:
+      coord = tf.train.Coordinator()
+      threads = tf.train.start_queue_runners(sess=sess, coord=coord)
+      try:
+        out = [sess.run([images, labels]) for _ in range(num_batches)]
+      finally:
+        # Each queue runner closes its queue when the coordinator stops.
+        coord.request_stop()
+        coord.join(threads, stop_grace_period_secs=10)
+  return images, labels, out
+
+
+def test_eval_inputs_are_the_standardized_central_crop(tmp_path):
+  image = _position_image()
+  batches = _write_same_image_everywhere(str(tmp_path), image)
+
+  images, labels, out = _run_batches(
+      lambda: cifar10_input.inputs('test', batches, batch_size=5), 2)
+
+  assert images.shape.as_list() == [5, 24, 24, 3]
+  assert images.dtype == tf.float32
+  assert labels.shape.as_list() == [5]
+  assert labels.dtype == tf.int32
+  expected = _standardize(image[4:28, 4:28])
+  for batch_images, batch_labels in out:
+    assert set(batch_labels.tolist()) <= set(range(10))
+    for got in batch_images:
+      np.testing.assert_allclose(got, expected, atol=1e-4)
+
+
+def _window_matches(got, image):
+  """(row offset, col offset, flipped) of every crop `got` is affine in.
+
+  Brightness, contrast and standardization change each channel by the same
+  positive scale plus a per-channel shift, so the red channel of `got`
+  correlates perfectly with the red channel of exactly one window.
+  """
+  matches = []
+  red = image[..., 0].astype(np.float64)
+  for oy in range(9):
+    for ox in range(9):
+      window = red[oy:oy + 24, ox:ox + 24]
+      for flipped in (False, True):
+        candidate = window[:, ::-1] if flipped else window
+        corr = np.corrcoef(candidate.ravel(), got[..., 0].ravel())[0, 1]
+        if corr > 0.9999:
+          matches.append((oy, ox, flipped))
+  return matches
+
+
+def test_distorted_inputs_crop_flip_and_standardize(tmp_path):
+  image = _position_image()
+  batches = _write_same_image_everywhere(str(tmp_path), image)
+
+  images, labels, out = _run_batches(
+      lambda: cifar10_input.distorted_inputs(batches, batch_size=32), 2)
+
+  assert images.shape.as_list() == [32, 24, 24, 3]
+  assert images.dtype == tf.float32
+  assert labels.shape.as_list() == [32]
+  windows = []
+  for batch_images, _ in out:
+    for got in batch_images:
+      # Per-image standardization: mean 0, standard deviation 1.
+      assert abs(got.mean()) < 1e-4
+      assert abs(got.std() - 1.0) < 1e-3
+      matches = _window_matches(got, image)
+      assert len(matches) == 1, matches
+      windows.append(matches[0])
+  # 64 random crops and flips: both flip states and many offsets occur.
+  assert {flipped for _, _, flipped in windows} == {False, True}
+  assert len({(oy, ox) for oy, ox, _ in windows}) > 10
+
+
+def test_distorted_inputs_mixes_labels_from_all_files(data_dir):
+  batches = os.path.join(data_dir, 'cifar-10-batches-bin')
+  _, _, out = _run_batches(
+      lambda: cifar10_input.distorted_inputs(batches, batch_size=50), 2)
+  labels = np.concatenate([batch_labels for _, batch_labels in out])
+  assert labels.dtype == np.int32
+  assert set(labels.tolist()) == set(range(10))
+
+
+@pytest.mark.parametrize('problem, size, message', [
+    ('missing', None, 'Failed to find file: {path}'),
+    ('empty', 0, 'Data file {path} is empty (0 bytes)'),
+    ('truncated', 3 * 3073 - 100, 'Data file {path} has 9119 bytes, which is '
+     'not a whole number of 3073-byte records'),
+])
+def test_malformed_data_file_is_a_fast_clear_error(tmp_path, problem, size,
+                                                   message):
+  batches = os.path.join(synthetic.make_data_dir(str(tmp_path), 3),
+                         'cifar-10-batches-bin')
+  path = os.path.join(batches, 'data_batch_3.bin')
+  if size is None:
+    os.remove(path)
+  else:
+    with open(path, 'r+b') as f:
+      f.truncate(size)
+
+  start = time.time()
+  with tf.Graph().as_default():
+    with pytest.raises(ValueError) as error:
+      cifar10_input.distorted_inputs(batches, batch_size=4)
+    # Nothing was built: no queue that could hang.
+    assert not tf.get_collection(tf.GraphKeys.QUEUE_RUNNERS)
+  assert message.format(path=path) in str(error.value)
+  assert time.time() - start < 5
+
+
+def test_check_data_files_counts_records(tmp_path):
+  batches = os.path.join(synthetic.make_data_dir(str(tmp_path), 7),
+                         'cifar-10-batches-bin')
+  files = [os.path.join(batches, f) for f in cifar10_input.TRAIN_FILES]
+  assert cifar10_input.check_data_files(files) == 35
+
+
+@pytest.mark.parametrize('eval_data, files', [
+    ('test', ['test_batch.bin']), (True, ['test_batch.bin']),
+    ('train_eval', cifar10_input.TRAIN_FILES),
+    (False, cifar10_input.TRAIN_FILES)])
+def test_eval_files(eval_data, files):
+  assert cifar10_input.eval_files(eval_data) == files
+
+
+def test_unknown_eval_data_is_an_error_not_the_training_set():
+  with pytest.raises(ValueError, match="eval_data must be 'test' or "
+                     "'train_eval', got 'tset'"):
+    cifar10_input.eval_files('tset')
+
+
+def test_bad_batch_size_is_an_error(data_dir):
+  with tf.Graph().as_default():
+    with pytest.raises(ValueError, match='batch_size must be a positive'):
+      cifar10_input.inputs('test', data_dir, batch_size=0)

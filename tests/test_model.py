@@ -1,0 +1,161 @@
+"""Tests for cifar10.py: inference, loss and one training step."""
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import cifar10
+from testutil import session_config
+
+EXPECTED_SHAPES = {
+    'conv1/weights': [5, 5, 3, 64], 'conv1/biases': [64],
+    'conv2/weights': [5, 5, 64, 64], 'conv2/biases': [64],
+    'local3/weights': [2304, 384], 'local3/biases': [384],
+    'local4/weights': [384, 192], 'local4/biases': [192],
+    'softmax_linear/weights': [192, 10], 'softmax_linear/biases': [10],
+}
+
+
+@pytest.mark.parametrize('dtype', [tf.float32, tf.float16])
+def test_inference_shapes_names_count_and_placement(dtype):
+  with tf.Graph().as_default():
+    images = tf.zeros([6, 24, 24, 3], dtype)
+    logits = cifar10.inference(images)
+
+    assert logits.shape.as_list() == [6, 10]
+    assert logits.dtype == dtype
+    assert logits.op.name == 'softmax_linear/softmax_linear'
+    variables = tf.trainable_variables()
+    assert {v.op.name: v.shape.as_list() for v in variables} == EXPECTED_SHAPES
+    assert sum(int(np.prod(v.shape.as_list())) for v in variables) == 1068298
+    assert all(v.dtype.base_dtype == dtype for v in variables)
+    for v in variables:
+      assert tf.DeviceSpec.from_string(v.device).device_type == 'CPU', v.device
+      assert tf.DeviceSpec.from_string(v.device).device_index == 0, v.device
+
+
+def test_inference_shares_variables_under_reuse():
+  with tf.Graph().as_default():
+    images = tf.zeros([2, 24, 24, 3])
+    with tf.variable_scope(tf.get_variable_scope()):
+      for i in range(2):
+        with tf.name_scope('%s_%d' % (cifar10.TOWER_NAME, i)):
+          cifar10.inference(images)
+          tf.get_variable_scope().reuse_variables()
+    assert len(tf.trainable_variables()) == 10
+    assert len(tf.global_variables()) == 10
+
+
+def test_initial_values_follow_the_original_initializers():
+  with tf.Graph().as_default():
+    cifar10.inference(tf.zeros([1, 24, 24, 3]))
+    variables = {v.op.name: v for v in tf.trainable_variables()}
+    with tf.Session(config=session_config()) as sess:
+      sess.run(tf.global_variables_initializer())
+      values = sess.run(variables)
+  assert np.all(values['conv1/biases'] == 0.0)
+  assert np.allclose(values['conv2/biases'], 0.1)
+  assert np.allclose(values['local3/biases'], 0.1)
+  assert np.all(values['softmax_linear/biases'] == 0.0)
+  # Truncated normals: within two standard deviations, and about that spread.
+  for name, stddev in [('conv2/weights', 5e-2), ('local3/weights', 0.04),
+                       ('softmax_linear/weights', 1 / 192.0)]:
+    assert np.abs(values[name]).max() <= 2 * stddev
+    assert 0.7 * stddev < values[name].std() < 0.95 * stddev
+
+
+def test_loss_on_a_hand_computable_case():
+  with tf.Graph().as_default():
+    # Logits 0 everywhere but ln(9) for the right class: p = 9 / 18 = 0.5.
+    logits = np.zeros([2, 10], np.float32)
+    logits[0, 3] = logits[1, 7] = np.log(9.0)
+    total = cifar10.loss(tf.constant(logits), tf.constant([3, 7]))
+    losses = tf.get_collection('losses')
+    with tf.Session(config=session_config()) as sess:
+      value = sess.run(total)
+  assert [l.op.name for l in losses] == ['cross_entropy']
+  assert total.op.name == 'total_loss'
+  assert value == pytest.approx(np.log(2.0), rel=1e-6)
+
+
+def test_loss_adds_the_weight_decay_terms():
+  with tf.Graph().as_default():
+    logits = cifar10.inference(tf.zeros([4, 24, 24, 3]))
+    total = cifar10.loss(logits, tf.constant([0, 1, 2, 3]))
+    losses = tf.get_collection('losses')
+    weights = {v.op.name: v for v in tf.trainable_variables()}
+    with tf.Session(config=session_config()) as sess:
+      sess.run(tf.global_variables_initializer())
+      total_value, loss_values, w3, w4 = sess.run(
+          [total, losses, weights['local3/weights'], weights['local4/weights']])
+  assert [l.op.name for l in losses] == [
+      'local3/weight_loss', 'local4/weight_loss', 'cross_entropy']
+  assert loss_values[0] == pytest.approx(0.004 * (w3 ** 2).sum() / 2, rel=1e-4)
+  assert loss_values[1] == pytest.approx(0.004 * (w4 ** 2).sum() / 2, rel=1e-4)
+  assert total_value == pytest.approx(sum(loss_values), rel=1e-6)
+
+
+def test_learning_rate_schedule():
+  with tf.Graph().as_default():
+    step = tf.placeholder(tf.int64, [])
+    lr = cifar10.learning_rate(step, batch_size=128)
+    lr2 = cifar10.learning_rate(step, batch_size=128, num_towers=2)
+    with tf.Session(config=session_config()) as sess:
+      # int(50000 / 128 * 350) = 136718 steps per decay; half with 2 towers.
+      assert sess.run(lr, {step: 136717}) == pytest.approx(0.1)
+      assert sess.run(lr, {step: 136718}) == pytest.approx(0.01)
+      assert sess.run(lr2, {step: 68358}) == pytest.approx(0.1)
+      assert sess.run(lr2, {step: 68359}) == pytest.approx(0.01)
+
+
+def test_one_train_step_updates_weights_step_and_averages():
+  rng = np.random.RandomState(0)
+  with tf.Graph().as_default():
+    tf.set_random_seed(1)
+    global_step = tf.train.get_or_create_global_step()
+    images = tf.constant(rng.normal(size=(8, 24, 24, 3)).astype(np.float32))
+    labels = tf.constant(rng.randint(0, 10, 8).astype(np.int32))
+    total = cifar10.loss(cifar10.inference(images), labels)
+    train_op = cifar10.train(total, global_step, batch_size=8)
+
+    weights = {v.op.name: v for v in tf.trainable_variables()}
+    # The names cifar10_eval.py restores the averaged weights from.
+    everything = {v.op.name: v for v in tf.global_variables()}
+    shadows = {name: everything[name + '/ExponentialMovingAverage']
+               for name in weights}
+    grads = dict(zip(weights, tf.gradients(total, list(weights.values()))))
+    with tf.Session(config=session_config()) as sess:
+      sess.run(tf.global_variables_initializer())
+      before, grad_values = sess.run([weights, grads])
+      sess.run(train_op)
+      after, shadow_values, step = sess.run([weights, shadows, global_step])
+
+  assert step == 1
+  # The moving average's decay warms up with the step: min(0.9999, 2 / 11).
+  decay = 2.0 / 11.0
+  for name in weights:
+    # Plain SGD at the initial learning rate 0.1.
+    np.testing.assert_allclose(after[name],
+                               before[name] - 0.1 * grad_values[name],
+                               rtol=1e-4, atol=1e-6)
+    # The shadows averaged the *updated* weights: the update ran first.
+    np.testing.assert_allclose(shadow_values[name],
+                               decay * before[name] + (1 - decay) * after[name],
+                               rtol=1e-4, atol=1e-6)
+  assert not np.allclose(after['local3/weights'], before['local3/weights'])
+
+
+def test_train_adds_the_original_summaries():
+  with tf.Graph().as_default():
+    global_step = tf.train.get_or_create_global_step()
+    total = cifar10.loss(cifar10.inference(tf.zeros([2, 24, 24, 3])),
+                         tf.constant([0, 1]))
+    cifar10.train(total, global_step, batch_size=2)
+    names = {s.op.name for s in tf.get_collection(tf.GraphKeys.SUMMARIES)}
+  for expected in ['learning_rate', 'total_loss__raw_', 'cross_entropy__raw_',
+                   'local3/weight_loss__raw_', 'conv1/conv1/conv1/activations',
+                   'local4/local4/local4/sparsity', 'conv1/weights/gradients',
+                   'softmax_linear/biases/gradients']:
+    assert expected in names
+  # The smoothed losses and the weight histograms, named like the variables.
+  assert {'total_loss_1', 'cross_entropy_1', 'conv1/weights_1'} <= names

@@ -1,0 +1,98 @@
+"""End-to-end tests of cifar10_train.py, run as a user runs it."""
+
+import glob
+import os
+import re
+
+import tensorflow.compat.v1 as tf
+
+from testutil import run_script
+
+LINE = re.compile(r'^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}): step (\d+), '
+                  r'loss = (\d+\.\d\d) \((\d+\.\d) examples/sec; '
+                  r'(\d+\.\d{3}) sec/batch\)$', re.M)
+
+# The original's summary tags, as TF names them (see README, TensorBoard).
+ORIGINAL_TAGS = {
+    'images/image/0', 'learning_rate',
+    'total_loss_1', 'total_loss__raw_', 'cross_entropy_1', 'cross_entropy__raw_',
+    'local3/weight_loss_1', 'local3/weight_loss__raw_',
+    'local4/weight_loss_1', 'local4/weight_loss__raw_',
+    'conv1/conv1/conv1/activations', 'conv1/conv1/conv1/sparsity',
+    'conv2/conv2/conv2/activations', 'local3/local3/local3/activations',
+    'local4/local4/local4/sparsity',
+    'softmax_linear/softmax_linear/softmax_linear/activations',
+    'conv1/weights_1', 'softmax_linear/biases_1',
+    'conv1/weights/gradients', 'softmax_linear/biases/gradients',
+    'input_producer/fraction_of_32_full',
+}
+
+
+def _train(data_dir, train_dir, *extra):
+  result = run_script('cifar10_train.py', [
+      '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
+      '--batch_size=8', '--log_frequency=5'] + list(extra))
+  assert result.returncode == 0, result.stderr[-3000:]
+  return result
+
+
+def _steps(stdout):
+  return [int(m.group(2)) for m in LINE.finditer(stdout)]
+
+
+def _checkpoint_steps(train_dir):
+  return sorted(int(re.search(r'-(\d+)\.index$', f).group(1))
+                for f in glob.glob(os.path.join(train_dir, 'model.ckpt-*.index')))
+
+
+def _event_tags(train_dir):
+  tags = set()
+  for path in glob.glob(os.path.join(train_dir, 'events.out.tfevents.*')):
+    for event in tf.train.summary_iterator(path):
+      tags.update(value.tag for value in event.summary.value)
+  return tags
+
+
+def test_train_logs_checkpoints_summarizes_and_resumes(data_dir, tmp_path):
+  train_dir = str(tmp_path / 'train')
+
+  first = _train(data_dir, train_dir, '--max_steps=20')
+
+  assert 'No checkpoint in %s: training from step 0.' % train_dir in first.stdout
+  assert _steps(first.stdout) == [0, 5, 10, 15]
+  for match in LINE.finditer(first.stdout):
+    assert float(match.group(3)) > 0 and float(match.group(4)) > 0
+  # Each line once: neither TF's nor absl's handler doubles it.
+  assert first.stdout.count('step 5, loss') == 1
+  assert (first.stdout + first.stderr).count('Saving checkpoints for 20') <= 1
+  assert _checkpoint_steps(train_dir) == [0, 20]
+  assert ORIGINAL_TAGS <= _event_tags(train_dir)
+  assert os.path.exists(os.path.join(train_dir, 'graph.pbtxt'))
+
+  second = _train(data_dir, train_dir, '--max_steps=30')
+
+  assert ('Resuming from checkpoint %s/model.ckpt-20 at step 20'
+          % train_dir) in second.stdout
+  assert _steps(second.stdout) == [20, 25]
+  assert _checkpoint_steps(train_dir) == [0, 20, 30]
+  assert tf.train.latest_checkpoint(train_dir).endswith('model.ckpt-30')
+
+  third = _train(data_dir, train_dir, '--max_steps=30')
+  assert 'already at --max_steps=30: nothing to train' in third.stdout
+  assert _checkpoint_steps(train_dir) == [0, 20, 30]
+
+  fresh = _train(data_dir, train_dir, '--max_steps=5', '--fresh_start')
+  assert '--fresh_start: deleting %s' % train_dir in fresh.stdout
+  assert _steps(fresh.stdout) == [0]
+  assert _checkpoint_steps(train_dir) == [0, 5]
+
+
+def test_missing_data_is_a_clear_error_within_seconds(tmp_path):
+  data_dir = tmp_path / 'data'
+  (data_dir / 'cifar-10-batches-bin').mkdir(parents=True)
+  result = run_script('cifar10_train.py', [
+      '--data_dir=%s' % data_dir, '--train_dir=%s' % (tmp_path / 'train'),
+      '--max_steps=5'], timeout=60)
+  assert result.returncode != 0
+  assert ('Failed to find file: %s' % (data_dir / 'cifar-10-batches-bin' /
+                                       'data_batch_1.bin')) in result.stderr
