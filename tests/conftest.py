@@ -12,6 +12,8 @@ for path in (ROOT, TESTS):
     sys.path.insert(0, path)
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+# The kernels the scripts choose (see cifar10_train.py).
+os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
 import synthetic  # pylint: disable=wrong-import-position
 

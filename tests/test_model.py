@@ -159,3 +159,25 @@ def test_train_adds_the_original_summaries():
     assert expected in names
   # The smoothed losses and the weight histograms, named like the variables.
   assert {'total_loss_1', 'cross_entropy_1', 'conv1/weights_1'} <= names
+
+
+@pytest.mark.parametrize('dtype, tolerance', [(tf.float32, 1e-5),
+                                              (tf.float16, 2e-2)])
+def test_lrn_matches_tf_nn_lrn_and_its_gradient(dtype, tolerance):
+  rng = np.random.RandomState(0)
+  x_value = (rng.normal(size=(4, 6, 6, 64)) * 20).astype(np.float32)
+  weights = rng.normal(size=x_value.shape).astype(np.float32)
+  with tf.Graph().as_default():
+    x = tf.constant(x_value)
+    ours = cifar10._lrn(tf.cast(x, dtype), name='norm')  # pylint: disable=protected-access
+    reference = tf.nn.lrn(x, 4, bias=1.0, alpha=0.001 / 9.0, beta=0.75)
+    grads = [tf.gradients(tf.reduce_sum(tf.cast(y, tf.float32) * weights), x)[0]
+             for y in (ours, reference)]
+    with tf.Session(config=session_config()) as sess:
+      out, ref, grad, ref_grad = sess.run([ours, reference] + grads)
+  assert ours.op.name == 'norm'
+  assert out.dtype == dtype.as_numpy_dtype
+  # Large inputs, so the normalization really divides (not just ~x).
+  assert np.abs(ref / x_value).min() < 0.6
+  np.testing.assert_allclose(out, ref, rtol=tolerance, atol=tolerance)
+  np.testing.assert_allclose(grad, ref_grad, rtol=tolerance, atol=tolerance)

@@ -1,0 +1,306 @@
+"""Measures how fast this CIFAR-10 code trains and evaluates, in one run.
+
+    python benchmarks/benchmark.py                   # synthetic records
+    python benchmarks/benchmark.py --data_dir=/tmp/cifar10_data
+
+Every variant is built once, in its own graph and session, then measured in
+interleaved rounds (variant A, B, C, ..., then A, B, C again), so drift in the
+machine's speed hits all of them alike. Each figure is the median over the
+rounds, after a warm-up, and is printed with its ratio to a baseline measured
+in the same run:
+
+  train       cifar10_train.py's graph as users run it: queue input pipeline,
+              MonitoredTrainingSession, summaries every 100 steps, checkpoints
+  towers      cifar10_multi_gpu_train.py's graph, one tower (when present)
+  bound       the same train op fed one constant in-memory batch: no input
+              pipeline, no summaries (the ceiling for `train`)
+  input       the distorted input pipeline alone, dequeuing batches
+  eval        evaluation over the full test set (every example once)
+  forward     inference alone on a constant batch (the ceiling for `eval`)
+  matmul      a 2048x2048 float32 matrix product: the machine's practical
+              GFLOP/s, against which the model's FLOP rate is compared
+
+plus the time from `python cifar10_train.py` to its first step and the
+process's memory after each round (it must not grow).
+"""
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, 'tests'))
+# The same kernels the scripts choose (see cifar10_train.py).
+os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+import cifar10
+import cifar10_input
+import synthetic
+
+# Multiply-adds per 24x24 image in each conv and matmul layer of inference().
+MACS_PER_EXAMPLE = (24 * 24 * 5 * 5 * 3 * 64      # conv1
+                    + 12 * 12 * 5 * 5 * 64 * 64   # conv2
+                    + 2304 * 384 + 384 * 192 + 192 * 10)
+# Training: forward, gradient of the weights, gradient of the inputs (not
+# needed for conv1, whose input is the image); 2 FLOP per multiply-add.
+CONV1_MACS = 24 * 24 * 5 * 5 * 3 * 64
+TRAIN_FLOP_PER_EXAMPLE = 2 * (3 * MACS_PER_EXAMPLE - CONV1_MACS)
+FORWARD_FLOP_PER_EXAMPLE = 2 * MACS_PER_EXAMPLE
+
+
+def _random_data_dir(root, seed=0):
+  """Full-size synthetic CIFAR-10 files: 5 x 10000 train, 10000 test."""
+  rng = np.random.RandomState(seed)
+  batches = os.path.join(root, cifar10.BATCHES_DIR)
+  os.makedirs(batches, exist_ok=True)
+  for name in synthetic.TRAIN_FILES + [synthetic.TEST_FILE]:
+    labels = rng.randint(0, 10, 10000)
+    images = rng.randint(0, 256, (10000, 32, 32, 3), dtype=np.uint8)
+    synthetic.write_records(os.path.join(batches, name), labels, images)
+  return root
+
+
+def _constant_batch(batch_size, seed=0):
+  rng = np.random.RandomState(seed)
+  images = rng.normal(size=(batch_size, 24, 24, 3)).astype(np.float32)
+  labels = rng.randint(0, 10, batch_size).astype(np.int32)
+  return tf.constant(images), tf.constant(labels)
+
+
+def _session_config():
+  if hasattr(cifar10, 'session_config'):
+    return cifar10.session_config()
+  return tf.ConfigProto()
+
+
+class Variant(object):
+  """A graph and session, and how many examples one `step()` processes."""
+
+  def __init__(self, name, steps, examples_per_step, flop_per_example=None):
+    self.name = name
+    self.steps = steps
+    self.examples_per_step = examples_per_step
+    self.flop_per_example = flop_per_example
+    self.rates = []
+
+  def measure(self):
+    start = time.time()
+    for _ in range(self.steps):
+      self.step()
+    self.rates.append(self.steps * self.examples_per_step
+                      / (time.time() - start))
+
+  def step(self):
+    raise NotImplementedError
+
+
+class SessionVariant(Variant):
+  """Runs `fetch` in a plain session with the queue runners started."""
+
+  def __init__(self, name, steps, examples_per_step, build,
+               flop_per_example=None):
+    super(SessionVariant, self).__init__(name, steps, examples_per_step,
+                                         flop_per_example)
+    self.graph = tf.Graph()
+    with self.graph.as_default():
+      self.fetch = build()
+      self.sess = tf.Session(config=_session_config())
+      self.sess.run([tf.global_variables_initializer(),
+                     tf.local_variables_initializer()])
+      self.coord = tf.train.Coordinator()
+      self.threads = tf.train.start_queue_runners(self.sess, self.coord)
+
+  def step(self):
+    self.sess.run(self.fetch)
+
+  def close(self):
+    self.coord.request_stop()
+    self.coord.join(self.threads, stop_grace_period_secs=10)
+    self.sess.close()
+
+
+class TrainScriptVariant(Variant):
+  """cifar10_train.py's graph and session: pipeline, summaries, checkpoints."""
+
+  def __init__(self, steps, data_dir, train_dir, batch_size):
+    super(TrainScriptVariant, self).__init__('train', steps, batch_size,
+                                             TRAIN_FLOP_PER_EXAMPLE)
+    self.graph = tf.Graph()
+    with self.graph.as_default():
+      global_step = tf.train.get_or_create_global_step()
+      images, labels = cifar10.distorted_inputs(data_dir, batch_size)
+      loss = cifar10.loss(cifar10.inference(images), labels)
+      self.train_op = cifar10.train(loss, global_step, batch_size)
+      self.sess = tf.train.MonitoredTrainingSession(
+          checkpoint_dir=train_dir, hooks=[tf.train.NanTensorHook(loss)],
+          config=_session_config(), save_checkpoint_secs=600,
+          save_summaries_steps=100)
+
+  def step(self):
+    self.sess.run(self.train_op)
+
+  def close(self):
+    with self.graph.as_default():  # the final checkpoint is saved here
+      self.sess.close()
+
+
+def _build_bound(batch_size):
+  def build():
+    global_step = tf.train.get_or_create_global_step()
+    images, labels = _constant_batch(batch_size)
+    loss = cifar10.loss(cifar10.inference(images), labels)
+    return cifar10.train(loss, global_step, batch_size)
+  return build
+
+
+def _build_forward(batch_size):
+  def build():
+    images, labels = _constant_batch(batch_size)
+    logits = cifar10.inference(images)
+    return tf.reduce_sum(tf.cast(
+        tf.nn.in_top_k(logits, labels, 1), tf.int32))
+  return build
+
+
+def _build_input(data_dir, batch_size):
+  def build():
+    images, labels = cifar10.distorted_inputs(data_dir, batch_size)
+    # Fetch one number, not the batch: the copy to numpy is not the pipeline.
+    return [tf.reduce_sum(images), labels[0]]
+  return build
+
+
+def _build_eval(data_dir, batch_size):
+  def build():
+    images, labels = cifar10.inputs('test', data_dir, batch_size)
+    logits = cifar10.inference(images)
+    return tf.reduce_sum(tf.cast(
+        tf.nn.in_top_k(logits, labels, 1), tf.int32))
+  return build
+
+
+def _build_matmul(n):
+  def build():
+    a = tf.Variable(tf.random.normal([n, n], seed=1))
+    b = tf.Variable(tf.random.normal([n, n], seed=2))
+    return tf.reduce_sum(tf.matmul(a, b))
+  return build
+
+
+def _startup_seconds(data_dir, train_dir):
+  """Wall time from starting cifar10_train.py to its first step line."""
+  start = time.time()
+  proc = subprocess.Popen(
+      [sys.executable, os.path.join(ROOT, 'cifar10_train.py'),
+       '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
+       '--max_steps=1', '--fresh_start'],
+      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
+  seconds = None
+  for line in proc.stdout:
+    if ': step 0, loss = ' in line and seconds is None:
+      seconds = time.time() - start
+  proc.wait(timeout=300)
+  return seconds
+
+
+def _rss_mib():
+  with open('/proc/self/status') as f:
+    for line in f:
+      if line.startswith('VmRSS:'):
+        return int(line.split()[1]) / 1024.0
+  return float('nan')
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--data_dir', default=None,
+                      help='folder holding cifar-10-batches-bin/; default: '
+                      'full-size synthetic records in a temp dir')
+  parser.add_argument('--rounds', type=int, default=5)
+  parser.add_argument('--steps', type=int, default=100,
+                      help='training steps per window (a multiple of the '
+                      '100-step summary interval keeps summaries counted)')
+  parser.add_argument('--batch_size', type=int, default=128)
+  parser.add_argument('--startup_runs', type=int, default=3)
+  args = parser.parse_args()
+
+  scratch = tempfile.mkdtemp(prefix='cifar10_bench_')
+  data_dir = args.data_dir or _random_data_dir(os.path.join(scratch, 'data'))
+  batch = args.batch_size
+  eval_batches = -(-cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_EVAL // batch)
+
+  print('TensorFlow %s, %d cores, oneDNN opts %s, data %s' % (
+      tf.__version__, os.cpu_count(), os.environ['TF_ENABLE_ONEDNN_OPTS'],
+      args.data_dir or 'synthetic'))
+  startup = [_startup_seconds(data_dir, os.path.join(scratch, 'start'))
+             for _ in range(args.startup_runs)]
+
+  variants = [
+      TrainScriptVariant(args.steps, data_dir, os.path.join(scratch, 'train'),
+                         batch),
+      SessionVariant('bound', args.steps, batch, _build_bound(batch),
+                     TRAIN_FLOP_PER_EXAMPLE),
+      SessionVariant('input', 50, batch, _build_input(data_dir, batch)),
+      SessionVariant('eval', eval_batches, batch,
+                     _build_eval(data_dir, batch), FORWARD_FLOP_PER_EXAMPLE),
+      SessionVariant('forward', eval_batches, batch, _build_forward(batch),
+                     FORWARD_FLOP_PER_EXAMPLE),
+      SessionVariant('matmul', 10, 2 * 2048 ** 3, _build_matmul(2048)),
+  ]
+  for variant in variants:  # warm-up: graph optimization, queue filling
+    for _ in range(max(5, variant.steps // 5)):
+      variant.step()
+  rss = []
+  for round_index in range(args.rounds):
+    for variant in variants:
+      variant.measure()
+    rss.append(_rss_mib())
+    print('round %d/%d done, RSS %.0f MiB' % (round_index + 1, args.rounds,
+                                             rss[-1]), flush=True)
+  for variant in variants:
+    variant.close()
+
+  median = {v.name: float(np.median(v.rates)) for v in variants}
+  gflops = median['matmul'] / 1e9
+  print()
+  print('%-8s %12s %26s %10s' % ('variant', 'examples/s', 'ratio', 'GFLOP/s'))
+  baselines = {'train': 'bound', 'towers': 'bound', 'eval': 'forward'}
+  for v in variants:
+    if v.name == 'matmul':
+      print('%-8s %12s %26s %10.1f' % ('matmul', '-', '1.00 (peak)', gflops))
+      continue
+    ratio = ''
+    if v.name in baselines:
+      ratio = '%.2f of %s' % (median[v.name] / median[baselines[v.name]],
+                              baselines[v.name])
+    model_gflops = ''
+    if v.flop_per_example:
+      rate = median[v.name] * v.flop_per_example / 1e9
+      model_gflops = '%.1f' % rate
+      ratio += '%s%.2f of matmul' % ('; ' if ratio else '', rate / gflops)
+    spread = '%.0f-%.0f' % (min(v.rates), max(v.rates))
+    print('%-8s %12.1f %26s %10s   (rounds: %s)' % (
+        v.name, median[v.name], ratio, model_gflops, spread))
+  print()
+  print('start to first step: %s s (median %.1f s)' % (
+      ', '.join('%.1f' % s for s in startup), float(np.median(startup))))
+  print('memory: RSS per round %s MiB; peak %.0f MiB' % (
+      ', '.join('%.0f' % r for r in rss),
+      resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0))
+  print('model FLOP per example: train %.1f M, forward %.1f M '
+        '(conv and matmul layers)' % (TRAIN_FLOP_PER_EXAMPLE / 1e6,
+                                       FORWARD_FLOP_PER_EXAMPLE / 1e6))
+
+
+if __name__ == '__main__':
+  main()
