@@ -221,3 +221,29 @@ def test_bad_batch_size_is_an_error(data_dir):
   with tf.Graph().as_default():
     with pytest.raises(ValueError, match='batch_size must be a positive'):
       cifar10_input.inputs('test', data_dir, batch_size=0)
+
+
+def test_distort_matches_tf_image_ops_one_image_at_a_time():
+  rng = np.random.RandomState(5)
+  images = rng.randint(0, 256, (6, 32, 32, 3)).astype(np.float32)
+  offsets = rng.randint(0, 9, (6, 2)).astype(np.int32)
+  flips = np.array([True, False, True, False, False, True])
+  deltas = rng.uniform(-63, 63, 6).astype(np.float32)
+  factors = rng.uniform(0.2, 1.8, 6).astype(np.float32)
+  with tf.Graph().as_default():
+    batched = cifar10_input.distort(tf.constant(images), tf.constant(offsets),
+                                    tf.constant(flips), tf.constant(deltas),
+                                    tf.constant(factors))
+    one_by_one = []
+    for i in range(6):
+      image = tf.image.crop_to_bounding_box(images[i], offsets[i, 0],
+                                            offsets[i, 1], 24, 24)
+      if flips[i]:
+        image = tf.image.flip_left_right(image)
+      image = tf.image.adjust_brightness(image, deltas[i])
+      image = tf.image.adjust_contrast(image, factors[i])
+      one_by_one.append(tf.image.per_image_standardization(image))
+    with tf.Session(config=session_config()) as sess:
+      got, expected = sess.run([batched, tf.stack(one_by_one)])
+  assert got.shape == (6, 24, 24, 3)
+  np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
