@@ -22,20 +22,23 @@ functions read the flags defined here.
 import logging
 import os
 import re
-import sys
-import tarfile
 
+from absl import app
 from absl import flags
-from six.moves import urllib
+import numpy as np
 import tensorflow.compat.v1 as tf
 
+import cifar10_download
 import cifar10_input
 
 # The repository's cifar10/ folder, wherever the scripts are started from.
 DEFAULT_DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 'cifar10')
-DATA_URL = 'https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz'
-BATCHES_DIR = 'cifar-10-batches-bin'
+DATA_URL = cifar10_download.DATA_URL
+DATA_MD5 = cifar10_download.DATA_MD5
+BATCHES_DIR = cifar10_download.BATCHES_DIR
+# A missing, malformed or undownloadable data file or archive; a ValueError.
+DataError = cifar10_input.DataError
 
 # Flags shared by every script. Defined here once (a second definition would
 # raise DuplicateFlagError); read only in the scripts' main().
@@ -43,6 +46,14 @@ flags.DEFINE_integer('batch_size', 128,
                      'Number of images to process in a batch.')
 flags.DEFINE_string('data_dir', DEFAULT_DATA_DIR,
                     'Path to the CIFAR-10 data directory.')
+flags.DEFINE_string('data_url', DATA_URL,
+                    'Where to get cifar-10-binary.tar.gz when '
+                    '<data_dir>/cifar-10-batches-bin is missing or '
+                    'incomplete: an http(s) URL of a mirror, or a file:// '
+                    'URL or path of a copy you already have.')
+flags.DEFINE_string('data_md5', DATA_MD5,
+                    'MD5 of the archive at --data_url (default: the official '
+                    'archive\'s); empty to skip the check.')
 flags.DEFINE_boolean('use_fp16', False, 'Train the model using fp16.')
 
 # Global constants describing the CIFAR-10 data set.
@@ -62,9 +73,14 @@ INITIAL_LEARNING_RATE = 0.1       # Initial learning rate.
 TOWER_NAME = 'tower'
 
 
+def strip_tower_prefix(name):
+  """`name` without its tower scope: 'tower_1/conv1/conv1' -> 'conv1/conv1'."""
+  return re.sub('%s_[0-9]*/' % TOWER_NAME, '', name)
+
+
 def _activation_summary(x):
   """Adds a histogram and a sparsity summary of activations `x`."""
-  tensor_name = re.sub('%s_[0-9]*/' % TOWER_NAME, '', x.op.name)
+  tensor_name = strip_tower_prefix(x.op.name)
   tf.summary.histogram(tensor_name + '/activations', x)
   tf.summary.scalar(tensor_name + '/sparsity', tf.nn.zero_fraction(x))
 
@@ -128,11 +144,13 @@ def distorted_inputs(data_dir=DEFAULT_DATA_DIR, batch_size=128, use_fp16=False,
 
 
 def inputs(eval_data, data_dir=DEFAULT_DATA_DIR, batch_size=128,
-           use_fp16=False, num_threads=cifar10_input.NUM_PREPROCESS_THREADS):
+           use_fp16=False, num_threads=cifar10_input.NUM_PREPROCESS_THREADS,
+           single_pass=False):
   """Evaluation batches read from `<data_dir>/cifar-10-batches-bin`.
 
   Args:
     eval_data: 'test' (or True) or 'train_eval' (or False).
+    single_pass: read each record once, then end; see cifar10_input.inputs.
 
   Returns:
     images, labels: as `distorted_inputs`, centrally cropped and unshuffled.
@@ -141,8 +159,38 @@ def inputs(eval_data, data_dir=DEFAULT_DATA_DIR, batch_size=128,
     raise ValueError('Please supply a data_dir')
   images, labels = cifar10_input.inputs(
       eval_data=eval_data, data_dir=os.path.join(data_dir, BATCHES_DIR),
-      batch_size=batch_size, num_threads=num_threads)
+      batch_size=batch_size, num_threads=num_threads, single_pass=single_pass)
   return _maybe_fp16(images, labels, use_fp16)
+
+
+def _lrn(x, name, depth_radius=4, bias=1.0, alpha=0.001 / 9.0):
+  """Local response normalization with beta 0.75, as `tf.nn.lrn` computes it.
+
+  out = x / (bias + alpha * sum of x**2 over the 2 * depth_radius + 1
+  neighbouring channels) ** 0.75.
+
+  The window sum is computed as a product with a band matrix and the power
+  as rsqrt(y) * sqrt(rsqrt(y)): TF's own LRN gradient kernel
+  took about a sixth of each CPU training step, and these ops do the same
+  arithmetic in fast kernels (benchmarks/README.md has the measurements).
+
+  Args:
+    x: 4-D tensor of [batch, height, width, channels].
+    name: name of the output op.
+
+  Returns:
+    A tensor of the shape and dtype of `x`.
+  """
+  channels = x.shape.as_list()[-1]
+  index = np.arange(channels)
+  band = (np.abs(index[:, None] - index[None, :]) <= depth_radius)
+  with tf.name_scope(name + '_window'):
+    squares = tf.reshape(tf.square(x), [-1, channels])
+    window_sum = tf.reshape(
+        tf.matmul(squares, tf.constant(band, dtype=x.dtype)), tf.shape(x))
+    scale = tf.math.rsqrt(bias + alpha * window_sum)
+    scale = scale * tf.sqrt(scale)
+  return tf.multiply(x, scale, name=name)
 
 
 def inference(images):
@@ -171,8 +219,7 @@ def inference(images):
 
   pool1 = tf.nn.max_pool(conv1, ksize=[1, 3, 3, 1], strides=[1, 2, 2, 1],
                          padding='SAME', name='pool1')
-  norm1 = tf.nn.lrn(pool1, 4, bias=1.0, alpha=0.001 / 9.0, beta=0.75,
-                    name='norm1')
+  norm1 = _lrn(pool1, name='norm1')
 
   with tf.variable_scope('conv2') as scope:
     kernel = _variable_with_weight_decay('weights', [5, 5, 64, 64],
@@ -184,8 +231,7 @@ def inference(images):
     _activation_summary(conv2)
 
   # Unlike the first block, normalization comes before pooling here.
-  norm2 = tf.nn.lrn(conv2, 4, bias=1.0, alpha=0.001 / 9.0, beta=0.75,
-                    name='norm2')
+  norm2 = _lrn(conv2, name='norm2')
   pool2 = tf.nn.max_pool(norm2, ksize=[1, 3, 3, 1], strides=[1, 2, 2, 1],
                          padding='SAME', name='pool2')
 
@@ -225,12 +271,15 @@ def inference(images):
   return softmax_linear
 
 
-def loss(logits, labels):
+def loss(logits, labels, scope=None):
   """Cross-entropy of `logits` against `labels`, plus all weight decay terms.
 
   Args:
     logits: 2-D tensor of [batch, NUM_CLASSES] from `inference`.
     labels: 1-D tensor of [batch], integer classes (any numeric dtype).
+    scope: name scope (e.g. 'tower_1/') whose loss terms alone are summed;
+      None sums the whole 'losses' collection. Each tower of a multi-tower
+      graph passes its own, or it would add the other towers' terms.
 
   Returns:
     Scalar tensor `total_loss`: the sum of the 'losses' collection.
@@ -240,21 +289,29 @@ def loss(logits, labels):
       labels=labels, logits=logits, name='cross_entropy_per_example')
   cross_entropy_mean = tf.reduce_mean(cross_entropy, name='cross_entropy')
   tf.add_to_collection('losses', cross_entropy_mean)
-  return tf.add_n(tf.get_collection('losses'), name='total_loss')
+  return tf.add_n(tf.get_collection('losses', scope), name='total_loss')
 
 
-def _add_loss_summaries(total_loss):
+def _add_loss_summaries(total_loss, losses=None):
   """Adds raw and 0.9-moving-average scalar summaries of every loss term.
+
+  Args:
+    total_loss: scalar tensor from `loss()`.
+    losses: the loss terms to summarize; None for the whole 'losses'
+      collection (a multi-tower graph passes one tower's). Summary names drop
+      the tower scope.
 
   Returns:
     The op that updates the moving averages of the losses.
   """
   loss_averages = tf.train.ExponentialMovingAverage(0.9, name='avg')
-  losses = tf.get_collection('losses')
+  if losses is None:
+    losses = tf.get_collection('losses')
   loss_averages_op = loss_averages.apply(losses + [total_loss])
   for l in losses + [total_loss]:
-    tf.summary.scalar(l.op.name + ' (raw)', l)
-    tf.summary.scalar(l.op.name, loss_averages.average(l))
+    name = strip_tower_prefix(l.op.name)
+    tf.summary.scalar(name + ' (raw)', l)
+    tf.summary.scalar(name, loss_averages.average(l))
   return loss_averages_op
 
 
@@ -339,32 +396,62 @@ def configure_logging():
   tf_logger.propagate = False
 
 
-def maybe_download_and_extract(data_dir=DEFAULT_DATA_DIR, data_url=DATA_URL):
-  """Downloads and extracts the CIFAR-10 binary archive unless already there.
+def maybe_download_and_extract(data_dir=DEFAULT_DATA_DIR, data_url=DATA_URL,
+                               data_md5=DATA_MD5, **kwargs):
+  """Makes `<data_dir>/cifar-10-batches-bin` complete, downloading if needed.
+
+  Downloads to a temporary name, checks the length and MD5, retries, and
+  extracts into a temporary directory renamed into place; see
+  cifar10_download.maybe_download_and_extract (which takes **kwargs).
 
   Args:
-    data_dir: where the archive goes and `cifar-10-batches-bin` is extracted.
-    data_url: where to download the archive from.
+    data_dir: where the archive is kept and extracted.
+    data_url: http(s) URL, or file:// URL or path of a local copy.
+    data_md5: expected MD5 of the archive; '' for no check.
+
+  Raises:
+    DataError: with one message saying what is wrong and how to fix it.
   """
-  extracted_dir = os.path.join(data_dir, BATCHES_DIR)
-  if os.path.isdir(extracted_dir):
+  cifar10_download.maybe_download_and_extract(data_dir, data_url, data_md5,
+                                              **kwargs)
+
+
+def check_flag_range(name, value, minimum=None, maximum=None):
+  """Raises app.UsageError unless minimum <= value <= maximum.
+
+  For a script's main(), before any graph is built. Example:
+  check_flag_range('batch_size', FLAGS.batch_size, minimum=1).
+
+  Args:
+    name: the flag's name, without dashes.
+    value: its value.
+    minimum, maximum: inclusive bounds; None for none.
+  """
+  if minimum is not None and maximum is not None:
+    expected = 'between %s and %s' % (minimum, maximum)
+  elif minimum is not None:
+    expected = 'at least %s' % minimum
+  else:
+    expected = 'at most %s' % maximum
+  if ((minimum is not None and value < minimum) or
+      (maximum is not None and value > maximum)):
+    raise app.UsageError('--%s must be %s, got %s' % (name, expected, value))
+
+
+def check_flag_writable_dir(name, path):
+  """Creates directory `path` if needed; raises app.UsageError if unwritable.
+
+  Remote paths ('gs://...') are left to TensorFlow's file system.
+
+  Args:
+    name: the flag's name, without dashes.
+    path: the directory it gives.
+  """
+  if not path:
+    raise app.UsageError('--%s must name a directory' % name)
+  if '://' in path:
     return
-  os.makedirs(data_dir, exist_ok=True)
-  filename = data_url.split('/')[-1]
-  filepath = os.path.join(data_dir, filename)
-  if not os.path.exists(filepath):
-    def _progress(count, block_size, total_size):
-      percent = float(count * block_size) / float(max(total_size, 1)) * 100.0
-      sys.stdout.write('\r>> Downloading %s %.1f%%'
-                       % (filename, min(percent, 100.0)))
-      sys.stdout.flush()
-    filepath, _ = urllib.request.urlretrieve(data_url, filepath, _progress)
-    print()
-    print('Successfully downloaded', filename, os.stat(filepath).st_size,
-          'bytes.')
-  with tarfile.open(filepath, 'r:gz') as archive:
-    # The 'data' filter refuses links and members outside data_dir.
-    if hasattr(tarfile, 'data_filter'):
-      archive.extractall(data_dir, filter='data')
-    else:
-      archive.extractall(data_dir)
+  problem = cifar10_download.writable_dir_problem(path)
+  if problem:
+    raise app.UsageError('--%s=%s is not a writable directory: %s'
+                         % (name, path, problem))

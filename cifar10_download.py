@@ -1,0 +1,364 @@
+"""Downloads, verifies and extracts the CIFAR-10 binary archive, safely.
+
+    maybe_download_and_extract(data_dir, data_url, data_md5)
+
+leaves a complete `<data_dir>/cifar-10-batches-bin/` or raises DataError with
+one message saying what went wrong and what to do. What it guarantees:
+
+* The archive is downloaded to a temporary name and moved into place only
+  when it is complete (the length the server announced) and, unless data_md5
+  is empty, has the expected MD5; a failed attempt is retried, then reported.
+* A training and an evaluation started together download and extract once
+  (a lock file), and neither ever sees a half-extracted directory: the
+  archive is extracted into a temporary directory renamed into place.
+* Archive members that are links or would land outside data_dir are refused.
+"""
+
+import contextlib
+import hashlib
+import http.client
+import os
+import shutil
+import socket
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import zlib
+
+import cifar10_input
+from cifar10_input import DataError
+
+DATA_URL = 'https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz'
+DATA_MD5 = 'c32a1d4ab5d03f1284b67883e8d87530'
+DATA_BYTES = 170052171
+ARCHIVE_NAME = 'cifar-10-binary.tar.gz'
+BATCHES_DIR = 'cifar-10-batches-bin'
+LOCK_NAME = '.cifar10_download.lock'
+
+DOWNLOAD_ATTEMPTS = 3
+RETRY_WAIT_SECS = 5.0
+# Seconds a connect or a single read may block before the attempt fails.
+TIMEOUT_SECS = 60.0
+
+
+class _DownloadFailed(Exception):
+  """A download attempt failed; `transient` if another one may not."""
+
+  def __init__(self, reason, transient):
+    super(_DownloadFailed, self).__init__(reason)
+    self.transient = transient
+
+
+def batches_problem(batches_dir):
+  """Why `batches_dir` is not a complete extraction, or None if it is.
+
+  Complete means all six data files are there and hold whole records; the
+  label bytes are left to the training and evaluation input checks.
+  """
+  names = cifar10_input.TRAIN_FILES + cifar10_input.TEST_FILES
+  try:
+    cifar10_input.check_data_files(
+        [os.path.join(batches_dir, name) for name in names],
+        check_labels=False)
+  except DataError as e:
+    return str(e)
+  return None
+
+
+def writable_dir_problem(path):
+  """Creates directory `path` if needed; says why no file can be made in it.
+
+  Returns:
+    None if a file can be created in `path`, else a string with the reason.
+  """
+  try:
+    os.makedirs(path, exist_ok=True)
+    with tempfile.TemporaryFile(dir=path):
+      pass
+  except OSError as e:
+    return '%s: %s' % (type(e).__name__, e.strerror or e)
+  return None
+
+
+def offline_help(data_dir):
+  return ('To use a copy you already have, put %s (the binary version, %d '
+          'bytes) in %s, or point --data_url at it, e.g. '
+          '--data_url=file:///path/to/%s (with --data_md5= if it is not the '
+          'official file); or extract it yourself so that %s holds '
+          'data_batch_1.bin ... data_batch_5.bin and test_batch.bin.'
+          % (ARCHIVE_NAME, DATA_BYTES, data_dir, ARCHIVE_NAME,
+             os.path.join(data_dir, BATCHES_DIR)))
+
+
+def maybe_download_and_extract(data_dir, data_url=DATA_URL, data_md5=DATA_MD5,
+                               attempts=DOWNLOAD_ATTEMPTS,
+                               retry_wait_secs=RETRY_WAIT_SECS,
+                               timeout_secs=TIMEOUT_SECS):
+  """Makes `<data_dir>/cifar-10-batches-bin` complete, fetching it if needed.
+
+  Nothing is read from data_url when the directory is already complete.
+
+  Args:
+    data_dir: str, where the archive is kept and extracted.
+    data_url: str, an http(s) URL, or a file:// URL or plain path of a local
+      copy (used in place, not copied).
+    data_md5: str, the archive's expected MD5 hex digest; '' to not check.
+    attempts: int, download attempts before giving up.
+    retry_wait_secs: float, pause between attempts.
+    timeout_secs: float, longest a connect or a read may block.
+
+  Raises:
+    DataError: with one message naming the problem and the fix.
+  """
+  batches_dir = os.path.join(data_dir, BATCHES_DIR)
+  if batches_problem(batches_dir) is None:
+    return
+  problem = writable_dir_problem(data_dir)
+  if problem:
+    raise DataError('Cannot write to data directory %s (%s), so CIFAR-10 '
+                    'cannot be downloaded or extracted there; point '
+                    '--data_dir at a writable directory. %s'
+                    % (data_dir, problem, offline_help(data_dir)))
+  with _exclusive_lock(data_dir):
+    # Another process may have finished while this one waited for the lock.
+    problem = batches_problem(batches_dir)
+    if problem is None:
+      return
+    incomplete = os.path.exists(batches_dir)
+    if incomplete:
+      print('%s is incomplete (%s): extracting it again.'
+            % (batches_dir, problem))
+    try:
+      archive = _local_archive(data_url, data_md5, data_dir)
+      if archive is None:
+        archive = _download(data_url, data_md5, data_dir, attempts,
+                            retry_wait_secs, timeout_secs)
+      _extract(archive, data_dir)
+    except DataError as e:
+      if not incomplete:
+        raise
+      raise DataError('%s (%s is incomplete), and it cannot be extracted '
+                      'again: %s' % (problem, batches_dir, e)) from None
+
+
+@contextlib.contextmanager
+def _exclusive_lock(data_dir):
+  """Holds an exclusive lock on a file in data_dir (POSIX only)."""
+  try:
+    import fcntl  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    yield
+    return
+  with open(os.path.join(data_dir, LOCK_NAME), 'a') as lock_file:
+    try:
+      fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+      print('Waiting for another process to finish downloading into %s ...'
+            % data_dir, flush=True)
+      fcntl.flock(lock_file, fcntl.LOCK_EX)
+    yield  # Closing the file releases the lock.
+
+
+def file_md5(path):
+  md5 = hashlib.md5()
+  with open(path, 'rb') as f:
+    for chunk in iter(lambda: f.read(1 << 20), b''):
+      md5.update(chunk)
+  return md5.hexdigest()
+
+
+def _local_archive(data_url, data_md5, data_dir):
+  """The verified local archive to extract, or None if it must be downloaded.
+
+  A file:// URL or plain path is the archive itself. Otherwise an archive
+  already in data_dir is used if it has the right MD5; one that has not
+  (an interrupted download by an older version, say) is moved aside.
+  """
+  parsed = urllib.parse.urlparse(data_url)
+  if parsed.scheme in ('', 'file'):
+    path = (urllib.request.url2pathname(parsed.path) if parsed.scheme
+            else data_url)
+    if not os.path.isfile(path):
+      raise DataError('CIFAR-10 is not in %s and --data_url=%s names no file. '
+                      '%s' % (data_dir, data_url, offline_help(data_dir)))
+    _check_md5(path, data_md5)
+    return path
+  path = os.path.join(data_dir, ARCHIVE_NAME)
+  if not os.path.isfile(path):
+    return None
+  problem = _md5_problem(path, data_md5)
+  if problem:
+    os.replace(path, path + '.bad')
+    print('%s %s: moved it to %s.bad; downloading it again.'
+          % (path, problem, path))
+    return None
+  return path
+
+
+def _md5_problem(path, data_md5):
+  """'has MD5 <x>, expected <y> ...' if data_md5 is given and differs."""
+  if data_md5:
+    got = file_md5(path)
+    if got != data_md5.lower():
+      return 'has MD5 %s, expected %s (--data_md5)' % (got, data_md5)
+  return None
+
+
+def _check_md5(path, data_md5):
+  problem = _md5_problem(path, data_md5)
+  if problem:
+    raise DataError('%s %s: it is corrupt, truncated or another file; give '
+                    '--data_md5= (empty) to use it anyway.' % (path, problem))
+
+
+def _download(data_url, data_md5, data_dir, attempts, retry_wait_secs,
+              timeout_secs):
+  """Downloads data_url to <data_dir>/ARCHIVE_NAME; returns that path."""
+  path = os.path.join(data_dir, ARCHIVE_NAME)
+  for attempt in range(1, attempts + 1):
+    fd, partial = tempfile.mkstemp(dir=data_dir, prefix=ARCHIVE_NAME + '.',
+                                   suffix='.part')
+    try:
+      with os.fdopen(fd, 'wb') as out:
+        size = _fetch(data_url, out, timeout_secs)
+      problem = _md5_problem(partial, data_md5)
+      if problem:
+        raise _DownloadFailed('the download ' + problem, transient=True)
+      os.replace(partial, path)
+      print('Successfully downloaded', ARCHIVE_NAME, size, 'bytes.')
+      return path
+    except _DownloadFailed as e:
+      if not e.transient or attempt == attempts:
+        raise DataError('Could not download %s: %s%s. %s'
+                        % (data_url, e,
+                           ' (%d attempts)' % attempt if attempt > 1 else '',
+                           offline_help(data_dir)))
+      print('Download attempt %d of %d failed: %s; retrying in %g s.'
+            % (attempt, attempts, e, retry_wait_secs), flush=True)
+      time.sleep(retry_wait_secs)
+    finally:
+      if os.path.exists(partial):
+        os.remove(partial)
+
+
+def _fetch(url, out, timeout_secs):
+  """Copies url to the open file `out`, showing progress; returns its size.
+
+  Raises:
+    _DownloadFailed: transient on a timeout, a server error or a short
+      transfer; not when no connection can be made or the server refuses.
+  """
+  received = 0
+  try:
+    with urllib.request.urlopen(url, timeout=timeout_secs) as response:
+      total = int(response.headers.get('Content-Length') or 0)
+      shown = None
+      for chunk in iter(lambda: response.read(1 << 16), b''):
+        out.write(chunk)
+        received += len(chunk)
+        shown = _show_progress(received, total, shown)
+  except urllib.error.HTTPError as e:
+    raise _DownloadFailed('HTTP %d %s' % (e.code, e.reason),
+                          transient=e.code >= 500 or e.code in (408, 429))
+  except urllib.error.URLError as e:
+    timed_out = isinstance(e.reason, socket.timeout)
+    raise _DownloadFailed('%s%s' % (e.reason, '' if timed_out else
+                                    ' (offline?)'), transient=timed_out)
+  except (OSError, http.client.HTTPException) as e:
+    raise _DownloadFailed('the transfer broke off after %d bytes (%s)'
+                          % (received, type(e).__name__ if not str(e)
+                             else '%s: %s' % (type(e).__name__, e)),
+                          transient=True)
+  finally:
+    if received and sys.stdout.isatty():
+      print(flush=True)  # Ends the progress line.
+  if total and received != total:
+    raise _DownloadFailed('got %d of the %d bytes announced'
+                          % (received, total), transient=True)
+  return received
+
+
+def _show_progress(received, total, shown):
+  """Shows the download progress each 0.1% (a terminal) or 10% (a log).
+
+  Returns:
+    The progress mark now shown, to pass back next time.
+  """
+  tty = sys.stdout.isatty()
+  if total:
+    mark = received * (1000 if tty else 10) // total
+    text = '%.1f%%' % (100.0 * received / total)
+  else:
+    mark = received >> (20 if tty else 24)
+    text = '%.1f MiB' % (received / 2.0**20)
+  if mark != shown:
+    line = '>> Downloading %s %s' % (ARCHIVE_NAME, text)
+    if tty:
+      sys.stdout.write('\r' + line)
+      sys.stdout.flush()
+    else:
+      print(line, flush=True)
+  return mark
+
+
+def _extract(archive, data_dir):
+  """Extracts archive's cifar-10-batches-bin into data_dir, atomically.
+
+  Raises:
+    DataError: if the archive is unreadable, holds a link or a member that
+      would land outside data_dir, or lacks complete data files.
+  """
+  print('Extracting %s into %s' % (archive, data_dir), flush=True)
+  work_dir = tempfile.mkdtemp(dir=data_dir, prefix='.extracting-')
+  try:
+    try:
+      with tarfile.open(archive, 'r:gz') as tar:
+        members = tar.getmembers()  # Reads to the end: finds truncation.
+        for member in members:
+          _check_member(member, archive, work_dir)
+        if hasattr(tarfile, 'data_filter'):
+          tar.extractall(work_dir, members=members, filter='data')
+        else:
+          tar.extractall(work_dir, members=members)
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
+      if isinstance(e, OSError) and e.errno is not None:
+        raise DataError('Could not extract %s into %s: %s'
+                        % (archive, data_dir, e))
+      raise DataError('Could not extract %s (%s: %s): it is truncated or '
+                      'not a .tar.gz; delete it and run again to fetch it '
+                      'afresh. %s' % (archive, type(e).__name__, e,
+                                      offline_help(data_dir)))
+    extracted = os.path.join(work_dir, BATCHES_DIR)
+    problem = batches_problem(extracted)
+    if problem:
+      raise DataError('%s does not hold the CIFAR-10 binary data: %s'
+                      % (archive, problem.replace(work_dir, '<archive>')))
+    target = os.path.join(data_dir, BATCHES_DIR)
+    if os.path.exists(target):
+      # Incomplete (complete ones return early); moved into work_dir, which
+      # is deleted below.
+      os.rename(target, os.path.join(work_dir, 'incomplete'))
+    os.rename(extracted, target)
+  finally:
+    shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def _check_member(member, archive, work_dir):
+  """Raises DataError for a link, a special file or a path outside work_dir."""
+  if member.issym() or member.islnk():
+    raise DataError('Refusing to extract %s: member %r is a link (to %r); '
+                    'the CIFAR-10 archive has none.'
+                    % (archive, member.name, member.linkname))
+  if not (member.isfile() or member.isdir()):
+    raise DataError('Refusing to extract %s: member %r is not a regular file '
+                    'or directory.' % (archive, member.name))
+  root = os.path.realpath(work_dir)
+  target = os.path.realpath(os.path.join(root, member.name))
+  if not target.startswith(root + os.sep):
+    raise DataError('Refusing to extract %s: member %r would be written '
+                    'outside the directory it is extracted into.'
+                    % (archive, member.name))

@@ -1,0 +1,322 @@
+"""Tests for cifar10_eval.py: exact counting, averaged weights, follow mode."""
+
+import collections
+import glob
+import os
+import re
+
+from absl import flags
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import cifar10
+import cifar10_eval
+import cifar10_train
+from testutil import run_script
+from testutil import session_config
+
+PRECISION_LINE = re.compile(
+    r'^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}: precision @ 1 = (\d\.\d{3})$',
+    re.M)
+TRAIN_STEPS = 250
+
+
+@pytest.fixture(scope='module')
+def train_dir(data_dir, tmp_path_factory):
+  """A short training run on the synthetic data: checkpoints 0 and 250."""
+  train_dir = str(tmp_path_factory.mktemp('train'))
+  cifar10_train.train(data_dir, train_dir, max_steps=TRAIN_STEPS,
+                      batch_size=24, log_frequency=50, num_threads=2)
+  return train_dir
+
+
+def _test_labels(data_dir):
+  """The labels of test_batch.bin, in file order."""
+  path = os.path.join(data_dir, 'cifar-10-batches-bin', 'test_batch.bin')
+  with open(path, 'rb') as f:
+    return np.frombuffer(f.read(), np.uint8)[::3073].astype(int)
+
+
+def _eval_once(checkpoint, data_dir, **kwargs):
+  kwargs.setdefault('session_config', session_config())
+  return cifar10_eval.eval_once(checkpoint, data_dir, **kwargs)
+
+
+def _save_checkpoint(path, step, raw_class, shadow_class, dtype=tf.float32,
+                     with_averages=True):
+  """Saves a model whose raw weights predict raw_class for every image and
+  whose moving averages predict shadow_class."""
+  with tf.Graph().as_default():
+    global_step = tf.train.get_or_create_global_step()
+    cifar10.inference(tf.zeros([1, 24, 24, 3], dtype))
+    variables = {v.op.name: v for v in tf.trainable_variables()}
+    assigns = [global_step.assign(step),
+               variables['softmax_linear/weights'].assign(
+                   tf.zeros([192, 10], dtype)),
+               variables['softmax_linear/biases'].assign(
+                   tf.one_hot(raw_class, 10, 10.0, dtype=dtype))]
+    if with_averages:
+      averages = tf.train.ExponentialMovingAverage(
+          cifar10.MOVING_AVERAGE_DECAY)
+      averages.apply(list(variables.values()))
+      assigns += [averages.average(variables['softmax_linear/weights']).assign(
+                      tf.zeros([192, 10], dtype)),
+                  averages.average(variables['softmax_linear/biases']).assign(
+                      tf.one_hot(shadow_class, 10, 10.0, dtype=dtype))]
+    with tf.Session(config=session_config()) as sess:
+      sess.run(tf.global_variables_initializer())
+      sess.run(assigns)
+      tf.train.Saver().save(sess, path, global_step=step)
+
+
+def _events(eval_dir):
+  """(step, tag) -> list of values (simple_value, or the value's kind)."""
+  found = collections.defaultdict(list)
+  for path in glob.glob(os.path.join(eval_dir, 'events.out.tfevents.*')):
+    for event in tf.train.summary_iterator(path):
+      for value in event.summary.value:
+        kind = value.WhichOneof('value')
+        found[event.step, value.tag].append(
+            value.simple_value if kind == 'simple_value' else kind)
+  return found
+
+
+def test_script_run_once_after_training(data_dir, train_dir, tmp_path):
+  eval_dir = tmp_path / 'eval'
+  eval_dir.mkdir()
+  (eval_dir / 'keep.txt').write_text('not deleted')
+
+  result = run_script('cifar10_eval.py', [
+      '--run_once', '--data_dir=%s' % data_dir,
+      '--checkpoint_dir=%s' % train_dir, '--eval_dir=%s' % eval_dir,
+      '--num_examples=20', '--batch_size=8'])
+
+  assert result.returncode == 0, result.stderr[-3000:]
+  precisions = [float(p) for p in PRECISION_LINE.findall(result.stdout)]
+  assert len(precisions) == 1
+  assert precisions[0] >= 0.85, result.stdout
+  assert 'model.ckpt-%d (global step %d' % (TRAIN_STEPS, TRAIN_STEPS) in (
+      result.stdout)
+  table = result.stdout.split('most confused with\n')[1].splitlines()[:10]
+  assert [line.split()[0] for line in table] == list(cifar10_eval.CLASS_NAMES)
+  # Synthetic test file: 20 records, two of each class.
+  assert [int(line.split()[1]) for line in table] == [2] * 10
+  assert (eval_dir / 'keep.txt').exists()
+  events = _events(str(eval_dir))
+  assert events[TRAIN_STEPS, 'Precision @ 1'] == [
+      pytest.approx(precisions[0], abs=5e-4)]
+  assert events[TRAIN_STEPS, 'confusion_matrix/image/0'] == ['image']
+  assert events[TRAIN_STEPS, 'confusion_matrix_counts'] == ['tensor']
+  assert len(events[TRAIN_STEPS, 'Precision @ 1 by class/truck']) == 1
+  # The eval graph's own summaries, next to them.
+  assert events[TRAIN_STEPS, 'images/image/0'] == ['image']
+  assert len(events[TRAIN_STEPS, 'conv1/conv1/conv1/sparsity']) == 1
+
+
+def test_untrained_checkpoint_is_near_chance(data_dir, train_dir):
+  result = _eval_once(os.path.join(train_dir, 'model.ckpt-0'), data_dir,
+                      eval_data='train_eval', num_examples=100, batch_size=16)
+
+  assert result['global_step'] == 0
+  assert result['num_examples'] == 100
+  assert result['confusion'].sum() == 100
+  assert result['precision'] <= 0.3
+
+
+@pytest.mark.parametrize('num_examples,batch_size', [(13, 5), (20, 8),
+                                                     (20, 32), (7, 1)])
+def test_counts_exactly_num_examples_for_any_batch_size(
+    data_dir, train_dir, num_examples, batch_size):
+  checkpoint = tf.train.latest_checkpoint(train_dir)
+  reference = _eval_once(checkpoint, data_dir, num_examples=20, batch_size=20)
+
+  result = _eval_once(checkpoint, data_dir, num_examples=num_examples,
+                      batch_size=batch_size)
+
+  # The first num_examples records of the file, each once: their labels
+  # are the rows of the confusion matrix.
+  labels = _test_labels(data_dir)[:num_examples]
+  assert result['num_examples'] == num_examples
+  assert result['confusion'].sum() == num_examples
+  assert list(result['confusion'].sum(axis=1)) == list(
+      np.bincount(labels, minlength=10))
+  assert [row['examples'] for row in result['per_class']] == list(
+      np.bincount(labels, minlength=10))
+  assert result['precision'] == result['true_count'] / num_examples
+  if num_examples == 20:
+    np.testing.assert_array_equal(result['confusion'], reference['confusion'])
+
+
+def test_per_class_numbers_add_up(data_dir, train_dir):
+  result = _eval_once(tf.train.latest_checkpoint(train_dir), data_dir,
+                      eval_data='train_eval', num_examples=100, batch_size=16)
+
+  per_class = result['per_class']
+  assert [row['name'] for row in per_class] == [
+      'airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse',
+      'ship', 'truck']
+  assert sum(row['correct'] for row in per_class) == result['true_count']
+  assert sum(row['examples'] for row in per_class) == 100
+  weighted = sum(row['precision'] * row['examples'] for row in per_class) / 100
+  assert weighted == pytest.approx(result['precision'])
+  assert list(np.diag(result['confusion'])) == [
+      row['correct'] for row in per_class]
+  assert result['precision'] >= 0.85
+
+
+@pytest.mark.parametrize('dtype', [tf.float32, tf.float16])
+def test_restores_the_moving_averages_not_the_raw_weights(
+    data_dir, tmp_path, dtype):
+  _save_checkpoint(str(tmp_path / 'model.ckpt'), 5, raw_class=3,
+                   shadow_class=7, dtype=dtype)
+
+  result = _eval_once(str(tmp_path / 'model.ckpt-5'), data_dir,
+                      num_examples=20, batch_size=8)
+
+  # Every image is predicted as the averages' class 7, none as the raw 3.
+  assert result['global_step'] == 5
+  assert list(result['confusion'][:, 7]) == [2] * 10
+  assert result['confusion'][:, 3].sum() == 0
+  assert result['true_count'] == 2
+  assert result['precision'] == pytest.approx(0.1)
+
+
+def test_tied_logits_count_as_one_prediction_not_a_hit_for_each(
+    data_dir, tmp_path):
+  # one_hot(-1) is all zeros: every logit is equal. in_top_k alone would call
+  # every example right (precision 1.0); the argmax, class 0, is right for
+  # the two airplanes only.
+  _save_checkpoint(str(tmp_path / 'model.ckpt'), 5, raw_class=3,
+                   shadow_class=-1)
+
+  result = _eval_once(str(tmp_path / 'model.ckpt-5'), data_dir,
+                      num_examples=20, batch_size=8)
+
+  assert list(result['confusion'][:, 0]) == [2] * 10
+  assert result['true_count'] == 2
+
+
+def test_checkpoint_without_moving_averages_says_so(data_dir, tmp_path):
+  _save_checkpoint(str(tmp_path / 'model.ckpt'), 5, raw_class=3,
+                   shadow_class=7, with_averages=False)
+
+  with pytest.raises(cifar10_eval.CheckpointError,
+                     match='no moving averages of the weights'):
+    _eval_once(str(tmp_path / 'model.ckpt-5'), data_dir, num_examples=20,
+               batch_size=8)
+
+
+def test_follows_training_each_checkpoint_once(data_dir, tmp_path, capsys):
+  checkpoint_dir = tmp_path / 'train'
+  checkpoint_dir.mkdir()
+  eval_dir = tmp_path / 'eval'
+  eval_dir.mkdir()
+  (eval_dir / 'keep.txt').write_text('not deleted')
+
+  def pruned():
+    tf.train.update_checkpoint_state(str(checkpoint_dir),
+                                     str(checkpoint_dir / 'model.ckpt-9'))
+
+  def half_written():
+    for suffix in ('.index', '.data-00000-of-00001'):
+      (checkpoint_dir / ('model.ckpt-10' + suffix)).write_bytes(b'partial')
+    tf.train.update_checkpoint_state(str(checkpoint_dir),
+                                     str(checkpoint_dir / 'model.ckpt-10'))
+
+  # What training does while the evaluator sleeps between looks.
+  actions = [
+      lambda: _save_checkpoint(str(checkpoint_dir / 'model.ckpt'), 1, 0, 1),
+      lambda: None,  # No new checkpoint: nothing is evaluated.
+      pruned,
+      half_written,
+      lambda: _save_checkpoint(str(checkpoint_dir / 'model.ckpt'), 11, 0, 2),
+  ]
+  sleeps = []
+
+  def sleep(secs):
+    sleeps.append(secs)
+    actions[len(sleeps) - 1]()
+
+  results = cifar10_eval.evaluate(
+      data_dir, str(checkpoint_dir), str(eval_dir), num_examples=20,
+      batch_size=8, eval_interval_secs=3, max_evaluations=2,
+      session_config=session_config(), sleep=sleep)
+
+  output = capsys.readouterr().out
+  assert [r['global_step'] for r in results] == [1, 11]
+  assert [r['confusion'][:, c].sum() for r, c in zip(results, (1, 2))] == [
+      20, 20]
+  assert sleeps == [3] * 5
+  assert 'No checkpoint file found in %s; waiting' % checkpoint_dir in output
+  assert 'Skipping: cannot read checkpoint %s' % (
+      checkpoint_dir / 'model.ckpt-9') in output
+  assert 'Skipping: cannot read checkpoint %s' % (
+      checkpoint_dir / 'model.ckpt-10') in output
+  assert output.count('precision @ 1 =') == 2
+  assert (eval_dir / 'keep.txt').exists()
+  events = _events(str(eval_dir))
+  assert events[1, 'Precision @ 1'] == [pytest.approx(0.1)]
+  assert events[11, 'Precision @ 1'] == [pytest.approx(0.1)]
+  assert len([key for key in events if key[1] == 'Precision @ 1']) == 2
+
+
+def test_run_once_without_checkpoint_exits_naming_checkpoint_dir(
+    data_dir, tmp_path):
+  checkpoint_dir = tmp_path / 'empty'
+  checkpoint_dir.mkdir()
+
+  result = run_script('cifar10_eval.py', [
+      '--run_once', '--data_dir=%s' % data_dir,
+      '--checkpoint_dir=%s' % checkpoint_dir, '--num_examples=20',
+      '--eval_dir=%s' % (tmp_path / 'eval')], timeout=120)
+
+  assert result.returncode != 0
+  assert 'No checkpoint file found in checkpoint_dir %s' % checkpoint_dir in (
+      result.stderr)
+  assert 'Traceback' not in result.stderr
+
+
+def test_bad_eval_data_flag_is_rejected_when_parsed():
+  # --eval_data is an enum: absl stops the script at parse time with this
+  # message, before TensorFlow builds anything.
+  with pytest.raises(flags.IllegalFlagValueError,
+                     match=r'should be one of <test\|train_eval>'):
+    cifar10_eval.FLAGS['eval_data'].parse('train')
+  assert cifar10_eval.FLAGS['eval_data'].default == 'test'
+
+
+@pytest.mark.parametrize('kwargs,message', [
+    ({'eval_data': 'train'}, "eval_data must be 'test' or 'train_eval'"),
+    ({'eval_data': 'test', 'num_examples': 21},
+     r'num_examples=21 is more than the 20 records in .*test_batch\.bin'),
+    ({'eval_data': 'train_eval', 'num_examples': 101},
+     'num_examples=101 is more than the 100 records'),
+    ({'num_examples': 0}, 'num_examples must be a positive integer, got 0'),
+    ({'batch_size': 0}, 'batch_size must be a positive integer, got 0'),
+    ({'eval_interval_secs': -1}, 'eval_interval_secs must be >= 0, got -1'),
+])
+def test_bad_settings_fail_before_any_graph(data_dir, tmp_path, kwargs,
+                                            message):
+  settings = dict({'num_examples': 20, 'batch_size': 8}, **kwargs)
+
+  with pytest.raises(ValueError, match=message):
+    cifar10_eval.evaluate(data_dir, str(tmp_path), str(tmp_path / 'eval'),
+                          **settings)
+  # Nothing was built or written: not even eval_dir.
+  assert not (tmp_path / 'eval').exists()
+
+
+def test_confusion_image_shows_row_fractions():
+  confusion = np.zeros([10, 10], np.int64)
+  confusion[0, 0] = 4
+  confusion[1, 0] = 2
+  confusion[1, 1] = 2
+
+  image = cifar10_eval.confusion_image(confusion, cell=4)
+
+  assert image.shape == (1, 40, 40, 3) and image.dtype == np.uint8
+  assert list(image[0, 2, 2]) == list(cifar10_eval.CONFUSION_FULL_RGB)
+  assert list(image[0, 6, 2]) == list(image[0, 6, 6])  # half and half
+  assert list(image[0, 2, 6]) == [255, 255, 255]
+  assert list(image[0, 0, 0]) == [200, 200, 200]  # grid line

@@ -1,0 +1,269 @@
+"""Bad input and faults during training: each injected, each exact outcome.
+
+Kill-and-resume and SIGINT/SIGTERM run cifar10_train.py as a real
+subprocess and signal it; everything is bounded by timeouts.
+"""
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from absl import app
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import cifar10
+import cifar10_input
+import cifar10_train
+import synthetic
+import testutil
+
+STEP_LINE = re.compile(r': step (\d+), loss = ')
+
+
+# --- Bad data files -----------------------------------------------------------
+
+def _break_missing(path):
+  os.remove(path)
+  return 'Failed to find file: %s (expected a CIFAR-10 binary file' % path
+
+
+def _break_empty(path):
+  open(path, 'wb').close()
+  return 'Data file %s is empty (0 bytes)' % path
+
+
+def _break_truncated(path):
+  with open(path, 'r+b') as f:
+    f.truncate(3073 * 4 + 100)
+  return ('Data file %s has 12392 bytes, which is not a whole number of '
+          '3073-byte records (4 records and 100 bytes left over)' % path)
+
+
+def _break_label(path):
+  with open(path, 'r+b') as f:
+    f.seek(3073 * 7)
+    f.write(bytes([10]))
+  return ('Data file %s, record 7 (byte offset 21511): label byte is 10, '
+          'expected 0-9 (1 records in the file have a bad label)' % path)
+
+
+@pytest.mark.parametrize('break_file', [
+    _break_missing, _break_empty, _break_truncated, _break_label])
+def test_bad_data_file_is_named_with_its_problem(tmp_path, break_file):
+  root = synthetic.make_data_dir(str(tmp_path))
+  paths = [os.path.join(root, 'cifar-10-batches-bin', name)
+           for name in synthetic.TRAIN_FILES]
+  expected = break_file(paths[1])
+  with pytest.raises(cifar10.DataError) as e:
+    cifar10_input.check_data_files(paths)
+  assert isinstance(e.value, ValueError)
+  assert str(e.value).startswith(expected)
+
+
+def test_label_check_passes_good_files_and_counts_records(data_dir):
+  paths = [os.path.join(data_dir, 'cifar-10-batches-bin', name)
+           for name in synthetic.TRAIN_FILES]
+  assert cifar10_input.check_data_files(paths) == 5 * 20
+
+
+def test_script_reports_bad_label_without_traceback(tmp_path):
+  root = synthetic.make_data_dir(str(tmp_path / 'data'))
+  path = os.path.join(root, 'cifar-10-batches-bin', 'data_batch_3.bin')
+  expected = _break_label(path)
+  result = testutil.run_script('cifar10_train.py', [
+      '--data_dir=' + root, '--train_dir=' + str(tmp_path / 'train'),
+      '--max_steps=2', '--batch_size=8'], timeout=120)
+  assert result.returncode == 1
+  assert 'Traceback' not in result.stderr
+  assert result.stderr.strip().splitlines()[-1].startswith(
+      'cifar10_train.py: ' + expected)
+  assert not STEP_LINE.search(result.stdout)
+
+
+# --- Bad flags ----------------------------------------------------------------
+
+@pytest.mark.parametrize('kwargs,message', [
+    (dict(value=0, minimum=1), '--batch_size must be at least 1, got 0'),
+    (dict(value=9, maximum=8), '--batch_size must be at most 8, got 9'),
+    (dict(value=0, minimum=1, maximum=8),
+     '--batch_size must be between 1 and 8, got 0'),
+])
+def test_check_flag_range(kwargs, message):
+  with pytest.raises(app.UsageError) as e:
+    cifar10.check_flag_range('batch_size', **kwargs)
+  assert str(e.value) == message
+  cifar10.check_flag_range('batch_size', 1, minimum=1, maximum=8)  # In range.
+
+
+def test_check_flag_writable_dir(tmp_path):
+  cifar10.check_flag_writable_dir('train_dir', str(tmp_path / 'new' / 'dir'))
+  assert (tmp_path / 'new' / 'dir').is_dir()
+  (tmp_path / 'file').write_text('not a directory')
+  bad = str(tmp_path / 'file' / 'train')
+  with pytest.raises(app.UsageError) as e:
+    cifar10.check_flag_writable_dir('train_dir', bad)
+  assert str(e.value).startswith(
+      '--train_dir=%s is not a writable directory: NotADirectoryError' % bad)
+
+
+def test_script_rejects_bad_flag_before_building_a_graph(tmp_path):
+  (tmp_path / 'file').write_text('not a directory')
+  result = testutil.run_script('cifar10_train.py', [
+      '--data_dir=' + str(tmp_path / 'no_data'),
+      '--train_dir=' + str(tmp_path / 'file' / 'train'), '--batch_size=0'],
+                               timeout=120)
+  assert result.returncode == 1
+  assert 'Traceback' not in result.stderr
+  # The first bad flag is named; nothing was fetched or built.
+  assert result.stderr.strip().splitlines()[-1] == (
+      '--batch_size must be at least 1, got 0')
+  assert not (tmp_path / 'no_data').exists()
+
+
+# --- NaN loss -----------------------------------------------------------------
+
+def _nan_from_step(first_bad_step):
+  """A cifar10.loss that turns NaN at global step `first_bad_step`."""
+  real_loss = cifar10.loss
+
+  def loss(logits, labels, *args, **kwargs):
+    total = real_loss(logits, labels, *args, **kwargs)
+    diverged = tf.train.get_global_step() >= first_bad_step
+    # A factor, not tf.where(diverged, total * nan, total), whose gradient
+    # would be NaN (0 * nan) from the first step.
+    return total * tf.where(diverged, np.nan, 1.0)
+  return loss
+
+
+@pytest.mark.parametrize('summary_steps', [100, 3])
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(
+    tmp_path, data_dir, monkeypatch, summary_steps):
+  # With summaries at step 3 the NaN fails a histogram op before the loss
+  # check sees it; the outcome must be the same.
+  monkeypatch.setattr(cifar10, 'loss', _nan_from_step(3))
+  train_dir = str(tmp_path / 'train')
+  with pytest.raises(cifar10_train.DivergedError) as e:
+    cifar10_train.train(data_dir, train_dir, max_steps=20, batch_size=8,
+                        log_frequency=1, save_checkpoint_steps=1,
+                        save_summaries_steps=summary_steps, num_threads=2)
+  good = os.path.join(train_dir, 'model.ckpt-3')
+  assert str(e.value) == (
+      'Model diverged with loss = NaN at step 3: training stopped without '
+      'saving that step; the last good checkpoint, %s, is left intact and a '
+      'new run resumes from it. Lower the learning rate or check the data.'
+      % good)
+  assert tf.train.latest_checkpoint(train_dir) == good
+  assert not [n for n in os.listdir(train_dir) if n.startswith('model.ckpt-4')]
+  reader = tf.train.load_checkpoint(good)
+  for name in reader.get_variable_to_shape_map():
+    assert np.all(np.isfinite(reader.get_tensor(name))), name
+
+
+# --- SIGKILL, SIGTERM, SIGINT -------------------------------------------------
+
+def _start(data_dir, train_dir, *flags):
+  """Starts cifar10_train.py; returns the process and its output lines."""
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONUNBUFFERED='1')
+  proc = subprocess.Popen(
+      [sys.executable, os.path.join(testutil.ROOT, 'cifar10_train.py'),
+       '--data_dir=' + data_dir, '--train_dir=' + train_dir,
+       '--batch_size=8', '--max_steps=100000', '--log_frequency=1'] +
+      list(flags), cwd=testutil.ROOT, env=env, stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT, text=True)
+  lines = []
+
+  def read():
+    for line in proc.stdout:
+      lines.append(line)
+  threading.Thread(target=read, daemon=True).start()
+  return proc, lines
+
+
+def _wait_for(proc, lines, condition, timeout=180):
+  deadline = time.time() + timeout
+  while not condition():
+    if proc.poll() is not None or time.time() > deadline:
+      proc.kill()
+      pytest.fail('training exited or timed out (code %s):\n%s'
+                  % (proc.poll(), ''.join(lines[-30:])))
+    time.sleep(0.02)
+
+
+def _logged_steps(lines):
+  return [int(m.group(1)) for m in map(STEP_LINE.search, list(lines)) if m]
+
+
+def _saved_step(train_dir):
+  state = tf.train.get_checkpoint_state(train_dir)
+  return int(state.model_checkpoint_path.rsplit('-', 1)[1]) if state else -1
+
+
+def _readable_checkpoint_steps(train_dir):
+  """Reads every tensor of every checkpoint the index lists; their steps."""
+  state = tf.train.get_checkpoint_state(train_dir)
+  assert state.model_checkpoint_path == state.all_model_checkpoint_paths[-1]
+  steps = []
+  for path in state.all_model_checkpoint_paths:
+    reader = tf.train.load_checkpoint(path)
+    for name in reader.get_variable_to_shape_map():
+      reader.get_tensor(name)
+    steps.append(int(path.rsplit('-', 1)[1]))
+    assert reader.get_tensor('global_step') == steps[-1]
+  return steps
+
+
+def _assert_resumed(lines, train_dir, step):
+  text = ''.join(lines)
+  assert ('Resuming from checkpoint %s at step %d'
+          % (os.path.join(train_dir, 'model.ckpt-%d' % step), step)) in text
+  assert _logged_steps(lines)[0] == step
+
+
+def test_sigkill_then_restart_resumes_and_signals_stop_cleanly(data_dir,
+                                                              tmp_path):
+  train_dir = str(tmp_path / 'train')
+  # SIGKILL at an arbitrary moment; with a checkpoint every step, most
+  # moments are inside a save.
+  delay = random.uniform(0, 0.3)
+  proc, lines = _start(data_dir, train_dir, '--save_checkpoint_steps=1')
+  _wait_for(proc, lines, lambda: _saved_step(train_dir) >= 3)
+  time.sleep(delay)
+  proc.kill()
+  proc.wait(30)
+  steps = _readable_checkpoint_steps(train_dir)
+  assert steps[-1] >= 3, (delay, steps)
+  resume_from = steps[-1]
+  # What a kill inside a save leaves (2 of 10 random kills did in one run).
+  partial = os.path.join(train_dir, 'model.ckpt-%d_temp' % (resume_from + 1))
+  os.makedirs(partial, exist_ok=True)
+  open(os.path.join(partial, 'part-00000-of-00001.data-00000-of-00001'),
+       'wb').close()
+
+  # Started again: resumes from there. SIGTERM, then (next run) SIGINT: a
+  # final checkpoint at the step reached, from which the next run resumes.
+  # Periodic checkpoints are off: the final one is the signal's doing.
+  for signum in (signal.SIGTERM, signal.SIGINT):
+    proc, lines = _start(data_dir, train_dir, '--save_checkpoint_secs=3600')
+    _wait_for(proc, lines, lambda: len(_logged_steps(lines)) >= 3)
+    proc.send_signal(signum)
+    assert proc.wait(120) == 128 + signum
+    time.sleep(0.1)  # Lets the reader thread take the last lines.
+    _assert_resumed(lines, train_dir, resume_from)
+    if signum == signal.SIGTERM:
+      assert 'Removing %s, an interrupted save.\n' % partial in lines
+      assert not os.path.exists(partial)
+    stopped_at = _logged_steps(lines)[-1] + 1
+    assert stopped_at >= resume_from + 3
+    assert ('Received %s: stopped at step %d; final checkpoint %s.\n'
+            % (signal.Signals(signum).name, stopped_at,
+               os.path.join(train_dir, 'model.ckpt-%d' % stopped_at))
+            in lines)
+    assert _readable_checkpoint_steps(train_dir)[-1] == stopped_at
+    resume_from = stopped_at
