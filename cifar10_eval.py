@@ -27,6 +27,10 @@ import os
 import sys
 import time
 
+# The CPU kernels cifar10_train.py chooses; see there.
+os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
 import numpy as np
@@ -497,17 +501,17 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError('Unexpected arguments: %s' % ' '.join(argv[1:]))
   cifar10.configure_logging()
-  if FLAGS.batch_size < 1:
-    raise app.UsageError('--batch_size must be at least 1, got %d'
-                         % FLAGS.batch_size)
+  cifar10.check_flag_range('batch_size', FLAGS.batch_size, minimum=1)
+  cifar10.check_flag_writable_dir('eval_dir', FLAGS.eval_dir)
   if FLAGS.use_fp16:
     print('Note: --use_fp16 is not needed here; the model takes the dtype '
           'of the weights in each checkpoint.')
-  cifar10.maybe_download_and_extract(FLAGS.data_dir)
   try:
+    cifar10.maybe_download_and_extract(FLAGS.data_dir, FLAGS.data_url,
+                                       FLAGS.data_md5)
     check_eval_args(FLAGS.data_dir, FLAGS.eval_data, FLAGS.num_examples,
                     FLAGS.batch_size)
-  except ValueError as e:
+  except ValueError as e:  # cifar10.DataError is one too
     sys.exit(ERROR_FORMAT % str(e).replace('num_examples=', '--num_examples='))
   try:
     evaluate(data_dir=FLAGS.data_dir, checkpoint_dir=FLAGS.checkpoint_dir,
