@@ -1,0 +1,681 @@
+"""Trains the CIFAR-10 model on several machines: TF's ps/worker runtime.
+
+Between-graph replication over gRPC. Parameter-server (ps) tasks hold the
+variables and serve them until they are stopped; every worker task builds the
+same model with its variables placed on the ps tasks, reads its own input
+pipeline on its own CPU and trains. Worker 0 is the chief: it initialises the
+variables (or restores the newest checkpoint in --train_dir) and writes the
+checkpoints and summaries, on its own disk, readable by cifar10_eval.py.
+
+One ps and two workers on three machines (start them in any order; each task
+gets the full host lists and its own --job_name/--task_index):
+
+    # on ps0.example.com
+    python cifar10_distributed_train.py --job_name=ps --task_index=0 \
+        --ps_hosts=ps0.example.com:2222 \
+        --worker_hosts=w0.example.com:2222,w1.example.com:2222
+    # on w0.example.com (the chief) and w1.example.com
+    python cifar10_distributed_train.py --job_name=worker --task_index=0 \
+        --ps_hosts=... --worker_hosts=... --data_dir=/tmp/cifar10_data
+    python cifar10_distributed_train.py --job_name=worker --task_index=1 \
+        --ps_hosts=... --worker_hosts=... --data_dir=/tmp/cifar10_data
+
+Instead of the four cluster flags, a task may read the standard TF_CONFIG
+environment variable, e.g. '{"cluster": {"ps": ["h0:2222"], "worker":
+["h1:2222", "h2:2222"]}, "task": {"type": "worker", "index": 1}}'.
+
+Updates are asynchronous by default: each worker step applies its own
+gradients, and the global step counts worker steps. With --sync_replicas each
+update averages the gradients of --replicas_to_aggregate worker steps (default:
+one per worker), and the global step counts those updates. Training stops when
+the global step reaches --max_steps. Each worker prints, every --log_frequency
+of its own steps,
+
+    Worker <i>: <date time>: step <global step>, loss = <loss> (<this worker's
+    examples/sec>; <sec/batch>)
+
+No task waits forever: a worker gives up with a message naming the address
+when a ps task does not answer within --startup_wait_secs, a non-chief worker
+when the chief has not initialised the variables by then, and any worker when
+one operation blocks for --operation_timeout_secs. The ps tasks never exit on
+their own; stop them (Ctrl-C or kill) when the workers are done.
+"""
+
+from datetime import datetime
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+# As in cifar10_train, which this script imports only after TensorFlow:
+# oneDNN's CPU kernels, read once when TensorFlow loads, train faster.
+os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import app
+from absl import flags
+import tensorflow.compat.v1 as tf
+
+import cifar10
+import cifar10_input
+import cifar10_train
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_enum('job_name', None, ['ps', 'worker'],
+                  'This task\'s job: "ps" or "worker" (else from TF_CONFIG).')
+flags.DEFINE_integer('task_index', 0,
+                     'Index of this task within its job; worker 0 is the '
+                     'chief.')
+flags.DEFINE_string('ps_hosts', '',
+                    'Comma-separated host:port list of the ps tasks.')
+flags.DEFINE_string('worker_hosts', '',
+                    'Comma-separated host:port list of the worker tasks.')
+flags.DEFINE_boolean('sync_replicas', False,
+                     'Aggregate the gradients of --replicas_to_aggregate '
+                     'worker steps into each update (SyncReplicasOptimizer) '
+                     'instead of applying every worker\'s step on its own.')
+flags.DEFINE_integer('replicas_to_aggregate', -1,
+                     'Worker steps averaged into one update with '
+                     '--sync_replicas; -1 means the number of workers.')
+flags.DEFINE_integer('startup_wait_secs', 300,
+                     'How long a worker waits for the ps tasks to answer and, '
+                     'if not the chief, for the chief to initialise the '
+                     'variables.')
+flags.DEFINE_integer('operation_timeout_secs', 300,
+                     'A worker fails when one operation (a dequeue, a '
+                     'synchronous update) blocks longer than this.')
+
+# The original line, prefixed with the worker's index (as Inception's
+# distributed trainer did). 'step' is the global step.
+LOG_FORMAT = 'Worker %d: ' + cifar10_train.LOG_FORMAT
+
+# The chief closes the synchronous token queue when it stops, and the queue
+# lives on in the ps tasks.
+_CLOSED_QUEUE = ('the synchronous token queue on the ps tasks is closed, as '
+                 'the chief leaves it when it stops: either the chief stopped '
+                 'early, or the ps tasks are still those of an earlier '
+                 'synchronous run (start fresh ps tasks for every run)')
+# How often a waiting non-chief worker asks whether the chief is done
+# (MonitoredTrainingSession's default waits 30 s between checks).
+_READY_POLL_SECS = 1
+# Grace period for a closing session's threads. The chief's gradient
+# aggregation thread always uses all of it in synchronous training (it is
+# blocked on gradients that will never come); the input threads need far less.
+_STOP_GRACE_SECS = 3
+
+
+class ClusterError(RuntimeError):
+  """Another task stopped, or left state behind; the message says which."""
+
+
+def parse_hosts(value, flag_name):
+  """Splits a comma-separated 'host:port' list.
+
+  Args:
+    value: str, e.g. 'ps0.example.com:2222,10.0.0.2:2222'.
+    flag_name: str, where the list came from (for the error message).
+
+  Returns:
+    A list of 'host:port' strings, spaces stripped.
+
+  Raises:
+    ValueError: naming the flag and the bad entry, for an empty list, an
+      empty entry, a missing host, or a port that is not in 1..65535.
+  """
+  if not value or not value.strip():
+    raise ValueError('%s is empty: give a comma-separated list of host:port, '
+                     'e.g. localhost:2222,localhost:2223' % flag_name)
+  hosts = [entry.strip() for entry in value.split(',')]
+  for entry in hosts:
+    host, _, port = entry.rpartition(':')
+    if not entry:
+      raise ValueError('%s has an empty entry in %r: remove the extra comma'
+                       % (flag_name, value))
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+      raise ValueError('%s entry %r is not host:port with a port in 1..65535 '
+                       '(in %r)' % (flag_name, entry, value))
+  return hosts
+
+
+def cluster_from_tf_config(tf_config):
+  """Reads the cluster and this task from a TF_CONFIG JSON string.
+
+  Returns:
+    (ps_hosts, worker_hosts, job_name, task_index): two lists of 'host:port',
+    'ps' or 'worker', and an int.
+
+  Raises:
+    ValueError: for malformed JSON, missing or unsupported jobs, or a bad task.
+  """
+  try:
+    config = json.loads(tf_config)
+  except ValueError as e:
+    raise ValueError('TF_CONFIG is not valid JSON (%s): %r' % (e, tf_config))
+  cluster = config.get('cluster') if isinstance(config, dict) else None
+  task = config.get('task') if isinstance(config, dict) else None
+  if not isinstance(cluster, dict) or not isinstance(task, dict):
+    raise ValueError('TF_CONFIG needs a "cluster" and a "task" object, e.g. '
+                     '{"cluster": {"ps": ["h0:2222"], "worker": ["h1:2222"]}, '
+                     '"task": {"type": "worker", "index": 0}}; got %r'
+                     % tf_config)
+  extra = sorted(set(cluster) - {'ps', 'worker'})
+  if extra:
+    raise ValueError('TF_CONFIG cluster has job(s) %s; this script knows only '
+                     '"ps" and "worker" (worker 0 is the chief: list a chief '
+                     'as the first worker)' % ', '.join(extra))
+  hosts = {}
+  for job in ('ps', 'worker'):
+    if not isinstance(cluster.get(job), list):
+      raise ValueError('TF_CONFIG cluster needs a "%s" list of host:port' % job)
+    hosts[job] = parse_hosts(','.join(map(str, cluster[job])),
+                             'TF_CONFIG cluster "%s"' % job)
+  job_name, task_index = task.get('type'), task.get('index', 0)
+  if job_name not in ('ps', 'worker') or not isinstance(task_index, int):
+    raise ValueError('TF_CONFIG task must be {"type": "ps" or "worker", '
+                     '"index": <int>}; got %r' % (task,))
+  return hosts['ps'], hosts['worker'], job_name, task_index
+
+
+def resolve_cluster(job_name, task_index, ps_hosts, worker_hosts, tf_config):
+  """Picks the cluster from the flags, else from TF_CONFIG, and checks it.
+
+  Args:
+    job_name: 'ps', 'worker' or None (the --job_name flag).
+    task_index: int (the --task_index flag).
+    ps_hosts, worker_hosts: str, comma-separated host:port lists (flags).
+    tf_config: str or None, the TF_CONFIG environment variable.
+
+  Returns:
+    (cluster, job_name, task_index): cluster is a dict {'ps': [host:port...],
+    'worker': [host:port...]}.
+
+  Raises:
+    ValueError: naming the flag or variable at fault: no cluster given, a
+      malformed host list, an address listed twice, or a task index out of
+      range.
+  """
+  if job_name or ps_hosts or worker_hosts or not tf_config:
+    if not job_name:
+      raise ValueError('--job_name is required (ps or worker), unless the '
+                       'cluster comes from the TF_CONFIG environment variable')
+    cluster = {'ps': parse_hosts(ps_hosts, '--ps_hosts'),
+               'worker': parse_hosts(worker_hosts, '--worker_hosts')}
+    source = '--task_index'
+  else:
+    ps, workers, job_name, task_index = cluster_from_tf_config(tf_config)
+    cluster = {'ps': ps, 'worker': workers}
+    source = 'TF_CONFIG task index'
+  addresses = cluster['ps'] + cluster['worker']
+  repeated = sorted(set(a for a in addresses if addresses.count(a) > 1))
+  if repeated:
+    raise ValueError('Address(es) %s listed more than once in the cluster: '
+                     'every task needs its own host:port' % ', '.join(repeated))
+  num_tasks = len(cluster[job_name])
+  if not 0 <= task_index < num_tasks:
+    raise ValueError('%s=%d is out of range for job "%s", which has %d '
+                     'task(s): use 0..%d' % (source, task_index, job_name,
+                                             num_tasks, num_tasks - 1))
+  return cluster, job_name, task_index
+
+
+def wait_for_addresses(tasks, wait_secs, poll_secs=0.5):
+  """Waits until every task's address accepts TCP connections.
+
+  Args:
+    tasks: dict from a task name ('/job:ps/task:0') to its 'host:port'.
+    wait_secs: number, how long to keep trying.
+    poll_secs: number, pause between attempts.
+
+  Raises:
+    TimeoutError: naming each task and address that did not answer in time.
+  """
+  deadline = time.time() + wait_secs
+  pending = dict(tasks)
+  errors = {}
+  while True:
+    for name, address in sorted(pending.items()):
+      host, _, port = address.rpartition(':')
+      try:
+        socket.create_connection((host.strip('[]'), int(port)),
+                                 timeout=max(poll_secs, 1)).close()
+        del pending[name]
+      except OSError as e:
+        errors[name] = e
+    if not pending:
+      return
+    if time.time() >= deadline:
+      raise TimeoutError(
+          'No answer after %s s from %s. Is that task started, with this '
+          'address in its --ps_hosts/--worker_hosts, and is the port open? '
+          '(--startup_wait_secs sets the wait)' % (wait_secs, '; '.join(
+              '%s at %s (%s)' % (name, pending[name], errors[name])
+              for name in sorted(pending))))
+    time.sleep(poll_secs)
+
+
+def worker_device(task_index):
+  """Where a worker's own ops run: its CPU (no GPUs are placed here)."""
+  return '/job:worker/task:%d/cpu:0' % task_index
+
+
+def session_config(task_index, operation_timeout_secs,
+                   log_device_placement=False):
+  """The worker's session config: see only the ps tasks and itself.
+
+  Without device_filters, a session waits for every task of the cluster at
+  start, and synchronous training could hang at the end; the timeout bounds
+  any op that still blocks (tf2_notes.md section 11).
+  """
+  return tf.ConfigProto(
+      device_filters=['/job:ps', '/job:worker/task:%d' % task_index],
+      operation_timeout_in_ms=int(operation_timeout_secs * 1000),
+      log_device_placement=log_device_placement)
+
+
+def _sync_train_op(total_loss, global_step, batch_size, replicas_to_aggregate,
+                   num_workers):
+  """cifar10.train's step, with gradients aggregated across workers.
+
+  The moving averages of the weights are applied by the chief after each
+  aggregated update, under the same names as in cifar10.train, so that
+  cifar10_eval.py restores them.
+
+  Returns:
+    (train_op, sync_optimizer).
+  """
+  lr = cifar10.learning_rate(global_step, batch_size,
+                             num_towers=replicas_to_aggregate)
+  loss_averages_op = cifar10._add_loss_summaries(total_loss)  # pylint: disable=protected-access
+  variable_averages = tf.train.ExponentialMovingAverage(
+      cifar10.MOVING_AVERAGE_DECAY, global_step)
+  opt = tf.train.SyncReplicasOptimizer(
+      tf.train.GradientDescentOptimizer(lr),
+      replicas_to_aggregate=replicas_to_aggregate,
+      total_num_replicas=num_workers,
+      variable_averages=variable_averages,
+      variables_to_average=tf.trainable_variables())
+  with tf.control_dependencies([loss_averages_op]):
+    grads = opt.compute_gradients(total_loss)
+  train_op = opt.apply_gradients(grads, global_step=global_step)
+  cifar10.add_weight_and_gradient_summaries(grads)
+  return train_op, opt
+
+
+def build_worker_graph(cluster, task_index, data_dir, batch_size=128,
+                       use_fp16=False, sync_replicas=False,
+                       replicas_to_aggregate=None,
+                       num_threads=cifar10_input.NUM_PREPROCESS_THREADS):
+  """Builds one worker's training graph in the default graph.
+
+  Variables go round-robin to the ps tasks; every other op, the input
+  pipeline included, to this worker's CPU. The checkpoint saver runs on this
+  worker too (not sharded onto the ps tasks), so the chief writes and reads
+  checkpoints on its own disk.
+
+  Args:
+    cluster: dict {'ps': [host:port...], 'worker': [host:port...]}.
+    task_index: int, this worker's index.
+    data_dir: folder holding `cifar-10-batches-bin/`.
+    batch_size: int, images per worker step.
+    use_fp16: bool, float16 variables and activations.
+    sync_replicas: bool, aggregate gradients with SyncReplicasOptimizer.
+    replicas_to_aggregate: int, worker steps per update when synchronous;
+      None for one per worker.
+    num_threads: int, input preprocessing threads.
+
+  Returns:
+    A dict with 'global_step' (int64 variable), 'loss' (scalar float tensor),
+    'train_op', and, when synchronous, 'sync_optimizer' and 'release_op' (the
+    op that hands a token to every worker, so none stays blocked at the end);
+    None otherwise.
+  """
+  num_workers = len(cluster['worker'])
+  device = worker_device(task_index)
+  setter = tf.train.replica_device_setter(
+      worker_device=device, cluster=tf.train.ClusterSpec(cluster))
+  # tf.device rejects device functions in TF 2; the v1 form takes them.
+  with tf.compat.v1.device(setter):
+    global_step = tf.train.get_or_create_global_step()
+    images, labels = cifar10.distorted_inputs(
+        data_dir, batch_size, use_fp16=use_fp16, num_threads=num_threads)
+    loss = cifar10.loss(cifar10.inference(images), labels)
+    sync_optimizer = release_op = None
+    if sync_replicas:
+      replicas = replicas_to_aggregate or num_workers
+      train_op, sync_optimizer = _sync_train_op(loss, global_step, batch_size,
+                                                replicas, num_workers)
+      release_op = sync_optimizer.get_init_tokens_op(
+          num_tokens=max(replicas, num_workers))
+      # At the end the chief's aggregation thread waits for gradients that
+      # will not come, until closing the session cancels it: a normal end,
+      # not an error to print from a dying thread.
+      sync_optimizer.get_chief_queue_runner()._queue_closed_exception_types = (  # pylint: disable=protected-access
+          tf.errors.OutOfRangeError, tf.errors.CancelledError)
+    else:
+      train_op = cifar10.train(loss, global_step, batch_size)
+  with tf.device(device):
+    tf.add_to_collection(tf.GraphKeys.SAVERS,
+                         tf.train.Saver(sharded=False, allow_empty=True))
+  return {'global_step': global_step, 'loss': loss, 'train_op': train_op,
+          'sync_optimizer': sync_optimizer, 'release_op': release_op}
+
+
+class _WorkerLoggerHook(tf.train.SessionRunHook):
+  """Prints LOG_FORMAT every `log_frequency` of this worker's own steps.
+
+  The printed step is the global step read during the run; examples/sec and
+  sec/batch are this worker's, averaged since the previous line (the first
+  window includes session start and the queue filling, as in the original).
+  """
+
+  def __init__(self, task_index, loss, global_step, batch_size,
+               log_frequency):
+    self._task_index = task_index
+    self._loss = loss
+    self._global_step = global_step
+    self._batch_size = batch_size
+    self._log_frequency = log_frequency
+    self.local_steps = 0
+    self.global_step = None
+    self.last_loss = None
+    self.last_examples_per_sec = None
+
+  def begin(self):
+    self._window_start = time.time()
+    self._window_steps = 0
+
+  def before_run(self, run_context):
+    return tf.train.SessionRunArgs([self._loss, self._global_step])
+
+  def after_run(self, run_context, run_values):
+    self.last_loss, self.global_step = run_values.results
+    self.local_steps += 1
+    self._window_steps += 1
+    if (self.local_steps - 1) % self._log_frequency:
+      return
+    duration = time.time() - self._window_start
+    self.last_examples_per_sec = (self._window_steps * self._batch_size /
+                                  duration)
+    print(LOG_FORMAT % (self._task_index, datetime.now(), self.global_step,
+                        self.last_loss, self.last_examples_per_sec,
+                        duration / self._window_steps), flush=True)
+    self._window_start = time.time()
+    self._window_steps = 0
+
+  def end(self, session):
+    self.global_step = session.run(self._global_step)
+
+
+class _ReleaseTokensHook(tf.train.SessionRunHook):
+  """On a clean stop, gives every worker a token of the synchronous queue.
+
+  Once the global step reaches max_steps no update follows, so a worker that
+  already queued its gradients would wait for a token until its operation
+  timeout; with one it finishes its step and sees that training is over.
+  When the chief stops it closes the queue, which also ends every wait (as
+  the end of the input), and then no token is needed.
+  """
+
+  def __init__(self, release_op):
+    self._release_op = release_op
+
+  def end(self, session):
+    try:
+      session.run(self._release_op)
+    except tf.errors.CancelledError:
+      pass  # The chief has closed the queue.
+
+
+class _NonChiefSessionCreator(tf.train.SessionCreator):
+  """Waits, polling every second, for the chief to initialise the variables.
+
+  Like MonitoredTrainingSession's worker session creator, which polls every
+  30 s; this one also says whom it is waiting for when it gives up.
+  """
+
+  def __init__(self, master, config, wait_secs, chief_address):
+    self._scaffold = tf.train.Scaffold()
+    self._master = master
+    self._config = config
+    self._wait_secs = wait_secs
+    self._chief_address = chief_address
+
+  def create_session(self):
+    self._scaffold.finalize()
+    manager = tf.train.SessionManager(
+        local_init_op=self._scaffold.local_init_op,
+        ready_op=self._scaffold.ready_op,
+        ready_for_local_init_op=self._scaffold.ready_for_local_init_op,
+        graph=tf.get_default_graph(), recovery_wait_secs=_READY_POLL_SECS)
+    try:
+      return manager.wait_for_session(self._master, config=self._config,
+                                      max_wait_secs=self._wait_secs)
+    except tf.errors.DeadlineExceededError:
+      raise TimeoutError(
+          'The variables were still not initialised after %s s: is the chief '
+          '(worker 0 at %s) running? (--startup_wait_secs sets the wait)'
+          % (self._wait_secs, self._chief_address))
+
+
+def _monitored_session(target, cluster, task_index, hooks, config, train_dir,
+                       save_checkpoint_secs, save_checkpoint_steps,
+                       save_summaries_steps, startup_wait_secs):
+  """The chief's session (initialises or restores, saves) or another's.
+
+  Returns:
+    A tf.train.MonitoredSession, already connected.
+  """
+  if task_index == 0:
+    scaffold = tf.train.Scaffold()
+    # After the NaN check, as in cifar10_train, so a diverged step is never
+    # saved.
+    hooks = hooks + [tf.train.CheckpointSaverHook(
+        train_dir, scaffold=scaffold, save_steps=save_checkpoint_steps,
+        save_secs=None if save_checkpoint_steps else save_checkpoint_secs)]
+    return tf.train.MonitoredTrainingSession(
+        master=target, is_chief=True, checkpoint_dir=train_dir,
+        scaffold=scaffold, hooks=hooks, config=config,
+        save_checkpoint_secs=None, save_checkpoint_steps=None,
+        save_summaries_steps=save_summaries_steps,
+        stop_grace_period_secs=_STOP_GRACE_SECS)
+  print('Worker %d: waiting up to %d s for the chief (worker 0 at %s) to '
+        'initialise the variables.' % (task_index, startup_wait_secs,
+                                        cluster['worker'][0]), flush=True)
+  return tf.train.MonitoredSession(
+      session_creator=_NonChiefSessionCreator(
+          target, config, startup_wait_secs, cluster['worker'][0]),
+      hooks=hooks, stop_grace_period_secs=_STOP_GRACE_SECS)
+
+
+def train(target, cluster, task_index, data_dir, train_dir,
+          max_steps=100000, batch_size=128, use_fp16=False, log_frequency=10,
+          sync_replicas=False, replicas_to_aggregate=None, fresh_start=False,
+          startup_wait_secs=300, operation_timeout_secs=300,
+          log_device_placement=False, save_checkpoint_secs=600,
+          save_checkpoint_steps=None, save_summaries_steps=100,
+          num_threads=cifar10_input.NUM_PREPROCESS_THREADS):
+  """Runs one worker until the global step reaches `max_steps`.
+
+  Args:
+    target: str, this worker's server target ('grpc://host:port').
+    cluster: dict {'ps': [...], 'worker': [...]} of host:port lists.
+    task_index: int, this worker's index; 0 is the chief.
+    data_dir: folder holding `cifar-10-batches-bin/`.
+    train_dir: the chief's checkpoint and summary folder (resumed from);
+      other workers do not touch it.
+    max_steps: int, global step at which training stops.
+    batch_size: int, images per worker step.
+    use_fp16: bool, float16 variables and activations.
+    log_frequency: int, this worker's steps between console lines.
+    sync_replicas: bool, synchronous updates.
+    replicas_to_aggregate: int, worker steps per synchronous update; None for
+      the number of workers.
+    fresh_start: bool, the chief deletes train_dir first.
+    startup_wait_secs: number, a non-chief's wait for the chief.
+    operation_timeout_secs: number, the longest any op may block.
+    log_device_placement: bool, log where each op runs.
+    save_checkpoint_secs: int, seconds between the chief's checkpoints.
+    save_checkpoint_steps: int, global steps between the chief's checkpoints;
+      when set, instead of save_checkpoint_secs.
+    save_summaries_steps: int, global steps between the chief's summaries.
+    num_threads: int, input preprocessing threads.
+
+  Returns:
+    A dict with 'global_step' (int, at the stop), 'local_steps' (int, the
+    steps this worker ran), 'loss' (float of its last step, or None),
+    'examples_per_sec' (float of its last logged window, or None) and
+    'signal' (the SIGINT or SIGTERM that stopped this worker early, or None).
+
+  Raises:
+    TimeoutError: a non-chief waited startup_wait_secs for the chief, or an
+      op blocked for operation_timeout_secs (another task stopped or hangs).
+    ClusterError: synchronous training found its token queue closed (the
+      chief stopped, or the ps tasks are left over from an earlier run).
+    cifar10_train.DivergedError: the loss became NaN; the chief does not save
+      that step.
+  """
+  is_chief = task_index == 0
+  if is_chief:
+    cifar10_train._prepare_train_dir(train_dir, fresh_start)  # pylint: disable=protected-access
+  with tf.Graph().as_default(), cifar10_train._stop_requests() as stop_signals:  # pylint: disable=protected-access
+    graph = build_worker_graph(cluster, task_index, data_dir, batch_size,
+                               use_fp16, sync_replicas, replicas_to_aggregate,
+                               num_threads)
+    logger = _WorkerLoggerHook(task_index, graph['loss'],
+                               graph['global_step'], batch_size, log_frequency)
+    hooks = [tf.train.StopAtStepHook(last_step=max_steps),
+             tf.train.NanTensorHook(graph['loss']), logger]
+    if sync_replicas:
+      hooks += [graph['sync_optimizer'].make_session_run_hook(is_chief),
+                _ReleaseTokensHook(graph['release_op'])]
+    config = session_config(task_index, operation_timeout_secs,
+                            log_device_placement)
+    try:
+      with _monitored_session(target, cluster, task_index, hooks, config,
+                              train_dir, save_checkpoint_secs,
+                              save_checkpoint_steps, save_summaries_steps,
+                              startup_wait_secs) as mon_sess:
+        while not mon_sess.should_stop() and not stop_signals:
+          mon_sess.run(graph['train_op'])
+    except tf.errors.DeadlineExceededError:
+      raise TimeoutError(
+          'an operation blocked for more than %s s (--operation_timeout_secs) '
+          'after global step %s: did another task stop, or is the input queue '
+          'still filling?' % (operation_timeout_secs, logger.global_step))
+    except tf.errors.CancelledError as e:
+      if 'sync_token_q' not in e.message:
+        raise
+      raise ClusterError(_CLOSED_QUEUE) from None
+    except tf.train.NanLossDuringTrainingError:
+      if is_chief:
+        raise cifar10_train._diverged(logger.global_step, train_dir) from None  # pylint: disable=protected-access
+      raise cifar10_train.DivergedError(
+          'Model diverged with loss = NaN at global step %s; the chief keeps '
+          'the last good checkpoint.' % logger.global_step) from None
+  if sync_replicas and not stop_signals and logger.global_step < max_steps:
+    # A closed token queue ends a worker's wait like the end of its input.
+    raise ClusterError('stopped at global step %d, before --max_steps=%d: %s'
+                       % (logger.global_step, max_steps, _CLOSED_QUEUE))
+  if stop_signals:
+    print('Worker %d: received %s: stopped at global step %d.'
+          % (task_index, signal.Signals(stop_signals[0]).name,
+             logger.global_step), flush=True)
+  print('Worker %d: stopped at global step %d after %d steps of its own.'
+        % (task_index, logger.global_step, logger.local_steps), flush=True)
+  return {'global_step': int(logger.global_step),
+          'local_steps': logger.local_steps, 'loss': logger.last_loss,
+          'examples_per_sec': logger.last_examples_per_sec,
+          'signal': stop_signals[0] if stop_signals else None}
+
+
+def _check_flags():
+  """Usage errors for flag values that no task could run with."""
+  for name in ('max_steps', 'batch_size', 'log_frequency', 'startup_wait_secs',
+               'operation_timeout_secs', 'save_checkpoint_secs'):
+    cifar10.check_flag_range(name, getattr(FLAGS, name), minimum=1)
+  cifar10.check_flag_range('save_checkpoint_steps',
+                           FLAGS.save_checkpoint_steps, minimum=0)
+  if FLAGS.replicas_to_aggregate != -1:
+    if not FLAGS.sync_replicas:
+      raise app.UsageError('--replicas_to_aggregate only applies with '
+                           '--sync_replicas')
+    cifar10.check_flag_range('replicas_to_aggregate',
+                             FLAGS.replicas_to_aggregate, minimum=1)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError('Unexpected arguments: %s' % ' '.join(argv[1:]))
+  cifar10.configure_logging()
+  _check_flags()
+  try:
+    cluster, job_name, task_index = resolve_cluster(
+        FLAGS.job_name, FLAGS.task_index, FLAGS.ps_hosts, FLAGS.worker_hosts,
+        os.environ.get('TF_CONFIG'))
+  except ValueError as e:
+    raise app.UsageError(str(e))
+  if os.environ.get('TF_CONFIG') and (FLAGS.job_name or FLAGS.ps_hosts or
+                                      FLAGS.worker_hosts):
+    print('Cluster flags given: ignoring the TF_CONFIG environment variable.')
+  if job_name == 'worker' and task_index == 0:
+    cifar10.check_flag_writable_dir('train_dir', FLAGS.train_dir)
+  print('PS hosts are: %s' % ','.join(cluster['ps']))
+  print('Worker hosts are: %s' % ','.join(cluster['worker']))
+  print('This task: /job:%s/task:%d' % (job_name, task_index), flush=True)
+
+  try:
+    server = tf.train.Server(tf.train.ClusterSpec(cluster), job_name=job_name,
+                             task_index=task_index)
+  except tf.errors.OpError as e:
+    sys.exit('Could not start the server of /job:%s/task:%d at %s (is the '
+             'port in use?): %s' % (job_name, task_index,
+                                    cluster[job_name][task_index], e.message))
+  if job_name == 'ps':
+    print('ps task %d serving at %s; stop it (Ctrl-C) when the workers are '
+          'done.' % (task_index, cluster['ps'][task_index]), flush=True)
+    # The server runs in its own threads. Python cannot interrupt
+    # server.join(), but it can interrupt a sleep: Ctrl-C stops the task.
+    try:
+      while True:
+        time.sleep(3600)
+    except KeyboardInterrupt:
+      print('ps task %d stopped.' % task_index, flush=True)
+    return
+
+  replicas = None
+  if FLAGS.sync_replicas:
+    replicas = (len(cluster['worker']) if FLAGS.replicas_to_aggregate == -1
+                else FLAGS.replicas_to_aggregate)
+    print('SyncReplicas enabled: replicas_to_aggregate=%d; '
+          'total_num_replicas=%d' % (replicas, len(cluster['worker'])))
+  print('Worker %d: waiting up to %d s for the ps tasks.'
+        % (task_index, FLAGS.startup_wait_secs), flush=True)
+  try:
+    wait_for_addresses({'/job:ps/task:%d' % i: address
+                        for i, address in enumerate(cluster['ps'])},
+                       FLAGS.startup_wait_secs)
+    cifar10.maybe_download_and_extract(FLAGS.data_dir, FLAGS.data_url,
+                                       FLAGS.data_md5)
+    stats = train(
+        server.target, cluster, task_index, data_dir=FLAGS.data_dir,
+        train_dir=FLAGS.train_dir, max_steps=FLAGS.max_steps,
+        batch_size=FLAGS.batch_size, use_fp16=FLAGS.use_fp16,
+        log_frequency=FLAGS.log_frequency, sync_replicas=FLAGS.sync_replicas,
+        replicas_to_aggregate=replicas, fresh_start=FLAGS.fresh_start,
+        startup_wait_secs=FLAGS.startup_wait_secs,
+        operation_timeout_secs=FLAGS.operation_timeout_secs,
+        log_device_placement=FLAGS.log_device_placement,
+        save_checkpoint_secs=FLAGS.save_checkpoint_secs,
+        save_checkpoint_steps=FLAGS.save_checkpoint_steps or None)
+  except (TimeoutError, ClusterError, cifar10.DataError,
+          cifar10_train.DivergedError) as e:
+    sys.exit('Worker %d: %s' % (task_index, e))
+  if stats['signal']:
+    sys.exit(128 + stats['signal'])
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,386 @@
+"""Tests for cifar10_distributed_train.py: cluster flags, placement, and real
+1-ps/2-worker clusters of processes on 127.0.0.1."""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from absl import app
+from absl.testing import flagsaver
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import cifar10
+import cifar10_distributed_train as dist
+import testutil
+
+# Worker lines: the original format behind the worker's index.
+LOG_LINE = re.compile(
+    r'^Worker (\d): \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}: step (\d+), '
+    r'loss = \d+\.\d\d \(\d+\.\d examples/sec; \d+\.\d{3} sec/batch\)$', re.M)
+DONE_LINE = re.compile(
+    r'^Worker (\d): stopped at global step (\d+) after (\d+) steps of its '
+    r'own\.$', re.M)
+MAX_STEPS = 24
+# Every process of a cluster test must have ended by then.
+CLUSTER_TIMEOUT_SECS = 240
+
+
+def _free_ports(count):
+  """Ports nothing listens on (held together, so they differ)."""
+  sockets = [socket.socket() for _ in range(count)]
+  try:
+    for s in sockets:
+      s.bind(('127.0.0.1', 0))
+    return [s.getsockname()[1] for s in sockets]
+  finally:
+    for s in sockets:
+      s.close()
+
+
+def _start(args, log_path, tf_config=None):
+  """Starts cifar10_distributed_train.py; its output goes to log_path."""
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONUNBUFFERED='1')
+  env.pop('TF_CONFIG', None)
+  if tf_config:
+    env['TF_CONFIG'] = tf_config
+  with open(log_path, 'w') as log:
+    return subprocess.Popen(
+        [sys.executable, os.path.join(testutil.ROOT,
+                                      'cifar10_distributed_train.py')] + args,
+        cwd=testutil.ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+# --- Cluster flags and TF_CONFIG ---------------------------------------------
+
+
+def test_parse_hosts():
+  assert dist.parse_hosts(' a.example.com:2222, 10.0.0.2:1 ,[::1]:65535',
+                          '--ps_hosts') == ['a.example.com:2222',
+                                            '10.0.0.2:1', '[::1]:65535']
+
+
+@pytest.mark.parametrize('value,message', [
+    ('', r'--ps_hosts is empty'),
+    ('localhost', r"--ps_hosts entry 'localhost' is not host:port"),
+    ('localhost:2222,', r'--ps_hosts has an empty entry'),
+    (':2222', r"entry ':2222' is not host:port"),
+    ('localhost:http', r"entry 'localhost:http' is not host:port"),
+    ('localhost:65536', r'with a port in 1\.\.65535'),
+    ('localhost:0', r"entry 'localhost:0'"),
+])
+def test_malformed_host_lists_are_named(value, message):
+  with pytest.raises(ValueError, match=message):
+    dist.parse_hosts(value, '--ps_hosts')
+
+
+def test_resolve_cluster_from_flags():
+  cluster, job, index = dist.resolve_cluster(
+      'worker', 1, 'h0:1', 'h1:1,h2:1', tf_config='{"ignored": true}')
+  assert cluster == {'ps': ['h0:1'], 'worker': ['h1:1', 'h2:1']}
+  assert (job, index) == ('worker', 1)
+
+
+@pytest.mark.parametrize('job,index,message', [
+    ('worker', 2, r'--task_index=2 is out of range for job "worker", which '
+                  r'has 2 task\(s\): use 0\.\.1'),
+    ('ps', 1, r'--task_index=1 is out of range for job "ps", which has 1 '
+              r'task\(s\): use 0\.\.0'),
+    ('worker', -1, r'--task_index=-1 is out of range'),
+])
+def test_task_index_out_of_range(job, index, message):
+  with pytest.raises(ValueError, match=message):
+    dist.resolve_cluster(job, index, 'h0:1', 'h1:1,h2:1', None)
+
+
+def test_address_listed_twice_and_missing_job_name():
+  with pytest.raises(ValueError, match=r'h1:1 listed more than once'):
+    dist.resolve_cluster('ps', 0, 'h1:1', 'h1:1,h2:1', None)
+  with pytest.raises(ValueError, match=r'--job_name is required'):
+    dist.resolve_cluster(None, 0, '', '', None)
+
+
+def test_resolve_cluster_from_tf_config():
+  tf_config = json.dumps({'cluster': {'ps': ['h0:1'],
+                                      'worker': ['h1:1', 'h2:1']},
+                          'task': {'type': 'worker', 'index': 1}})
+  cluster, job, index = dist.resolve_cluster(None, 0, '', '', tf_config)
+  assert cluster == {'ps': ['h0:1'], 'worker': ['h1:1', 'h2:1']}
+  assert (job, index) == ('worker', 1)
+
+
+@pytest.mark.parametrize('tf_config,message', [
+    ('{"cluster": ', r'TF_CONFIG is not valid JSON'),
+    ('{"task": {"type": "ps"}}', r'TF_CONFIG needs a "cluster" and a "task"'),
+    ('{"cluster": {"ps": ["h0:1"], "worker": ["h1:1"], "chief": ["h2:1"]}, '
+     '"task": {"type": "chief", "index": 0}}', r'job\(s\) chief'),
+    ('{"cluster": {"worker": ["h1:1"]}, "task": {"type": "worker"}}',
+     r'needs a "ps" list'),
+    ('{"cluster": {"ps": ["h0"], "worker": ["h1:1"]}, "task": {"type": "ps"}}',
+     r'TF_CONFIG cluster "ps" entry \'h0\' is not host:port'),
+    ('{"cluster": {"ps": ["h0:1"], "worker": ["h1:1"]}, '
+     '"task": {"type": "evaluator", "index": 0}}', r'"type": "ps" or "worker"'),
+    ('{"cluster": {"ps": ["h0:1"], "worker": ["h1:1"]}, '
+     '"task": {"type": "worker", "index": 1}}',
+     r'TF_CONFIG task index=1 is out of range for job "worker"'),
+])
+def test_bad_tf_config_is_named(tf_config, message):
+  with pytest.raises(ValueError, match=message):
+    dist.resolve_cluster(None, 0, '', '', tf_config)
+
+
+@pytest.mark.parametrize('args,message', [
+    (['--ps_hosts=localhost'],
+     r"--ps_hosts entry 'localhost' is not host:port"),
+    (['--task_index=3'], r'--task_index=3 is out of range'),
+    (['--replicas_to_aggregate=2'],
+     r'--replicas_to_aggregate only applies with --sync_replicas'),
+    (['--sync_replicas', '--replicas_to_aggregate=0'],
+     r'--replicas_to_aggregate must be at least 1'),
+    (['--startup_wait_secs=0'], r'--startup_wait_secs must be at least 1'),
+])
+def test_main_turns_bad_flags_into_usage_errors(args, message):
+  argv = ['cifar10_distributed_train.py', '--job_name=worker',
+          '--ps_hosts=localhost:1', '--worker_hosts=localhost:2'] + args
+  was_parsed = dist.FLAGS.is_parsed()
+  try:
+    with flagsaver.flagsaver():
+      dist.FLAGS(argv)
+      with pytest.raises(app.UsageError, match=message):
+        dist.main(argv[:1])
+  finally:
+    if not was_parsed:  # Leave the flags as other tests expect them.
+      dist.FLAGS.unparse_flags()
+
+
+def test_wait_for_addresses_is_bounded_and_names_the_address():
+  listening = socket.socket()
+  listening.bind(('127.0.0.1', 0))
+  listening.listen()
+  try:
+    good = '127.0.0.1:%d' % listening.getsockname()[1]
+    dist.wait_for_addresses({'/job:ps/task:0': good}, wait_secs=5)
+    bad = '127.0.0.1:%d' % _free_ports(1)[0]
+    start = time.time()
+    with pytest.raises(TimeoutError) as raised:
+      dist.wait_for_addresses({'/job:ps/task:0': good, '/job:ps/task:1': bad},
+                              wait_secs=1, poll_secs=0.2)
+  finally:
+    listening.close()
+  assert time.time() - start < 10
+  message = str(raised.value)
+  assert 'No answer after 1 s from /job:ps/task:1 at %s' % bad in message
+  assert '/job:ps/task:0' not in message
+
+
+# --- The worker graph --------------------------------------------------------
+
+
+def test_worker_graph_placement_and_checkpoint_names(data_dir):
+  cluster = {'ps': ['h0:1', 'h1:1'], 'worker': ['h2:1', 'h3:1']}
+  with tf.Graph().as_default() as graph:
+    built = dist.build_worker_graph(cluster, 1, data_dir, batch_size=8,
+                                    sync_replicas=True, num_threads=1)
+    variables = tf.global_variables()
+    # Run by the session hooks in training; unused here, which TF would
+    # report at exit.
+    built['sync_optimizer'].ready_for_local_init_op.mark_used()
+    saved = set(v.op.name for v in variables)
+  # Variables round-robin over both ps tasks; everything else on worker 1.
+  tasks = set(v.device[:len('/job:ps/task:0')] for v in variables)
+  assert tasks == {'/job:ps/task:0', '/job:ps/task:1'}
+  assert built['global_step'].device.startswith('/job:ps/task:')
+  for op in graph.get_operations():
+    if op.type in ('RandomShuffleQueueV2', 'FixedLengthRecordReaderV2',
+                   'Conv2D', 'SaveV2', 'RestoreV2'):
+      assert op.device == '/job:worker/task:1/device:CPU:0', op.name
+  # The chief's checkpoint holds each weight's moving average under the name
+  # cifar10_eval.py restores from.
+  with tf.Graph().as_default():
+    cifar10.inference(tf.zeros([1, 24, 24, 3]))
+    wanted = tf.train.ExponentialMovingAverage(
+        cifar10.MOVING_AVERAGE_DECAY).variables_to_restore()
+  assert len(wanted) == 10
+  assert all(name.endswith('/ExponentialMovingAverage') for name in wanted)
+  assert set(wanted) <= saved
+
+
+# --- Real clusters -----------------------------------------------------------
+
+
+def test_worker_gives_up_on_an_unreachable_ps_naming_it(data_dir, tmp_path):
+  ps_port, worker_port = _free_ports(2)
+  result = testutil.run_script('cifar10_distributed_train.py', [
+      '--job_name=worker', '--task_index=0',
+      '--ps_hosts=127.0.0.1:%d' % ps_port,
+      '--worker_hosts=127.0.0.1:%d' % worker_port,
+      '--startup_wait_secs=2', '--data_dir=%s' % data_dir,
+      '--train_dir=%s' % tmp_path], timeout=120)
+  assert result.returncode == 1
+  assert ('Worker 0: No answer after 2 s from /job:ps/task:0 at 127.0.0.1:%d'
+          % ps_port) in result.stderr
+  assert 'Traceback' not in result.stderr
+  assert os.listdir(tmp_path) == []  # Nothing was trained or written.
+
+
+def _run_cluster(tmp_path, data_dir, extra_flags, tf_config_worker_1=False,
+                 rerun_chief=False):
+  """Runs 1 ps and 2 workers to MAX_STEPS; returns each worker's output.
+
+  The ps is started first and worker 0 (the chief) last, and the ps is
+  stopped by its process id (SIGTERM) at the end, as a user would.
+
+  Args:
+    rerun_chief: bool, afterwards run a new chief (with a new train_dir)
+      against the same ps, before stopping it.
+
+  Returns:
+    (outputs, train_dir, rerun): outputs is a list of the two workers' logs;
+    rerun the subprocess.CompletedProcess of the new chief, or None.
+  """
+  ports = _free_ports(3)
+  ps_hosts = '127.0.0.1:%d' % ports[0]
+  worker_hosts = '127.0.0.1:%d,127.0.0.1:%d' % (ports[1], ports[2])
+  train_dir = str(tmp_path / 'train')
+  cluster_flags = ['--ps_hosts=' + ps_hosts, '--worker_hosts=' + worker_hosts]
+  settings = ['--data_dir=%s' % data_dir, '--max_steps=%d' % MAX_STEPS,
+              '--batch_size=8', '--log_frequency=4',
+              '--operation_timeout_secs=60', '--startup_wait_secs=120'
+             ] + extra_flags
+  chief = ['--job_name=worker', '--task_index=0'] + cluster_flags + settings
+  logs = [str(tmp_path / name) for name in ('ps.log', 'w0.log', 'w1.log')]
+  processes = []
+  try:
+    processes.append(_start(['--job_name=ps', '--task_index=0'] +
+                            cluster_flags, logs[0]))
+    # Worker 1 needs no --train_dir: only the chief writes.
+    if tf_config_worker_1:
+      tf_config = json.dumps({
+          'cluster': {'ps': [ps_hosts], 'worker': worker_hosts.split(',')},
+          'task': {'type': 'worker', 'index': 1}})
+      processes.append(_start(settings, logs[2], tf_config=tf_config))
+    else:
+      processes.append(_start(['--job_name=worker', '--task_index=1'] +
+                              cluster_flags + settings, logs[2]))
+    processes.append(_start(chief + ['--train_dir=' + train_dir], logs[1]))
+    deadline = time.time() + CLUSTER_TIMEOUT_SECS
+    codes = [p.wait(timeout=max(deadline - time.time(), 1))
+             for p in processes[1:]]
+    outputs = [open(path).read() for path in logs[1:]]
+    assert codes == [0, 0], '\n'.join(o[-3000:] for o in outputs)
+    # The ps serves until it is stopped.
+    assert processes[0].poll() is None, open(logs[0]).read()[-3000:]
+    rerun = None
+    if rerun_chief:
+      rerun = testutil.run_script(
+          'cifar10_distributed_train.py',
+          chief + ['--train_dir=%s' % (tmp_path / 'train_2')], timeout=120)
+  finally:
+    for p in processes:
+      if p.poll() is None:
+        p.terminate()
+    for p in processes:
+      try:
+        p.wait(timeout=30)
+      except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+  # Stopped by our SIGTERM, not by itself.
+  assert processes[0].returncode == -signal.SIGTERM
+  return outputs, train_dir, rerun
+
+
+def _finished(outputs):
+  """Each worker's (final global step, steps of its own), by index."""
+  done = {}
+  for index, output in enumerate(outputs):
+    lines = DONE_LINE.findall(output)
+    assert len(lines) == 1 and int(lines[0][0]) == index, output[-3000:]
+    done[index] = (int(lines[0][1]), int(lines[0][2]))
+    # Each worker logged in the original format, under its own index.
+    logged = LOG_LINE.findall(output)
+    assert logged and all(int(i) == index for i, _ in logged), output[-3000:]
+    assert 'Traceback' not in output and 'Exception in thread' not in output
+  return done
+
+
+def _check_chief_checkpoint(train_dir, min_step, max_step):
+  """The chief's newest checkpoint restores into the single-device eval graph.
+
+  Returns:
+    Its path.
+  """
+  checkpoint = tf.train.latest_checkpoint(train_dir)
+  step = int(checkpoint.rsplit('-', 1)[1])
+  assert min_step <= step <= max_step
+  assert tf.train.load_variable(checkpoint, 'global_step') == step
+  with tf.Graph().as_default():
+    cifar10.inference(tf.zeros([1, 24, 24, 3]))
+    averages = tf.train.ExponentialMovingAverage(cifar10.MOVING_AVERAGE_DECAY)
+    saver = tf.train.Saver(averages.variables_to_restore())
+    weights = [v for v in tf.trainable_variables()
+               if v.op.name == 'local4/weights'][0]
+    with tf.Session(config=testutil.session_config()) as sess:
+      saver.restore(sess, checkpoint)
+      restored = sess.run(weights)
+  average = tf.train.load_variable(
+      checkpoint, 'local4/weights/ExponentialMovingAverage')
+  np.testing.assert_array_equal(restored, average)
+  # The averages were updated by training, not just initialised.
+  assert not np.array_equal(average, tf.train.load_variable(
+      checkpoint, 'local4/weights'))
+  assert any(name.startswith('events.out.tfevents')
+             for name in os.listdir(train_dir))
+  return checkpoint
+
+
+def test_async_cluster_trains_to_the_global_step(data_dir, tmp_path):
+  outputs, train_dir, _ = _run_cluster(tmp_path, data_dir, [])
+  done = _finished(outputs)
+  final_step = max(step for step, _ in done.values())
+  assert final_step >= MAX_STEPS
+  # Asynchronous: each worker step is one update of the global step, so the
+  # steps the two workers ran add up to it exactly, and both ran some.
+  assert done[0][1] + done[1][1] == final_step
+  assert done[0][1] > 0 and done[1][1] > 0
+  _check_chief_checkpoint(train_dir, MAX_STEPS, final_step)
+
+
+def test_sync_cluster_trains_to_the_global_step(data_dir, tmp_path):
+  outputs, train_dir, rerun = _run_cluster(
+      tmp_path, data_dir, ['--sync_replicas'], tf_config_worker_1=True,
+      rerun_chief=True)
+  for output in outputs:
+    assert ('SyncReplicas enabled: replicas_to_aggregate=2; '
+            'total_num_replicas=2') in output
+  done = _finished(outputs)
+  # Synchronous training stops on the global step, which counts updates.
+  assert done[0][0] == done[1][0]
+  assert MAX_STEPS <= done[0][0] <= MAX_STEPS + 1
+  # Each update averages 2 fresh gradients, one per worker step at most; the
+  # chief ran fewer than 2 per update, so worker 1's gradients were used.
+  assert done[0][1] < 2 * done[0][0]
+  assert done[1][1] > 0
+  checkpoint = _check_chief_checkpoint(train_dir, MAX_STEPS, done[0][0])
+
+  result = testutil.run_script('cifar10_eval.py', [
+      '--checkpoint_dir=%s' % train_dir, '--eval_dir=%s' % (tmp_path / 'eval'),
+      '--data_dir=%s' % data_dir, '--run_once', '--num_examples=20',
+      '--batch_size=10'], timeout=120)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert re.search(r'precision @ 1 = \d\.\d{3}$', result.stdout, re.M)
+  assert 'Restoring parameters from %s' % checkpoint in result.stderr
+
+  # The ps still held that run's token queue, closed when the chief stopped;
+  # a new run on it fails at once and says so, instead of training nothing.
+  assert rerun.returncode == 1
+  assert ('Worker 0: the synchronous token queue on the ps tasks is closed, '
+          'as the chief leaves it when it stops' in rerun.stderr)
+  assert 'start fresh ps tasks for every run' in rerun.stderr
+  assert 'Traceback' not in rerun.stderr
