@@ -11,7 +11,9 @@ in the same run:
 
   train       cifar10_train.py's graph as users run it: queue input pipeline,
               MonitoredTrainingSession, summaries every 100 steps, checkpoints
-  towers      cifar10_multi_gpu_train.py's graph, one tower (when present)
+  towers      cifar10_multi_gpu_train.py's graph, one tower
+  towers2     the same with two towers of batch_size / 2 on two virtual CPU
+              devices (the same global batch)
   bound       the same train op fed one constant in-memory batch: no input
               pipeline, no summaries (the ceiling for `train`)
   input       the distorted input pipeline alone, dequeuing batches
@@ -44,7 +46,9 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 import cifar10
+import cifar10_eval
 import cifar10_input
+import cifar10_multi_gpu_train
 import synthetic
 
 # Multiply-adds per 24x24 image in each conv and matmul layer of inference().
@@ -100,6 +104,11 @@ class Variant(object):
     self.rates.append(self.steps * self.examples_per_step
                       / (time.time() - start))
 
+  def warm_up(self):
+    """Untimed steps: graph optimization, kernel caches, queue filling."""
+    for _ in range(max(5, self.steps // 5)):
+      self.step()
+
   def step(self):
     raise NotImplementedError
 
@@ -154,6 +163,29 @@ class TrainScriptVariant(Variant):
       self.sess.close()
 
 
+class TowersVariant(TrainScriptVariant):
+  """cifar10_multi_gpu_train.py's graph: prefetch queue, towers on CPUs."""
+
+  def __init__(self, name, steps, data_dir, train_dir, batch_size,
+               num_towers):
+    Variant.__init__(self, name, steps, batch_size * num_towers,
+                     TRAIN_FLOP_PER_EXAMPLE)
+    self.graph = tf.Graph()
+    with self.graph.as_default():
+      global_step = tf.train.get_or_create_global_step()
+      batches = cifar10_multi_gpu_train.tower_input_batches(
+          data_dir, num_towers, batch_size)
+      step = cifar10_multi_gpu_train.build_train_step(
+          batches, global_step, batch_size, tower_device='cpu')
+      self.train_op = step.train_op
+      self.sess = tf.train.MonitoredTrainingSession(
+          checkpoint_dir=train_dir, hooks=[tf.train.NanTensorHook(step.loss)],
+          scaffold=tf.train.Scaffold(
+              summary_op=tf.summary.merge(step.summaries)),
+          config=cifar10_multi_gpu_train.session_config(num_towers, 'cpu'),
+          save_checkpoint_secs=600, save_summaries_steps=100)
+
+
 def _build_bound(batch_size):
   def build():
     global_step = tf.train.get_or_create_global_step()
@@ -180,13 +212,41 @@ def _build_input(data_dir, batch_size):
   return build
 
 
-def _build_eval(data_dir, batch_size):
-  def build():
-    images, labels = cifar10.inputs('test', data_dir, batch_size)
-    logits = cifar10.inference(images)
-    return tf.reduce_sum(tf.cast(
-        tf.nn.in_top_k(logits, labels, 1), tf.int32))
-  return build
+class EvalVariant(Variant):
+  """cifar10_eval.py's graph counting the whole test set, each example once.
+
+  The single-pass input ends after the test set, so every measurement builds
+  a fresh graph and session (untimed) and times the counting loop.
+  """
+
+  def __init__(self, data_dir, batch_size):
+    super(EvalVariant, self).__init__(
+        'eval', 1, cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_EVAL,
+        FORWARD_FLOP_PER_EXAMPLE)
+    self.data_dir = data_dir
+    self.batch_size = batch_size
+
+  def measure(self):
+    with tf.Graph().as_default():
+      ops = cifar10_eval._build_eval_graph(  # pylint: disable=protected-access
+          'test', self.data_dir, self.batch_size, False, 1)
+      with tf.Session(config=_session_config()) as sess:
+        sess.run([tf.global_variables_initializer(),
+                  tf.local_variables_initializer()])
+        coord = tf.train.Coordinator()
+        threads = tf.train.start_queue_runners(sess, coord)
+        start = time.time()
+        cifar10_eval._count(sess, ops, self.examples_per_step)  # pylint: disable=protected-access
+        self.rates.append(self.examples_per_step / (time.time() - start))
+        coord.request_stop()
+        coord.join(threads, stop_grace_period_secs=10)
+
+  def warm_up(self):
+    self.measure()
+    self.rates.pop()
+
+  def close(self):
+    pass
 
 
 def _build_matmul(n):
@@ -248,18 +308,20 @@ def main():
   variants = [
       TrainScriptVariant(args.steps, data_dir, os.path.join(scratch, 'train'),
                          batch),
+      TowersVariant('towers', args.steps, data_dir,
+                    os.path.join(scratch, 'towers'), batch, 1),
+      TowersVariant('towers2', args.steps, data_dir,
+                    os.path.join(scratch, 'towers2'), batch // 2, 2),
       SessionVariant('bound', args.steps, batch, _build_bound(batch),
                      TRAIN_FLOP_PER_EXAMPLE),
       SessionVariant('input', 50, batch, _build_input(data_dir, batch)),
-      SessionVariant('eval', eval_batches, batch,
-                     _build_eval(data_dir, batch), FORWARD_FLOP_PER_EXAMPLE),
+      EvalVariant(data_dir, batch),
       SessionVariant('forward', eval_batches, batch, _build_forward(batch),
                      FORWARD_FLOP_PER_EXAMPLE),
       SessionVariant('matmul', 10, 2 * 2048 ** 3, _build_matmul(2048)),
   ]
-  for variant in variants:  # warm-up: graph optimization, queue filling
-    for _ in range(max(5, variant.steps // 5)):
-      variant.step()
+  for variant in variants:
+    variant.warm_up()
   rss = []
   for round_index in range(args.rounds):
     for variant in variants:
@@ -274,7 +336,8 @@ def main():
   gflops = median['matmul'] / 1e9
   print()
   print('%-8s %12s %26s %10s' % ('variant', 'examples/s', 'ratio', 'GFLOP/s'))
-  baselines = {'train': 'bound', 'towers': 'bound', 'eval': 'forward'}
+  baselines = {'train': 'bound', 'towers': 'bound', 'towers2': 'bound',
+               'eval': 'forward'}
   for v in variants:
     if v.name == 'matmul':
       print('%-8s %12s %26s %10.1f' % ('matmul', '-', '1.00 (peak)', gflops))

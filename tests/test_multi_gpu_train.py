@@ -1,0 +1,281 @@
+"""Tests of cifar10_multi_gpu_train.py: towers on real virtual CPU devices."""
+
+import glob
+import os
+import re
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import cifar10
+import cifar10_multi_gpu_train as multi
+import cifar10_train
+from test_train import LINE, _event_tags
+from testutil import OP_TIMEOUT_MS, run_script
+
+BATCH = 8
+
+# Ops that do a tower's real work, forward and backward, under any name
+# grappler or oneDNN gives them (_FusedConv2D, _MklMatMul, ...).
+COMPUTE_OPS = re.compile('Conv2D|MatMul|Relu|LRN|MaxPool|SoftmaxCrossEntropy')
+
+
+def _config(num_towers):
+  config = multi.session_config(num_towers, 'cpu')
+  config.operation_timeout_in_ms = OP_TIMEOUT_MS
+  return config
+
+
+def _fixed_batch():
+  """Random images and labels 0..BATCH-1: every half-batch differs."""
+  rng = np.random.RandomState(0)
+  images = rng.normal(size=(BATCH, 24, 24, 3)).astype(np.float32)
+  return images, np.arange(BATCH, dtype=np.int32) % 10
+
+
+def _tower_graph(num_towers, images, labels):
+  """A graph of `num_towers` CPU towers, each on its slice of the batch."""
+  per_tower = len(images) // num_towers
+  graph = tf.Graph()
+  with graph.as_default():
+    global_step = tf.train.get_or_create_global_step()
+    batches = [(tf.constant(images[i * per_tower:(i + 1) * per_tower]),
+                tf.constant(labels[i * per_tower:(i + 1) * per_tower]))
+               for i in range(num_towers)]
+    step = multi.build_train_step(batches, global_step, per_tower, 'cpu')
+  return graph, step
+
+
+def _by_name(pairs):
+  return {var.op.name: grad for grad, var in pairs}
+
+
+@pytest.mark.parametrize('num_towers', [2, 4])
+def test_tower_average_equals_one_device_on_the_whole_batch(num_towers):
+  images, labels = _fixed_batch()
+
+  with tf.Graph().as_default():
+    global_step = tf.train.get_or_create_global_step()
+    loss = cifar10.loss(cifar10.inference(tf.constant(images)),
+                        tf.constant(labels))
+    variables = tf.trainable_variables()
+    grads = dict(zip([v.op.name for v in variables],
+                     tf.gradients(loss, variables)))
+    train_op = cifar10.train(loss, global_step, BATCH)
+    with tf.Session(config=_config(1)) as sess:
+      sess.run(tf.global_variables_initializer())
+      initial = sess.run({v.op.name: v for v in variables})
+      single_loss, single_grads = sess.run([loss, grads])
+      sess.run(train_op)
+      single_after = sess.run({v.op.name: v for v in variables})
+
+  graph, step = _tower_graph(num_towers, images, labels)
+  with graph.as_default(), tf.Session(config=_config(num_towers)) as sess:
+    sess.run(tf.global_variables_initializer())
+    for var in tf.trainable_variables():
+      var.load(initial[var.op.name], sess)
+    multi_loss, averaged, tower_0 = sess.run(
+        [step.loss, _by_name(step.grads_and_vars),
+         _by_name(step.tower_grads[0])])
+    sess.run(step.train_op)
+    multi_after = sess.run({v.op.name: v for v in tf.trainable_variables()})
+
+  assert len(averaged) == len(single_grads) == 10
+  np.testing.assert_allclose(multi_loss, single_loss, rtol=1e-5)
+  for name, grad in single_grads.items():
+    np.testing.assert_allclose(averaged[name], grad, rtol=1e-4, atol=1e-6,
+                               err_msg=name)
+    np.testing.assert_allclose(multi_after[name], single_after[name],
+                               rtol=1e-4, atol=1e-6, err_msg=name)
+  # Not vacuous: one tower's gradient alone is not the whole batch's, and the
+  # step moved the weights.
+  assert not np.allclose(tower_0['softmax_linear/biases'],
+                         single_grads['softmax_linear/biases'], atol=1e-4)
+  assert not np.allclose(multi_after['softmax_linear/biases'],
+                         initial['softmax_linear/biases'])
+
+
+def test_variables_are_shared_once_on_cpu0_for_any_tower_count():
+  images, labels = _fixed_batch()
+  found = {}
+  for num_towers in (1, 4):
+    graph, _ = _tower_graph(num_towers, images, labels)
+    with graph.as_default():
+      trainable = tf.trainable_variables()
+      found[num_towers] = sorted(
+          (v.op.name, tuple(v.shape.as_list())) for v in trainable)
+      for var in tf.global_variables():
+        device = tf.DeviceSpec.from_string(var.device)
+        if var.op.name != 'global_step':  # made by the test, on no device
+          assert (device.device_type, device.device_index) == ('CPU', 0), var
+      names = [v.op.name for v in tf.global_variables()]
+      averages = [n for n in names if n.endswith('/ExponentialMovingAverage')]
+      assert len(averages) == 10
+      # Loss averages exist once, for the last tower only.
+      loss_averages = sorted(n for n in names if re.search(r'/avg$', n))
+      last = 'tower_%d/' % (num_towers - 1)
+      assert loss_averages == [last + 'cross_entropy/avg',
+                               last + 'local3/weight_loss/avg',
+                               last + 'local4/weight_loss/avg',
+                               last + 'total_loss/avg']
+      assert tf.train.get_global_step().dtype.base_dtype == tf.int64
+  assert found[1] == found[4]
+  assert len(found[1]) == 10
+  assert ('conv1/weights', (5, 5, 3, 64)) in found[1]
+
+
+def test_each_tower_runs_on_its_own_device():
+  images, labels = _fixed_batch()
+  images, labels = images[:6], labels[:6]
+  graph, step = _tower_graph(3, images, labels)
+  config = _config(3)
+  assert not config.allow_soft_placement
+  assert config.device_count['CPU'] == 3
+  with graph.as_default(), tf.Session(config=config) as sess:
+    sess.run(tf.global_variables_initializer())
+    metadata = tf.RunMetadata()
+    sess.run(step.train_op, run_metadata=metadata,
+             options=tf.RunOptions(output_partition_graphs=True))
+
+  placed = {}
+  for partition in metadata.partition_graphs:
+    for node in partition.node:
+      placed[node.name] = (node.op, node.device)
+  assert len(metadata.partition_graphs) == 3
+  for i in range(3):
+    compute = {name: device for name, (op, device) in placed.items()
+               if name.startswith('tower_%d/' % i) and COMPUTE_OPS.search(op)}
+    # 2 convolutions forward, their filter gradients, and more.
+    assert len(compute) >= 10, compute
+    assert all(d.endswith('/device:CPU:%d' % i) for d in compute.values()), (
+        i, compute)
+  update = [d for name, (op, d) in placed.items()
+            if op == 'ResourceApplyGradientDescent']
+  assert len(update) == 10
+  assert all(d.endswith('/device:CPU:0') for d in update)
+
+
+def _tags(summaries):
+  return {tf.compat.as_str(tf.get_static_value(s.op.inputs[0]).item())
+          for s in summaries}
+
+
+def test_summary_tags_match_single_device_training(data_dir):
+  with tf.Graph().as_default():
+    global_step = tf.train.get_or_create_global_step()
+    images, labels = cifar10.distorted_inputs(data_dir, BATCH, num_threads=1)
+    loss = cifar10.loss(cifar10.inference(images), labels)
+    cifar10.train(loss, global_step, BATCH)
+    single = _tags(tf.get_collection(tf.GraphKeys.SUMMARIES))
+
+  with tf.Graph().as_default():
+    global_step = tf.train.get_or_create_global_step()
+    batches = multi.tower_input_batches(data_dir, 2, BATCH, num_threads=1)
+    step = multi.build_train_step(batches, global_step, BATCH, 'cpu')
+    towers = _tags(step.summaries)
+
+  assert towers == single | {'prefetch_queue/fraction_of_4_full'}
+  assert {'total_loss__raw_', 'conv1/conv1/conv1/activations',
+          'learning_rate', 'images', 'conv1/weights/gradients'} <= towers
+
+
+def test_average_gradients_names_the_mismatch():
+  with tf.Graph().as_default():
+    v = tf.get_variable('v', [2])
+    w = tf.get_variable('w', [])
+    one, three = tf.constant([1.0, 1.0]), tf.constant([3.0, 5.0])
+
+    with pytest.raises(ValueError, match=r"Tower 1 .*missing \['w'\]"):
+      multi.average_gradients([[(one, v), (one[0], w)], [(one, v)]])
+    with pytest.raises(ValueError,
+                       match='Tower 1 has no gradient for variable w'):
+      multi.average_gradients([[(one, v), (one[0], w)], [(one, v), (None, w)]])
+
+    (mean, var), = multi.average_gradients([[(one, v)], [(three, v)]])
+    assert var is v
+    with tf.Session() as sess:
+      np.testing.assert_allclose(sess.run(mean), [2.0, 3.0])
+
+
+def test_logger_counts_every_tower(monkeypatch, capsys):
+  clock = iter([100.0, 102.0, 102.0])
+  monkeypatch.setattr(cifar10_train.time, 'time', lambda: next(clock))
+  logger = cifar10_train._LoggerHook(  # pylint: disable=protected-access
+      None, None, batch_size=8, log_frequency=1, num_towers=2)
+  logger.begin()
+  logger.step = 0
+  logger.after_run(None, tf.train.SessionRunValues(
+      results=1.5, options=None, run_metadata=None))
+  # One step of 2 towers x 8 images in 2 seconds.
+  assert logger.last_examples_per_sec == 8.0
+  assert re.search(r'step 0, loss = 1\.50 \(8\.0 examples/sec; 1\.000 '
+                   r'sec/batch\)', capsys.readouterr().out)
+
+
+def _train(data_dir, train_dir, *extra):
+  result = run_script('cifar10_multi_gpu_train.py', [
+      '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
+      '--num_gpus=2', '--batch_size=%d' % BATCH, '--log_frequency=2']
+                      + list(extra))
+  assert result.returncode == 0, result.stderr[-3000:]
+  return result
+
+
+def _restore_into_single_device_graph(train_dir):
+  """Restores the moving averages as cifar10_eval.py does; returns conv1/biases."""
+  with tf.Graph().as_default():
+    cifar10.inference(tf.zeros([1, 24, 24, 3]))
+    averages = tf.train.ExponentialMovingAverage(cifar10.MOVING_AVERAGE_DECAY)
+    saver = tf.train.Saver(averages.variables_to_restore())
+    with tf.Session() as sess:
+      saver.restore(sess, tf.train.latest_checkpoint(train_dir))
+      biases, = [v for v in tf.trainable_variables()
+                 if v.op.name == 'conv1/biases']
+      return sess.run(biases)
+
+
+def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path):
+  train_dir = str(tmp_path / 'train')
+
+  first = _train(data_dir, train_dir, '--tower_device=cpu', '--max_steps=6')
+
+  assert [int(m.group(2)) for m in LINE.finditer(first.stdout)] == [0, 2, 4]
+  assert first.stdout.count('Filling queue with') == 1
+  checkpoint = tf.train.latest_checkpoint(train_dir)
+  assert checkpoint.endswith('model.ckpt-6')
+  tags = _event_tags(train_dir)
+  assert {'images/image/0', 'learning_rate', 'total_loss__raw_',
+          'total_loss_1', 'conv1/conv1/conv1/activations', 'conv1/weights_1',
+          'conv1/weights/gradients', 'prefetch_queue/fraction_of_4_full'} <= tags
+  assert not [t for t in tags if t.startswith('tower_')]
+
+  restored = _restore_into_single_device_graph(train_dir)
+  np.testing.assert_allclose(
+      restored,
+      tf.train.load_variable(checkpoint, 'conv1/biases/ExponentialMovingAverage'))
+  result = run_script('cifar10_eval.py', [
+      '--data_dir=%s' % data_dir, '--checkpoint_dir=%s' % train_dir,
+      '--eval_dir=%s' % (tmp_path / 'eval'), '--run_once',
+      '--num_examples=16', '--batch_size=%d' % BATCH])
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert checkpoint in result.stdout
+  assert re.search(r'precision @ 1 = \d\.\d{3}', result.stdout)
+
+  # GPU towers on a machine with fewer GPUs: one line, then soft placement.
+  second = _train(data_dir, train_dir, '--max_steps=10')
+
+  assert 'Resuming from checkpoint %s at step 6' % checkpoint in second.stdout
+  if len(tf.config.list_physical_devices('GPU')) < 2:
+    assert ('2 GPU towers asked for (--num_gpus) but %d GPU(s) visible'
+            % len(tf.config.list_physical_devices('GPU'))) in second.stdout
+  assert [int(m.group(2)) for m in LINE.finditer(second.stdout)] == [6, 8]
+  assert tf.train.latest_checkpoint(train_dir).endswith('model.ckpt-10')
+
+
+def test_num_gpus_below_one_is_a_usage_error(tmp_path):
+  result = run_script('cifar10_multi_gpu_train.py', [
+      '--num_gpus=0', '--train_dir=%s' % (tmp_path / 'train')], timeout=60)
+  assert result.returncode != 0
+  assert '--num_gpus must be at least 1, got 0' in result.stderr
+  assert not os.path.exists(tmp_path / 'train')
