@@ -182,6 +182,20 @@ def _diverged(step, train_dir):
       % (step, kept))
 
 
+def build_training_graph(global_step, data_dir, batch_size, use_fp16=False,
+                         num_threads=cifar10_input.NUM_PREPROCESS_THREADS):
+  """Builds single-device training: input pipeline, model, loss, train op.
+
+  Returns:
+    (train_op, loss, None): the op to run each step, the scalar total loss,
+    and None for "write every summary in the graph".
+  """
+  images, labels = cifar10.distorted_inputs(
+      data_dir, batch_size, use_fp16=use_fp16, num_threads=num_threads)
+  loss = cifar10.loss(cifar10.inference(images), labels)
+  return cifar10.train(loss, global_step, batch_size), loss, None
+
+
 def train(data_dir, train_dir, max_steps=100000, batch_size=128,
           use_fp16=False, log_frequency=10, log_device_placement=False,
           fresh_start=False, save_checkpoint_secs=600,
@@ -218,11 +232,8 @@ def train(data_dir, train_dir, max_steps=100000, batch_size=128,
     cifar10.DataError: if a data file is missing or malformed.
   """
   def build(global_step):
-    images, labels = cifar10.distorted_inputs(
-        data_dir, batch_size, use_fp16=use_fp16, num_threads=num_threads)
-    logits = cifar10.inference(images)
-    loss = cifar10.loss(logits, labels)
-    return cifar10.train(loss, global_step, batch_size), loss, None
+    return build_training_graph(global_step, data_dir, batch_size, use_fp16,
+                                num_threads)
 
   return run_training(
       build, train_dir, max_steps, batch_size, log_frequency, fresh_start,

@@ -49,6 +49,7 @@ import cifar10
 import cifar10_eval
 import cifar10_input
 import cifar10_multi_gpu_train
+import cifar10_train
 import synthetic
 
 # Multiply-adds per 24x24 image in each conv and matmul layer of inference().
@@ -147,9 +148,8 @@ class TrainScriptVariant(Variant):
     self.graph = tf.Graph()
     with self.graph.as_default():
       global_step = tf.train.get_or_create_global_step()
-      images, labels = cifar10.distorted_inputs(data_dir, batch_size)
-      loss = cifar10.loss(cifar10.inference(images), labels)
-      self.train_op = cifar10.train(loss, global_step, batch_size)
+      self.train_op, loss, _ = cifar10_train.build_training_graph(
+          global_step, data_dir, batch_size)
       self.sess = tf.train.MonitoredTrainingSession(
           checkpoint_dir=train_dir, hooks=[tf.train.NanTensorHook(loss)],
           config=_session_config(), save_checkpoint_secs=600,
