@@ -209,16 +209,14 @@ def _random_distort(images):
   return distort(images, offsets, flips, deltas, factors)
 
 
-def _generate_image_and_label_batch(image, label, min_queue_examples,
+def _generate_image_and_label_batch(images, labels, min_queue_examples,
                                     batch_size, shuffle, num_threads,
-                                    allow_smaller_final_batch=False,
-                                    enqueue_many=False):
-  """Batches examples through a (shuffling) queue.
+                                    allow_smaller_final_batch=False):
+  """Batches chunks of examples through a (shuffling) queue.
 
   Args:
-    image: 3-D float32 tensor of [IMAGE_SIZE, IMAGE_SIZE, 3], or 4-D
-      [n, IMAGE_SIZE, IMAGE_SIZE, 3] with enqueue_many.
-    label: int32 tensor of [1], or [n, 1] with enqueue_many.
+    images: 4-D float32 tensor of [n, IMAGE_SIZE, IMAGE_SIZE, 3], a chunk.
+    labels: int32 tensor of [n, 1].
     min_queue_examples: int, examples kept in the queue to draw batches from.
     batch_size: int, images per batch.
     shuffle: bool, whether to shuffle across examples.
@@ -226,7 +224,6 @@ def _generate_image_and_label_batch(image, label, min_queue_examples,
     allow_smaller_final_batch: bool, when the input ends, return the
       remaining examples as a last, smaller batch (unshuffled batches only);
       the batch dimension is then None.
-    enqueue_many: bool, whether image and label hold many examples.
 
   Returns:
     images: 4-D float32 tensor of [batch_size, IMAGE_SIZE, IMAGE_SIZE, 3].
@@ -234,17 +231,17 @@ def _generate_image_and_label_batch(image, label, min_queue_examples,
   """
   capacity = min_queue_examples + 3 * batch_size
   if shuffle:
-    images, label_batch = tf.train.shuffle_batch(
-        [image, label], batch_size=batch_size, num_threads=num_threads,
+    image_batch, label_batch = tf.train.shuffle_batch(
+        [images, labels], batch_size=batch_size, num_threads=num_threads,
         capacity=capacity, min_after_dequeue=min_queue_examples,
-        enqueue_many=enqueue_many)
+        enqueue_many=True)
   else:
-    images, label_batch = tf.train.batch(
-        [image, label], batch_size=batch_size, num_threads=num_threads,
-        capacity=capacity, enqueue_many=enqueue_many,
+    image_batch, label_batch = tf.train.batch(
+        [images, labels], batch_size=batch_size, num_threads=num_threads,
+        capacity=capacity, enqueue_many=True,
         allow_smaller_final_batch=allow_smaller_final_batch)
-  tf.summary.image('images', images)
-  return images, tf.reshape(
+  tf.summary.image('images', image_batch)
+  return image_batch, tf.reshape(
       label_batch, [-1 if allow_smaller_final_batch else batch_size])
 
 
@@ -295,7 +292,7 @@ def distorted_inputs(data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS):
             'This will take a few minutes.' % min_queue_examples)
     return _generate_image_and_label_batch(
         images, labels, min_queue_examples, batch_size, shuffle=True,
-        num_threads=num_threads, enqueue_many=True)
+        num_threads=num_threads)
 
 
 def eval_files(eval_data):
@@ -367,5 +364,4 @@ def inputs(eval_data, data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS,
       min_queue_examples = int(num_records * MIN_FRACTION_OF_EXAMPLES_IN_QUEUE)
     return _generate_image_and_label_batch(
         images, labels, min_queue_examples, batch_size, shuffle=False,
-        num_threads=num_threads, allow_smaller_final_batch=single_pass,
-        enqueue_many=True)
+        num_threads=num_threads, allow_smaller_final_batch=single_pass)

@@ -83,8 +83,7 @@ def _constant_batch(batch_size, seed=0):
 
 
 def _session_config():
-  if hasattr(cifar10, 'session_config'):
-    return cifar10.session_config()
+  # The configuration cifar10_train.py runs with (TF's per-core defaults).
   return tf.ConfigProto()
 
 
