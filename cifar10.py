@@ -27,6 +27,7 @@ from absl import app
 from absl import flags
 import numpy as np
 import tensorflow.compat.v1 as tf
+from tensorboard.plugins.histogram import metadata as histogram_metadata
 
 import cifar10_download
 import cifar10_input
@@ -72,17 +73,61 @@ INITIAL_LEARNING_RATE = 0.1       # Initial learning rate.
 # TensorBoard tags are the same for any number of towers.
 TOWER_NAME = 'tower'
 
+# Buckets of every histogram summary; TensorBoard's default.
+HISTOGRAM_BUCKETS = 30
+
 
 def strip_tower_prefix(name):
   """`name` without its tower scope: 'tower_1/conv1/conv1' -> 'conv1/conv1'."""
   return re.sub('%s_[0-9]*/' % TOWER_NAME, '', name)
 
 
+def histogram_summary(name, values):
+  """A histogram summary of `values`, named and tagged as tf.summary.histogram.
+
+  TF's HistogramSummary kernel bins one value at a time into ~1,500
+  exponential buckets: 0.2 s for conv1's activations of one 128-image batch,
+  more than two training steps (benchmarks/README.md). This bins into
+  HISTOGRAM_BUCKETS equal-width buckets with a few whole-tensor ops and
+  writes TensorBoard's histogram format (plugin 'histograms', a [k, 3]
+  float64 tensor of left edge, right edge, count), the one TensorFlow 2's
+  own tf.summary.histogram writes. It shows in the same dashboards.
+
+  Args:
+    name: str, the summary's name; its tag, like tf.summary.histogram's, is
+      the op name it gets.
+    values: float tensor of any shape, non-empty.
+
+  Returns:
+    The summary op (a scalar string tensor), added to the SUMMARIES collection.
+  """
+  with tf.name_scope(name + '_buckets'):
+    flat = tf.reshape(values, [-1])
+    if flat.dtype != tf.float32:
+      flat = tf.cast(flat, tf.float32)
+    low = tf.reduce_min(flat)
+    # All-equal values (a zero-initialized bias) land in the first bucket.
+    width = tf.maximum(tf.reduce_max(flat) - low, 1e-30) / HISTOGRAM_BUCKETS
+    index = tf.clip_by_value(tf.cast((flat - low) / width, tf.int32),
+                             0, HISTOGRAM_BUCKETS - 1)
+    counts = tf.raw_ops.Bincount(arr=index, size=HISTOGRAM_BUCKETS,
+                                 weights=tf.zeros([0], tf.float64))
+    edges = (tf.cast(low, tf.float64) + tf.cast(width, tf.float64)
+             * np.arange(HISTOGRAM_BUCKETS + 1))
+    buckets = tf.stack([edges[:-1], edges[1:], counts], axis=1)
+  return tf.summary.tensor_summary(
+      name, buckets,
+      summary_metadata=histogram_metadata.create_summary_metadata(name, ''))
+
+
 def _activation_summary(x):
   """Adds a histogram and a sparsity summary of activations `x`."""
   tensor_name = strip_tower_prefix(x.op.name)
-  tf.summary.histogram(tensor_name + '/activations', x)
-  tf.summary.scalar(tensor_name + '/sparsity', tf.nn.zero_fraction(x))
+  histogram_summary(tensor_name + '/activations', x)
+  # The fraction of zeros, as tf.nn.zero_fraction computes it without its
+  # tf.cond, whose function setup slowed each new session by ~25 ms.
+  tf.summary.scalar(tensor_name + '/sparsity',
+                    tf.reduce_mean(tf.cast(tf.equal(x, 0), tf.float32)))
 
 
 def _variable_on_cpu(name, shape, initializer, dtype=tf.float32):
@@ -169,10 +214,12 @@ def _lrn(x, name, depth_radius=4, bias=1.0, alpha=0.001 / 9.0):
   out = x / (bias + alpha * sum of x**2 over the 2 * depth_radius + 1
   neighbouring channels) ** 0.75.
 
-  The window sum is computed as a product with a band matrix and the power
-  as rsqrt(y) * sqrt(rsqrt(y)): TF's own LRN gradient kernel
-  took about a sixth of each CPU training step, and these ops do the same
-  arithmetic in fast kernels (benchmarks/README.md has the measurements).
+  TF's own LRN gradient kernel took about a sixth of each CPU training step.
+  Here the window sum is a product with a band matrix (alpha and bias folded
+  into one fused matmul), the power is rsqrt(u) * sqrt(rsqrt(u)), and the
+  gradient is written out (below) instead of differentiating those ops one
+  by one: the same arithmetic in fewer passes over the activations
+  (benchmarks/README.md has the measurements).
 
   Args:
     x: 4-D tensor of [batch, height, width, channels].
@@ -184,13 +231,33 @@ def _lrn(x, name, depth_radius=4, bias=1.0, alpha=0.001 / 9.0):
   channels = x.shape.as_list()[-1]
   index = np.arange(channels)
   band = (np.abs(index[:, None] - index[None, :]) <= depth_radius)
+  dtype = x.dtype.base_dtype
+
+  @tf.custom_gradient
+  def normalize(x):
+    flat = tf.reshape(x, [-1, channels])
+    # u = bias + alpha * window sum of squares; its bias_add fuses into the
+    # matmul.
+    u = tf.nn.bias_add(
+        tf.matmul(tf.square(flat), tf.constant(alpha * band, dtype)),
+        tf.constant(np.full(channels, bias), dtype))
+    r = tf.math.rsqrt(u)
+    scale = r * tf.sqrt(r)  # u ** -0.75
+    y = flat * scale
+
+    def grad(dy):
+      # d out_i / d x_k = [i == k] * scale_k
+      #                   - 1.5 * alpha * x_k * y_i / u_i * [|i - k| <= r];
+      # the band is symmetric, so the sum over i is again a band product.
+      dy = tf.reshape(dy, [-1, channels])
+      spread = tf.matmul(dy * y / u, tf.constant(-1.5 * alpha * band, dtype))
+      return tf.reshape(dy * scale + flat * spread, tf.shape(x))
+
+    return tf.reshape(y, tf.shape(x)), grad
+
   with tf.name_scope(name + '_window'):
-    squares = tf.reshape(tf.square(x), [-1, channels])
-    window_sum = tf.reshape(
-        tf.matmul(squares, tf.constant(band, dtype=x.dtype)), tf.shape(x))
-    scale = tf.math.rsqrt(bias + alpha * window_sum)
-    scale = scale * tf.sqrt(scale)
-  return tf.multiply(x, scale, name=name)
+    out = normalize(x)
+  return tf.identity(out, name=name)
 
 
 def inference(images):
@@ -340,10 +407,10 @@ def learning_rate(global_step, batch_size, num_towers=1):
 def add_weight_and_gradient_summaries(grads_and_vars):
   """Histograms of every trainable variable and of each non-None gradient."""
   for var in tf.trainable_variables():
-    tf.summary.histogram(var.op.name, var)
+    histogram_summary(var.op.name, var)
   for grad, var in grads_and_vars:
     if grad is not None:
-      tf.summary.histogram(var.op.name + '/gradients', grad)
+      histogram_summary(var.op.name + '/gradients', grad)
 
 
 def apply_moving_averages(global_step, after):
@@ -384,6 +451,30 @@ def train(total_loss, global_step, batch_size=128):
 
   add_weight_and_gradient_summaries(grads)
   return apply_moving_averages(global_step, after=[apply_gradient_op])
+
+
+def session_config(**kwargs):
+  """`tf.ConfigProto(**kwargs)` for a session that runs one model.
+
+  On a machine without a GPU the session runs one op at a time (a private
+  inter-op pool of one thread), and each op uses every core through its own
+  intra-op threads. oneDNN's convolutions already keep all cores busy; two
+  of them side by side, TF's default, made a training step 4-7% slower
+  (benchmarks/README.md). With a GPU, TF's defaults are kept: there the CPU's
+  inter-op threads launch kernels and feed the input pipeline.
+
+  Args:
+    **kwargs: fields of tf.ConfigProto.
+
+  Returns:
+    A tf.ConfigProto.
+  """
+  config = tf.ConfigProto(**kwargs)
+  if not tf.config.list_physical_devices('GPU'):
+    pool = config.session_inter_op_thread_pool.add()
+    pool.num_threads = 1
+    pool.global_name = 'cifar10_one_op_at_a_time'
+  return config
 
 
 def configure_logging():

@@ -211,7 +211,7 @@ def _build_eval_graph(eval_data, data_dir, batch_size, use_fp16, num_threads):
 
 
 def _default_session_config():
-  config = tf.ConfigProto()
+  config = cifar10.session_config()
   # Take GPU memory as needed, leaving the rest to a training job.
   config.gpu_options.allow_growth = True
   return config

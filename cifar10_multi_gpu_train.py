@@ -85,9 +85,10 @@ def session_config(num_towers, tower_device, log_device_placement=False):
     A tf.ConfigProto.
   """
   if tower_device == 'cpu':
-    return tf.ConfigProto(device_count={'CPU': num_towers},
-                          allow_soft_placement=False,
-                          log_device_placement=log_device_placement)
+    # One tower runs like cifar10_train.py; more must run side by side.
+    make = cifar10.session_config if num_towers == 1 else tf.ConfigProto
+    return make(device_count={'CPU': num_towers}, allow_soft_placement=False,
+                log_device_placement=log_device_placement)
   return tf.ConfigProto(allow_soft_placement=True,
                         log_device_placement=log_device_placement)
 
@@ -189,8 +190,10 @@ def _retag(summary, tag):
   values = summary.op.inputs[1]
   if summary.op.type == 'ScalarSummary':
     return tf.raw_ops.ScalarSummary(tags=tag, values=values)
-  if summary.op.type == 'HistogramSummary':
-    return tf.raw_ops.HistogramSummary(tag=tag, values=values)
+  if summary.op.type == 'TensorSummaryV2':  # cifar10.histogram_summary
+    return tf.raw_ops.TensorSummaryV2(
+        tag=tag, tensor=values,
+        serialized_summary_metadata=summary.op.inputs[2])
   raise ValueError('Cannot retag summary %s of type %s'
                    % (summary.op.name, summary.op.type))
 

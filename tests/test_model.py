@@ -181,3 +181,54 @@ def test_lrn_matches_tf_nn_lrn_and_its_gradient(dtype, tolerance):
   assert np.abs(ref / x_value).min() < 0.6
   np.testing.assert_allclose(out, ref, rtol=tolerance, atol=tolerance)
   np.testing.assert_allclose(grad, ref_grad, rtol=tolerance, atol=tolerance)
+
+
+def test_histogram_summary_buckets_tag_and_format():
+  # 40 zeros, one value inside each of buckets 1-29, and the maximum.
+  values = np.concatenate([np.zeros(40), np.arange(1, 30) * 0.1 + 0.05, [3.0]])
+  with tf.Graph().as_default():
+    tf.constant(0.0, name='conv1/weights')  # the name the tag must dodge
+    summary = cifar10.histogram_summary('conv1/weights', tf.constant(values))
+    flat = cifar10.histogram_summary('biases', tf.fill([7], 0.1))
+    with tf.Session(config=session_config()) as sess:
+      parsed = [tf.Summary.FromString(s) for s in sess.run([summary, flat])]
+  # Tagged and named like tf.summary.histogram: the op's unique name.
+  assert summary.op.name == 'conv1/weights_1'
+  assert [v.tag for v in parsed[0].value] == ['conv1/weights_1']
+  value = parsed[0].value[0]
+  assert value.metadata.plugin_data.plugin_name == 'histograms'
+  buckets = tf.make_ndarray(value.tensor)
+  assert buckets.shape == (cifar10.HISTOGRAM_BUCKETS, 3)
+  # Equal-width buckets from the minimum to the maximum, all values counted.
+  np.testing.assert_allclose(buckets[:, 0], np.arange(30) * 0.1)
+  np.testing.assert_allclose(buckets[:, 1], np.arange(1, 31) * 0.1)
+  np.testing.assert_array_equal(buckets[:, 2], [40] + [1] * 28 + [2])
+  # All-equal values: one bucket holds them all, edges at the value.
+  same = tf.make_ndarray(parsed[1].value[0].tensor)
+  assert same[0, 2] == 7 and same[:, 2].sum() == 7
+  np.testing.assert_allclose(same[:, :2], 0.1, rtol=1e-6)
+
+
+def test_session_config_runs_one_op_at_a_time_without_a_gpu():
+  config = cifar10.session_config(log_device_placement=True,
+                                  operation_timeout_in_ms=5)
+  assert config.log_device_placement
+  assert config.operation_timeout_in_ms == 5
+  if tf.config.list_physical_devices('GPU'):
+    assert not config.session_inter_op_thread_pool
+  else:
+    [pool] = config.session_inter_op_thread_pool
+    assert pool.num_threads == 1
+    assert pool.global_name == 'cifar10_one_op_at_a_time'
+
+
+def test_activation_summary_sparsity_is_the_fraction_of_zeros():
+  with tf.Graph().as_default():
+    x = tf.constant([[0.0, 1.5, 0.0, 2.0], [0.0, 0.0, 3.0, 0.0]], name='act')
+    cifar10._activation_summary(x)  # pylint: disable=protected-access
+    with tf.Session(config=session_config()) as sess:
+      summary = tf.Summary.FromString(sess.run(tf.summary.merge_all()))
+  values = {v.tag: v for v in summary.value}
+  assert values['act/sparsity'].simple_value == 0.625
+  counts = tf.make_ndarray(values['act/activations'].tensor)[:, 2]
+  assert counts[0] == 5 and counts[-1] == 1 and counts.sum() == 8

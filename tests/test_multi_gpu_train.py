@@ -11,7 +11,7 @@ import tensorflow.compat.v1 as tf
 import cifar10
 import cifar10_multi_gpu_train as multi
 import cifar10_train
-from test_train import LINE, _event_tags
+from test_train import LINE, _event_tags, _event_values, _histogram_tags
 from testutil import OP_TIMEOUT_MS, run_script
 
 BATCH = 8
@@ -245,6 +245,8 @@ def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path):
   checkpoint = tf.train.latest_checkpoint(train_dir)
   assert checkpoint.endswith('model.ckpt-6')
   tags = _event_tags(train_dir)
+  assert {'conv1/conv1/conv1/activations',
+          'conv1/weights/gradients'} <= _histogram_tags(_event_values(train_dir))
   assert {'images/image/0', 'learning_rate', 'total_loss__raw_',
           'total_loss_1', 'conv1/conv1/conv1/activations', 'conv1/weights_1',
           'conv1/weights/gradients', 'prefetch_queue/fraction_of_4_full'} <= tags

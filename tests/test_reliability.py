@@ -145,8 +145,8 @@ def _nan_from_step(first_bad_step):
 @pytest.mark.parametrize('summary_steps', [100, 3])
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(
     tmp_path, data_dir, monkeypatch, summary_steps):
-  # With summaries at step 3 the NaN fails a histogram op before the loss
-  # check sees it; the outcome must be the same.
+  # With summaries at step 3 the histograms of NaN values run in the same
+  # step as the loss check; the outcome must be the same.
   monkeypatch.setattr(cifar10, 'loss', _nan_from_step(3))
   train_dir = str(tmp_path / 'train')
   with pytest.raises(cifar10_train.DivergedError) as e:

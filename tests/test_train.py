@@ -45,11 +45,26 @@ def _checkpoint_steps(train_dir):
                 for f in glob.glob(os.path.join(train_dir, 'model.ckpt-*.index')))
 
 
-def _event_tags(train_dir):
-  tags = set()
+def _event_values(train_dir):
+  """tag -> the last summary value written under it."""
+  values = {}
   for path in glob.glob(os.path.join(train_dir, 'events.out.tfevents.*')):
     for event in tf.train.summary_iterator(path):
-      tags.update(value.tag for value in event.summary.value)
+      values.update((value.tag, value) for value in event.summary.value)
+  return values
+
+
+def _event_tags(train_dir):
+  return set(_event_values(train_dir))
+
+
+def _histogram_tags(values):
+  """The tags written in TensorBoard's histogram format, 30 buckets each."""
+  tags = set()
+  for tag, value in values.items():
+    if value.metadata.plugin_data.plugin_name == 'histograms':
+      assert tf.make_ndarray(value.tensor).shape == (30, 3), tag
+      tags.add(tag)
   return tags
 
 
@@ -66,7 +81,12 @@ def test_train_logs_checkpoints_summarizes_and_resumes(data_dir, tmp_path):
   assert first.stdout.count('step 5, loss') == 1
   assert (first.stdout + first.stderr).count('Saving checkpoints for 20') <= 1
   assert _checkpoint_steps(train_dir) == [0, 20]
-  assert ORIGINAL_TAGS <= _event_tags(train_dir)
+  values = _event_values(train_dir)
+  assert ORIGINAL_TAGS <= set(values)
+  # 10 weights, 10 gradients, 5 activations; none in TF1's slow format.
+  assert len(_histogram_tags(values)) == 25
+  assert 'conv1/conv1/conv1/activations' in _histogram_tags(values)
+  assert not [tag for tag, value in values.items() if value.HasField('histo')]
   assert os.path.exists(os.path.join(train_dir, 'graph.pbtxt'))
 
   second = _train(data_dir, train_dir, '--max_steps=30')
