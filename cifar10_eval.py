@@ -210,8 +210,9 @@ def _build_eval_graph(eval_data, data_dir, batch_size, use_fp16, num_threads):
           'confusion_summaries': confusion_summaries}
 
 
-def _default_session_config():
-  config = cifar10.session_config()
+def default_session_config():
+  """The evaluation session's tf.ConfigProto (see cifar10.session_config)."""
+  config = cifar10.session_config(optimize_graph=False)
   # Take GPU memory as needed, leaving the rest to a training job.
   config.gpu_options.allow_growth = True
   return config
@@ -378,7 +379,7 @@ def eval_once(checkpoint_path, data_dir, eval_dir=None, eval_data='test',
     writer = tf.summary.FileWriterCache.get(eval_dir) if eval_dir else None
     graph.finalize()
 
-    with tf.Session(config=session_config or _default_session_config()) as sess:
+    with tf.Session(config=session_config or default_session_config()) as sess:
       try:
         saver.restore(sess, checkpoint_path)
       except tf.errors.OpError as e:

@@ -83,7 +83,7 @@ def _constant_batch(batch_size, seed=0):
 
 
 def _session_config():
-  # The configuration cifar10_train.py and cifar10_eval.py run with.
+  # The configuration cifar10_train.py runs with.
   return cifar10.session_config()
 
 
@@ -117,13 +117,13 @@ class SessionVariant(Variant):
   """Runs `fetch` in a plain session with the queue runners started."""
 
   def __init__(self, name, steps, examples_per_step, build,
-               flop_per_example=None):
+               flop_per_example=None, config=None):
     super(SessionVariant, self).__init__(name, steps, examples_per_step,
                                          flop_per_example)
     self.graph = tf.Graph()
     with self.graph.as_default():
       self.fetch = build()
-      self.sess = tf.Session(config=_session_config())
+      self.sess = tf.Session(config=config or _session_config())
       self.sess.run([tf.global_variables_initializer(),
                      tf.local_variables_initializer()])
       self.coord = tf.train.Coordinator()
@@ -229,7 +229,7 @@ class EvalVariant(Variant):
     with tf.Graph().as_default():
       ops = cifar10_eval._build_eval_graph(  # pylint: disable=protected-access
           'test', self.data_dir, self.batch_size, False, 1)
-      with tf.Session(config=_session_config()) as sess:
+      with tf.Session(config=cifar10_eval.default_session_config()) as sess:
         sess.run([tf.global_variables_initializer(),
                   tf.local_variables_initializer()])
         coord = tf.train.Coordinator()
@@ -315,8 +315,10 @@ def main():
                      TRAIN_FLOP_PER_EXAMPLE),
       SessionVariant('input', 50, batch, _build_input(data_dir, batch)),
       EvalVariant(data_dir, batch),
+      # Evaluation's ceiling, in evaluation's session configuration.
       SessionVariant('forward', eval_batches, batch, _build_forward(batch),
-                     FORWARD_FLOP_PER_EXAMPLE),
+                     FORWARD_FLOP_PER_EXAMPLE,
+                     cifar10_eval.default_session_config()),
       SessionVariant('matmul', 10, 2 * 2048 ** 3, _build_matmul(2048)),
   ]
   for variant in variants:

@@ -214,12 +214,17 @@ def test_session_config_runs_one_op_at_a_time_without_a_gpu():
                                   operation_timeout_in_ms=5)
   assert config.log_device_placement
   assert config.operation_timeout_in_ms == 5
+  short = cifar10.session_config(optimize_graph=False)
   if tf.config.list_physical_devices('GPU'):
     assert not config.session_inter_op_thread_pool
+    assert not short.graph_options.rewrite_options.disable_meta_optimizer
   else:
     [pool] = config.session_inter_op_thread_pool
     assert pool.num_threads == 1
     assert pool.global_name == 'cifar10_one_op_at_a_time'
+    assert not config.graph_options.rewrite_options.disable_meta_optimizer
+    assert short.graph_options.rewrite_options.disable_meta_optimizer
+    assert short.session_inter_op_thread_pool == config.session_inter_op_thread_pool
 
 
 def test_activation_summary_sparsity_is_the_fraction_of_zeros():

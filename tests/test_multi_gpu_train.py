@@ -245,8 +245,9 @@ def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path):
   checkpoint = tf.train.latest_checkpoint(train_dir)
   assert checkpoint.endswith('model.ckpt-6')
   tags = _event_tags(train_dir)
+  histograms = _histogram_tags(_event_values(train_dir))
   assert {'conv1/conv1/conv1/activations',
-          'conv1/weights/gradients'} <= _histogram_tags(_event_values(train_dir))
+          'conv1/weights/gradients'} <= histograms
   assert {'images/image/0', 'learning_rate', 'total_loss__raw_',
           'total_loss_1', 'conv1/conv1/conv1/activations', 'conv1/weights_1',
           'conv1/weights/gradients', 'prefetch_queue/fraction_of_4_full'} <= tags
@@ -281,3 +282,14 @@ def test_num_gpus_below_one_is_a_usage_error(tmp_path):
   assert result.returncode != 0
   assert '--num_gpus must be at least 1, got 0' in result.stderr
   assert not os.path.exists(tmp_path / 'train')
+
+
+def test_one_cpu_tower_runs_ops_one_at_a_time_and_several_side_by_side():
+  if tf.config.list_physical_devices('GPU'):
+    pytest.skip('the one-op-at-a-time pool is for machines without a GPU')
+  one = multi.session_config(1, 'cpu')
+  two = multi.session_config(2, 'cpu')
+  assert [p.num_threads for p in one.session_inter_op_thread_pool] == [1]
+  # Towers on virtual CPUs must overlap, so TF's default pools.
+  assert not two.session_inter_op_thread_pool
+  assert two.device_count['CPU'] == 2 and not two.allow_soft_placement
