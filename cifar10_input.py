@@ -175,7 +175,7 @@ def distort(images, offsets, flips, deltas, factors):
   one image at a time, but over a whole chunk of images in a few ops.
 
   Args:
-    images: float32 tensor of [n, 32, 32, 3], values 0-255.
+    images: uint8 or float32 tensor of [n, 32, 32, 3], values 0-255.
     offsets: int32 tensor of [n, 2], each crop's top-left corner (row,
       column), in 0..32 - IMAGE_SIZE.
     flips: bool tensor of [n], True to mirror the crop left-right.
@@ -192,7 +192,9 @@ def distort(images, offsets, flips, deltas, factors):
   cols = offsets[:, 1:] + tf.where_v2(flips[:, None], steps[::-1], steps)
   crops = tf.gather(images, rows, axis=1, batch_dims=1)
   crops = tf.gather(crops, cols, axis=2, batch_dims=1)
-  crops += deltas[:, None, None, None]
+  # Cast after cropping: 24x24 of the 32x32 pixels, at a quarter of the bytes
+  # while gathering.
+  crops = tf.cast(crops, tf.float32) + deltas[:, None, None, None]
   means = tf.reduce_mean(crops, axis=[1, 2], keepdims=True)
   crops = (crops - means) * factors[:, None, None, None] + means
   return tf.image.per_image_standardization(crops)
@@ -282,7 +284,7 @@ def distorted_inputs(data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS):
       labels, images = _read_chunk(filename_queue)
       # Standardization undoes much of the brightness and contrast changes
       # (tensorflow#1458); they stay because the original trains with them.
-      images = _random_distort(tf.cast(images, tf.float32))
+      images = _random_distort(images)
       images.set_shape([None, IMAGE_SIZE, IMAGE_SIZE, DEPTH])
 
       # 40% of an epoch (20000 images for the real training set) is kept in

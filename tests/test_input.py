@@ -223,9 +223,10 @@ def test_bad_batch_size_is_an_error(data_dir):
       cifar10_input.inputs('test', data_dir, batch_size=0)
 
 
-def test_distort_matches_tf_image_ops_one_image_at_a_time():
+@pytest.mark.parametrize('dtype', [np.uint8, np.float32])
+def test_distort_matches_tf_image_ops_one_image_at_a_time(dtype):
   rng = np.random.RandomState(5)
-  images = rng.randint(0, 256, (6, 32, 32, 3)).astype(np.float32)
+  images = rng.randint(0, 256, (6, 32, 32, 3)).astype(dtype)
   offsets = rng.randint(0, 9, (6, 2)).astype(np.int32)
   flips = np.array([True, False, True, False, False, True])
   deltas = rng.uniform(-63, 63, 6).astype(np.float32)
@@ -236,8 +237,8 @@ def test_distort_matches_tf_image_ops_one_image_at_a_time():
                                     tf.constant(factors))
     one_by_one = []
     for i in range(6):
-      image = tf.image.crop_to_bounding_box(images[i], offsets[i, 0],
-                                            offsets[i, 1], 24, 24)
+      image = tf.image.crop_to_bounding_box(images[i].astype(np.float32),
+                                            offsets[i, 0], offsets[i, 1], 24, 24)
       if flips[i]:
         image = tf.image.flip_left_right(image)
       image = tf.image.adjust_brightness(image, deltas[i])
