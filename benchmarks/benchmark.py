@@ -18,7 +18,8 @@ in the same run:
               pipeline, no summaries (the ceiling for `train`)
   input       the distorted input pipeline alone, dequeuing batches
   eval        evaluation over the full test set (every example once)
-  forward     inference alone on a constant batch (the ceiling for `eval`)
+  forward     inference alone on a constant batch, in evaluation's session
+              configuration (the ceiling for `eval`)
   matmul      a 2048x2048 float32 matrix product: the machine's practical
               GFLOP/s, against which the model's FLOP rate is compared
 
