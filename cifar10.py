@@ -102,9 +102,7 @@ def histogram_summary(name, values):
     The summary op (a scalar string tensor), added to the SUMMARIES collection.
   """
   with tf.name_scope(name + '_buckets'):
-    flat = tf.reshape(values, [-1])
-    if flat.dtype != tf.float32:
-      flat = tf.cast(flat, tf.float32)
+    flat = tf.cast(tf.reshape(values, [-1]), tf.float32)  # no-op for float32
     low = tf.reduce_min(flat)
     # All-equal values (a zero-initialized bias) land in the first bucket.
     width = tf.maximum(tf.reduce_max(flat) - low, 1e-30) / HISTOGRAM_BUCKETS

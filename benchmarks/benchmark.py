@@ -83,11 +83,6 @@ def _constant_batch(batch_size, seed=0):
   return tf.constant(images), tf.constant(labels)
 
 
-def _session_config():
-  # The configuration cifar10_train.py runs with.
-  return cifar10.session_config()
-
-
 class Variant(object):
   """A graph and session, and how many examples one `step()` processes."""
 
@@ -124,7 +119,8 @@ class SessionVariant(Variant):
     self.graph = tf.Graph()
     with self.graph.as_default():
       self.fetch = build()
-      self.sess = tf.Session(config=config or _session_config())
+      # Default: the configuration cifar10_train.py runs with.
+      self.sess = tf.Session(config=config or cifar10.session_config())
       self.sess.run([tf.global_variables_initializer(),
                      tf.local_variables_initializer()])
       self.coord = tf.train.Coordinator()
@@ -152,7 +148,7 @@ class TrainScriptVariant(Variant):
           global_step, data_dir, batch_size)
       self.sess = tf.train.MonitoredTrainingSession(
           checkpoint_dir=train_dir, hooks=[tf.train.NanTensorHook(loss)],
-          config=_session_config(), save_checkpoint_secs=600,
+          config=cifar10.session_config(), save_checkpoint_secs=600,
           save_summaries_steps=100)
 
   def step(self):
