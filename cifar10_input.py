@@ -142,8 +142,8 @@ def read_cifar10(filename_queue):
   """
   reader = tf.FixedLengthRecordReader(record_bytes=RECORD_BYTES)
   key, value = reader.read(filename_queue)
-  labels, images = _decode(tf.reshape(value, [1]))
-  return CIFAR10Record(key, labels[0], images[0])
+  labels, planes = _decode(tf.reshape(value, [1]))
+  return CIFAR10Record(key, labels[0], tf.transpose(planes[0], [1, 2, 0]))
 
 
 def _decode(values):
@@ -151,13 +151,13 @@ def _decode(values):
 
   Returns:
     labels: int32 tensor of [n, 1].
-    images: uint8 tensor of [n, 32, 32, 3] (height, width, RGB).
+    planes: uint8 tensor of [n, 3, 32, 32], the images as stored: the red,
+      green and blue planes, each [row, column].
   """
   records = tf.reshape(tf.io.decode_raw(values, tf.uint8), [-1, RECORD_BYTES])
   labels = tf.cast(records[:, :LABEL_BYTES], tf.int32)
-  # Stored plane by plane (CHW); the model wants channels last (HWC).
   planes = tf.reshape(records[:, LABEL_BYTES:], [-1, DEPTH, HEIGHT, WIDTH])
-  return labels, tf.transpose(planes, [0, 2, 3, 1])
+  return labels, planes
 
 
 def _read_chunk(filename_queue):
@@ -167,7 +167,12 @@ def _read_chunk(filename_queue):
   return _decode(values)
 
 
-def distort(images, offsets, flips, deltas, factors):
+# Both pipelines preprocess channel planes, as the records store them, and
+# make the finished 24x24 floats channels-last at the end: per-channel means
+# and broadcasts run several times faster over contiguous planes than over
+# interleaved channels, and a float32 transpose of the crop costs a fifth of
+# a uint8 one of the whole image (benchmarks/README.md, change 16).
+def distort(planes, offsets, flips, deltas, factors):
   """The training distortions, with their random draws given, per image.
 
   The same arithmetic as tf.image's random_crop, random_flip_left_right,
@@ -175,7 +180,8 @@ def distort(images, offsets, flips, deltas, factors):
   one image at a time, but over a whole chunk of images in a few ops.
 
   Args:
-    images: uint8 or float32 tensor of [n, 32, 32, 3], values 0-255.
+    planes: uint8 or float32 tensor of [n, 3, 32, 32], values 0-255: each
+      image's red, green and blue planes, as the records store them.
     offsets: int32 tensor of [n, 2], each crop's top-left corner (row,
       column), in 0..32 - IMAGE_SIZE.
     flips: bool tensor of [n], True to mirror the crop left-right.
@@ -184,31 +190,36 @@ def distort(images, offsets, flips, deltas, factors):
       deviations from its mean are scaled by it.
 
   Returns:
-    float32 tensor of [n, IMAGE_SIZE, IMAGE_SIZE, 3], each image with mean 0
-    and standard deviation 1.
+    float32 tensor of [n, IMAGE_SIZE, IMAGE_SIZE, 3] (height, width, RGB),
+    each image with mean 0 and standard deviation 1.
   """
   steps = tf.range(IMAGE_SIZE)
   rows = offsets[:, :1] + steps
   cols = offsets[:, 1:] + tf.where_v2(flips[:, None], steps[::-1], steps)
-  crops = tf.gather(images, rows, axis=1, batch_dims=1)
-  crops = tf.gather(crops, cols, axis=2, batch_dims=1)
-  # Cast after cropping: 24x24 of the 32x32 pixels, at a quarter of the bytes
-  # while gathering.
-  crops = tf.cast(crops, tf.float32) + deltas[:, None, None, None]
-  means = tf.reduce_mean(crops, axis=[1, 2], keepdims=True)
+  # Rows are gathered as whole 32-pixel lines, before the cast (a quarter of
+  # the bytes). Columns are gathered as lines too, after swapping the last
+  # two axes: picking single pixels is several times slower. The brightness
+  # is added before that swap, which keeps Grappler from moving the cast
+  # after it: a uint8 transpose is slower than a float32 one.
+  crops = tf.cast(tf.gather(planes, rows, axis=2, batch_dims=1), tf.float32)
+  crops += deltas[:, None, None, None]
+  crops = tf.gather(tf.transpose(crops, [0, 1, 3, 2]), cols, axis=2,
+                    batch_dims=1)  # [n, 3, column, row]
+  means = tf.reduce_mean(crops, axis=[2, 3], keepdims=True)
   crops = (crops - means) * factors[:, None, None, None] + means
-  return tf.image.per_image_standardization(crops)
+  crops = tf.image.per_image_standardization(crops)  # layout-agnostic
+  return tf.transpose(crops, [0, 3, 2, 1])
 
 
-def _random_distort(images):
+def _random_distort(planes):
   """`distort` with the original's random draws, independent per image."""
-  n = tf.shape(images)[0]
+  n = tf.shape(planes)[0]
   offsets = tf.random.uniform([n, 2], maxval=HEIGHT - IMAGE_SIZE + 1,
                               dtype=tf.int32)
   flips = tf.random.uniform([n]) < 0.5
   deltas = tf.random.uniform([n], -63.0, 63.0)
   factors = tf.random.uniform([n], 0.2, 1.8)
-  return distort(images, offsets, flips, deltas, factors)
+  return distort(planes, offsets, flips, deltas, factors)
 
 
 def _generate_image_and_label_batch(images, labels, min_queue_examples,
@@ -281,10 +292,10 @@ def distorted_inputs(data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS):
   with tf.device('/cpu:0'):
     filename_queue = tf.train.string_input_producer(filenames)
     with tf.name_scope('data_augmentation'):
-      labels, images = _read_chunk(filename_queue)
+      labels, planes = _read_chunk(filename_queue)
       # Standardization undoes much of the brightness and contrast changes
       # (tensorflow#1458); they stay because the original trains with them.
-      images = _random_distort(images)
+      images = _random_distort(planes)
       images.set_shape([None, IMAGE_SIZE, IMAGE_SIZE, DEPTH])
 
       # 40% of an epoch (20000 images for the real training set) is kept in
@@ -356,12 +367,13 @@ def inputs(eval_data, data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS,
             filenames, num_epochs=1, shuffle=False)
       else:
         filename_queue = tf.train.string_input_producer(filenames)
-      labels, images = _read_chunk(filename_queue)
+      labels, planes = _read_chunk(filename_queue)
       # The central 24x24 window, as resize_with_crop_or_pad takes it.
       border = (HEIGHT - IMAGE_SIZE) // 2
-      images = tf.cast(images[:, border:border + IMAGE_SIZE,
-                              border:border + IMAGE_SIZE, :], tf.float32)
-      images = tf.image.per_image_standardization(images)
+      crops = tf.cast(planes[:, :, border:border + IMAGE_SIZE,
+                             border:border + IMAGE_SIZE], tf.float32)
+      images = tf.transpose(tf.image.per_image_standardization(crops),
+                            [0, 2, 3, 1])
       images.set_shape([None, IMAGE_SIZE, IMAGE_SIZE, DEPTH])
       min_queue_examples = int(num_records * MIN_FRACTION_OF_EXAMPLES_IN_QUEUE)
     return _generate_image_and_label_batch(

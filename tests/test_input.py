@@ -232,7 +232,8 @@ def test_distort_matches_tf_image_ops_one_image_at_a_time(dtype):
   deltas = rng.uniform(-63, 63, 6).astype(np.float32)
   factors = rng.uniform(0.2, 1.8, 6).astype(np.float32)
   with tf.Graph().as_default():
-    batched = cifar10_input.distort(tf.constant(images), tf.constant(offsets),
+    planes = np.transpose(images, [0, 3, 1, 2])  # as the records store them
+    batched = cifar10_input.distort(tf.constant(planes), tf.constant(offsets),
                                     tf.constant(flips), tf.constant(deltas),
                                     tf.constant(factors))
     one_by_one = []
