@@ -242,6 +242,46 @@ def train(data_dir, train_dir, max_steps=100000, batch_size=128,
       save_checkpoint_steps=save_checkpoint_steps)
 
 
+def monitored_session(train_dir, loss, global_step, batch_size, max_steps,
+                      log_frequency, config, summary_op=None,
+                      save_checkpoint_secs=600, save_summaries_steps=100,
+                      num_towers=1, save_checkpoint_steps=None):
+  """The MonitoredTrainingSession training runs in, with all its hooks.
+
+  Call it inside the training graph. It stops at global step max_steps,
+  raises on a NaN loss before that step is saved, logs, and writes
+  checkpoints and summaries to train_dir. The benchmark builds its
+  training variants through it too, so it measures what users run.
+
+  Args:
+    loss: the scalar total-loss tensor.
+    global_step: the int64 global step variable.
+    summary_op: the summaries to write, or None for every one in the graph.
+    Others: as for `run_training`.
+
+  Returns:
+    (session, logger): the tf.train.MonitoredTrainingSession, not yet
+    entered, and the `_LoggerHook` holding the last loss and speed.
+  """
+  logger = _LoggerHook(loss, global_step, batch_size, log_frequency,
+                       num_towers)
+  scaffold = tf.train.Scaffold(summary_op=summary_op)
+  # Our own saver, after the NaN check: the session's built-in one runs
+  # before all our hooks and would save the diverged step.
+  saver = tf.train.CheckpointSaverHook(
+      train_dir, scaffold=scaffold, save_steps=save_checkpoint_steps or None,
+      save_secs=None if save_checkpoint_steps else save_checkpoint_secs)
+  hooks = [tf.train.StopAtStepHook(last_step=max_steps),
+           tf.train.NanTensorHook(loss),
+           logger,
+           saver]
+  session = tf.train.MonitoredTrainingSession(
+      checkpoint_dir=train_dir, hooks=hooks, config=config,
+      scaffold=scaffold, save_checkpoint_secs=None,
+      save_checkpoint_steps=None, save_summaries_steps=save_summaries_steps)
+  return session, logger
+
+
 def run_training(build, train_dir, max_steps, batch_size, log_frequency,
                  fresh_start, config, save_checkpoint_secs=600,
                  save_summaries_steps=100, num_towers=1,
@@ -280,24 +320,12 @@ def run_training(build, train_dir, max_steps, batch_size, log_frequency,
       global_step = tf.train.get_or_create_global_step()
     train_op, loss, summary_op = build(global_step)
 
-    logger = _LoggerHook(loss, global_step, batch_size, log_frequency,
-                         num_towers)
-    scaffold = tf.train.Scaffold(summary_op=summary_op)
-    # Our own saver, after the NaN check: the session's built-in one runs
-    # before all our hooks and would save the diverged step.
-    saver = tf.train.CheckpointSaverHook(
-        train_dir, scaffold=scaffold, save_steps=save_checkpoint_steps or None,
-        save_secs=None if save_checkpoint_steps else save_checkpoint_secs)
-    hooks = [tf.train.StopAtStepHook(last_step=max_steps),
-             tf.train.NanTensorHook(loss),
-             logger,
-             saver]
+    mon_sess, logger = monitored_session(
+        train_dir, loss, global_step, batch_size, max_steps, log_frequency,
+        config, summary_op, save_checkpoint_secs, save_summaries_steps,
+        num_towers, save_checkpoint_steps)
     try:
-      with tf.train.MonitoredTrainingSession(
-          checkpoint_dir=train_dir, hooks=hooks, config=config,
-          scaffold=scaffold, save_checkpoint_secs=None,
-          save_checkpoint_steps=None,
-          save_summaries_steps=save_summaries_steps) as mon_sess:
+      with mon_sess:
         while not mon_sess.should_stop() and not stop_signals:
           mon_sess.run(train_op)
     except tf.train.NanLossDuringTrainingError:

@@ -10,7 +10,8 @@ rounds, after a warm-up, and is printed with its ratio to a baseline measured
 in the same run:
 
   train       cifar10_train.py's graph as users run it: queue input pipeline,
-              MonitoredTrainingSession, summaries every 100 steps, checkpoints
+              the script's MonitoredTrainingSession and hooks (stop step, NaN
+              check, logger, checkpoints), summaries every 100 steps
   towers      cifar10_multi_gpu_train.py's graph, one tower
   towers2     the same with two towers of batch_size / 2 on two virtual CPU
               devices (the same global batch)
@@ -28,6 +29,7 @@ process's memory after each round (it must not grow).
 """
 
 import argparse
+import contextlib
 import os
 import resource
 import subprocess
@@ -136,7 +138,11 @@ class SessionVariant(Variant):
 
 
 class TrainScriptVariant(Variant):
-  """cifar10_train.py's graph and session: pipeline, summaries, checkpoints."""
+  """cifar10_train.py's graph and session: pipeline, summaries, checkpoints.
+
+  The session is cifar10_train's own, with all its hooks; the logger's line
+  every 10 steps goes to /dev/null.
+  """
 
   def __init__(self, steps, data_dir, train_dir, batch_size):
     super(TrainScriptVariant, self).__init__('train', steps, batch_size,
@@ -146,17 +152,26 @@ class TrainScriptVariant(Variant):
       global_step = tf.train.get_or_create_global_step()
       self.train_op, loss, _ = cifar10_train.build_training_graph(
           global_step, data_dir, batch_size)
-      self.sess = tf.train.MonitoredTrainingSession(
-          checkpoint_dir=train_dir, hooks=[tf.train.NanTensorHook(loss)],
-          config=cifar10.session_config(), save_checkpoint_secs=600,
-          save_summaries_steps=100)
+      self._start(train_dir, loss, global_step, batch_size,
+                  cifar10.session_config())
+
+  def _start(self, train_dir, loss, global_step, batch_size, config,
+             summary_op=None, num_towers=1):
+    self._log = open(os.devnull, 'w')
+    with contextlib.redirect_stdout(self._log):
+      self.sess, _ = cifar10_train.monitored_session(
+          train_dir, loss, global_step, batch_size, max_steps=10 ** 9,
+          log_frequency=10, config=config, summary_op=summary_op,
+          num_towers=num_towers)
 
   def step(self):
-    self.sess.run(self.train_op)
+    with contextlib.redirect_stdout(self._log):
+      self.sess.run(self.train_op)
 
   def close(self):
     with self.graph.as_default():  # the final checkpoint is saved here
       self.sess.close()
+    self._log.close()
 
 
 class TowersVariant(TrainScriptVariant):
@@ -174,12 +189,9 @@ class TowersVariant(TrainScriptVariant):
       step = cifar10_multi_gpu_train.build_train_step(
           batches, global_step, batch_size, tower_device='cpu')
       self.train_op = step.train_op
-      self.sess = tf.train.MonitoredTrainingSession(
-          checkpoint_dir=train_dir, hooks=[tf.train.NanTensorHook(step.loss)],
-          scaffold=tf.train.Scaffold(
-              summary_op=tf.summary.merge(step.summaries)),
-          config=cifar10_multi_gpu_train.session_config(num_towers, 'cpu'),
-          save_checkpoint_secs=600, save_summaries_steps=100)
+      self._start(train_dir, step.loss, global_step, batch_size,
+                  cifar10_multi_gpu_train.session_config(num_towers, 'cpu'),
+                  tf.summary.merge(step.summaries), num_towers)
 
 
 def _build_bound(batch_size):

@@ -249,3 +249,37 @@ def test_distort_matches_tf_image_ops_one_image_at_a_time(dtype):
       got, expected = sess.run([batched, tf.stack(one_by_one)])
   assert got.shape == (6, 24, 24, 3)
   np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('pipeline', ['train', 'eval'])
+def test_pipelines_transpose_floats_only_after_grappler(tmp_path, pipeline):
+  # A uint8 transpose is several times slower than a float32 one of the crop
+  # (benchmarks/README.md, change 16), and Grappler would move a transpose
+  # to the uint8 side of a bare cast. The graph that actually runs, in the
+  # scripts' session configuration, must transpose float32 only.
+  import cifar10  # pylint: disable=g-import-not-at-top
+  batches = os.path.join(synthetic.make_data_dir(str(tmp_path), 4),
+                         'cifar-10-batches-bin')
+  with tf.Graph().as_default():
+    if pipeline == 'train':
+      images, _ = cifar10_input.distorted_inputs(batches, 4, num_threads=1)
+    else:
+      images, _ = cifar10_input.inputs('test', batches, 4, num_threads=1)
+    filenames, batcher = tf.get_collection(tf.GraphKeys.QUEUE_RUNNERS)
+    options = tf.RunOptions(output_partition_graphs=True, timeout_in_ms=30000)
+    metadata = tf.RunMetadata()
+    with tf.Session(config=cifar10.session_config()) as sess:
+      sess.run(tf.local_variables_initializer())
+      coord = tf.train.Coordinator()
+      # Only the file names are fed: one chunk is read, preprocessed and
+      # enqueued by hand, into a queue with room for it.
+      threads = filenames.create_threads(sess, coord, start=True)
+      sess.run(batcher.enqueue_ops[0], options=options,
+               run_metadata=metadata)
+      coord.request_stop()
+      coord.join(threads)
+  transposes = [node.attr['T'].type
+                for graph in metadata.partition_graphs for node in graph.node
+                if node.op.endswith('Transpose')]
+  assert images.shape.as_list() == [4, 24, 24, 3]
+  assert transposes and set(transposes) == {tf.float32.as_datatype_enum}
