@@ -199,8 +199,8 @@ def distort(planes, offsets, flips, deltas, factors):
   # Rows are gathered as whole 32-pixel lines, before the cast (a quarter of
   # the bytes). Columns are gathered as lines too, after swapping the last
   # two axes: picking single pixels is several times slower. The brightness
-  # is added before that swap, which keeps Grappler from moving the cast
-  # after it: a uint8 transpose is slower than a float32 one.
+  # is added before that swap: Grappler swaps a transpose with a cast just
+  # before it, and would transpose uint8, several times slower than float32.
   crops = tf.cast(tf.gather(planes, rows, axis=2, batch_dims=1), tf.float32)
   crops += deltas[:, None, None, None]
   crops = tf.gather(tf.transpose(crops, [0, 1, 3, 2]), cols, axis=2,
