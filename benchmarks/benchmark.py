@@ -227,10 +227,9 @@ class EvalVariant(Variant):
   a fresh graph and session (untimed) and times the counting loop.
   """
 
-  def __init__(self, data_dir, batch_size):
-    super(EvalVariant, self).__init__(
-        'eval', 1, cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_EVAL,
-        FORWARD_FLOP_PER_EXAMPLE)
+  def __init__(self, data_dir, batch_size, num_examples):
+    super(EvalVariant, self).__init__('eval', 1, num_examples,
+                                      FORWARD_FLOP_PER_EXAMPLE)
     self.data_dir = data_dir
     self.batch_size = batch_size
 
@@ -305,7 +304,10 @@ def main():
   scratch = tempfile.mkdtemp(prefix='cifar10_bench_')
   data_dir = args.data_dir or _random_data_dir(os.path.join(scratch, 'data'))
   batch = args.batch_size
-  eval_batches = -(-cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_EVAL // batch)
+  # 10,000 in the real test set; fewer in a small data dir (the test's).
+  num_test = cifar10_input.check_data_files([os.path.join(
+      data_dir, cifar10.BATCHES_DIR, cifar10_input.TEST_FILES[0])])
+  eval_batches = -(-num_test // batch)
 
   print('TensorFlow %s, %d cores, oneDNN opts %s, data %s' % (
       tf.__version__, os.cpu_count(), os.environ['TF_ENABLE_ONEDNN_OPTS'],
@@ -323,7 +325,7 @@ def main():
       SessionVariant('bound', args.steps, batch, _build_bound(batch),
                      TRAIN_FLOP_PER_EXAMPLE),
       SessionVariant('input', 50, batch, _build_input(data_dir, batch)),
-      EvalVariant(data_dir, batch),
+      EvalVariant(data_dir, batch, num_test),
       # Evaluation's ceiling, in evaluation's session configuration.
       SessionVariant('forward', eval_batches, batch, _build_forward(batch),
                      FORWARD_FLOP_PER_EXAMPLE,
