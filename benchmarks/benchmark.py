@@ -164,9 +164,17 @@ class TrainScriptVariant(Variant):
           log_frequency=10, config=config, summary_op=summary_op,
           num_towers=num_towers)
 
-  def step(self):
+  def measure(self):
+    # Redirected once a window, not once a step: the loop stays as it is.
     with contextlib.redirect_stdout(self._log):
-      self.sess.run(self.train_op)
+      super(TrainScriptVariant, self).measure()
+
+  def warm_up(self):
+    with contextlib.redirect_stdout(self._log):
+      super(TrainScriptVariant, self).warm_up()
+
+  def step(self):
+    self.sess.run(self.train_op)
 
   def close(self):
     with self.graph.as_default():  # the final checkpoint is saved here

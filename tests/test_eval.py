@@ -26,16 +26,15 @@ TRAIN_STEPS = 250
 def train_dir(data_dir, tmp_path_factory):
   """A short training run on the synthetic data: checkpoints 0 and 250."""
   train_dir = str(tmp_path_factory.mktemp('train'))
+  settings = dict(max_steps=TRAIN_STEPS, batch_size=24, log_frequency=50,
+                  num_threads=2)
   try:
-    cifar10_train.train(data_dir, train_dir, max_steps=TRAIN_STEPS,
-                        batch_size=24, log_frequency=50, num_threads=2)
+    cifar10_train.train(data_dir, train_dir, **settings)
   except cifar10_train.DivergedError:
     # The original's learning rate of 0.1 on 100 easy records diverged in 1
     # of 28 measured runs; these tests are about evaluation, so one fresh
     # retry keeps them from failing on that chance.
-    cifar10_train.train(data_dir, train_dir, max_steps=TRAIN_STEPS,
-                        batch_size=24, log_frequency=50, num_threads=2,
-                        fresh_start=True)
+    cifar10_train.train(data_dir, train_dir, fresh_start=True, **settings)
   return train_dir
 
 

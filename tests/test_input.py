@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+import cifar10
 import cifar10_input
 import synthetic
 from testutil import session_config
@@ -257,7 +258,6 @@ def test_pipelines_transpose_floats_only_after_grappler(tmp_path, pipeline):
   # (benchmarks/README.md, change 16), and Grappler would move a transpose
   # to the uint8 side of a bare cast. The graph that actually runs, in the
   # scripts' session configuration, must transpose float32 only.
-  import cifar10  # pylint: disable=g-import-not-at-top
   batches = os.path.join(synthetic.make_data_dir(str(tmp_path), 4),
                          'cifar-10-batches-bin')
   with tf.Graph().as_default():
