@@ -494,7 +494,7 @@ def configure_logging():
 
 def maybe_download_and_extract(data_dir=DEFAULT_DATA_DIR, data_url=DATA_URL,
                                data_md5=DATA_MD5, **kwargs):
-  """Makes `<data_dir>/cifar-10-batches-bin` complete, downloading if needed.
+  """Makes `<data_dir>/cifar-10-batches-bin` usable, downloading if needed.
 
   Downloads to a temporary name, checks the length and MD5, retries, and
   extracts into a temporary directory renamed into place; see
@@ -504,6 +504,9 @@ def maybe_download_and_extract(data_dir=DEFAULT_DATA_DIR, data_url=DATA_URL,
     data_dir: where the archive is kept and extracted.
     data_url: http(s) URL, or file:// URL or path of a local copy.
     data_md5: expected MD5 of the archive; '' for no check.
+    **kwargs: e.g. files=cifar10_input.TRAIN_FILES, the data files the
+      caller reads (all six by default): only a missing one of those is
+      fetched.
 
   Raises:
     DataError: with one message saying what is wrong and how to fix it.

@@ -60,6 +60,7 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 import cifar10_input
+import cifar10_resume
 import cifar10_train
 
 FLAGS = flags.FLAGS
@@ -462,22 +463,30 @@ class _NonChiefSessionCreator(tf.train.SessionCreator):
 
 def _monitored_session(target, cluster, task_index, hooks, config, train_dir,
                        save_checkpoint_secs, save_checkpoint_steps,
-                       save_summaries_steps, startup_wait_secs):
+                       save_summaries_steps, startup_wait_secs,
+                       restore_plan=None):
   """The chief's session (initialises or restores, saves) or another's.
+
+  Args:
+    restore_plan: the chief's cifar10_resume.RestorePlan, or None.
+    Others: as for `train`.
 
   Returns:
     A tf.train.MonitoredSession, already connected.
   """
   if task_index == 0:
-    scaffold = tf.train.Scaffold()
+    # Restores on the chief's CPU, from its own disk, as its saver saves.
+    with tf.device(worker_device(task_index)):
+      scaffold = cifar10_resume.restoring_scaffold(restore_plan)
     # After the NaN check, as in cifar10_train, so a diverged step is never
     # saved.
     hooks = hooks + [tf.train.CheckpointSaverHook(
         train_dir, scaffold=scaffold, save_steps=save_checkpoint_steps,
         save_secs=None if save_checkpoint_steps else save_checkpoint_secs)]
+    # No checkpoint_dir: the scaffold restores, from any trainer's checkpoint.
     return tf.train.MonitoredTrainingSession(
-        master=target, is_chief=True, checkpoint_dir=train_dir,
-        scaffold=scaffold, hooks=hooks, config=config,
+        master=target, is_chief=True, checkpoint_dir=None,
+        summary_dir=train_dir, scaffold=scaffold, hooks=hooks, config=config,
         save_checkpoint_secs=None, save_checkpoint_steps=None,
         save_summaries_steps=save_summaries_steps,
         stop_grace_period_secs=_STOP_GRACE_SECS)
@@ -536,14 +545,19 @@ def train(target, cluster, task_index, data_dir, train_dir,
       chief stopped, or the ps tasks are left over from an earlier run).
     cifar10_train.DivergedError: the loss became NaN; the chief does not save
       that step.
+    cifar10_resume.CheckpointMismatchError: the chief's newest checkpoint is
+      of another model.
   """
   is_chief = task_index == 0
+  checkpoint = plan = None
   if is_chief:
-    cifar10_train._prepare_train_dir(train_dir, fresh_start)  # pylint: disable=protected-access
+    checkpoint = cifar10_train._prepare_train_dir(train_dir, fresh_start)  # pylint: disable=protected-access
   with tf.Graph().as_default(), cifar10_train._stop_requests() as stop_signals:  # pylint: disable=protected-access
     graph = build_worker_graph(cluster, task_index, data_dir, batch_size,
                                use_fp16, sync_replicas, replicas_to_aggregate,
                                num_threads)
+    if is_chief:
+      plan = cifar10_train.plan_resume(checkpoint, train_dir)
     logger = _WorkerLoggerHook(task_index, graph['loss'],
                                graph['global_step'], batch_size, log_frequency)
     hooks = [tf.train.StopAtStepHook(last_step=max_steps),
@@ -557,7 +571,7 @@ def train(target, cluster, task_index, data_dir, train_dir,
       with _monitored_session(target, cluster, task_index, hooks, config,
                               train_dir, save_checkpoint_secs,
                               save_checkpoint_steps, save_summaries_steps,
-                              startup_wait_secs) as mon_sess:
+                              startup_wait_secs, plan) as mon_sess:
         while not mon_sess.should_stop() and not stop_signals:
           mon_sess.run(graph['train_op'])
     except tf.errors.DeadlineExceededError:
@@ -658,7 +672,8 @@ def main(argv):
                         for i, address in enumerate(cluster['ps'])},
                        FLAGS.startup_wait_secs)
     cifar10.maybe_download_and_extract(FLAGS.data_dir, FLAGS.data_url,
-                                       FLAGS.data_md5)
+                                       FLAGS.data_md5,
+                                       files=cifar10_input.TRAIN_FILES)
     stats = train(
         server.target, cluster, task_index, data_dir=FLAGS.data_dir,
         train_dir=FLAGS.train_dir, max_steps=FLAGS.max_steps,
@@ -671,7 +686,8 @@ def main(argv):
         save_checkpoint_secs=FLAGS.save_checkpoint_secs,
         save_checkpoint_steps=FLAGS.save_checkpoint_steps or None)
   except (TimeoutError, ClusterError, cifar10.DataError,
-          cifar10_train.DivergedError) as e:
+          cifar10_train.DivergedError,
+          cifar10_resume.CheckpointMismatchError) as e:
     sys.exit('Worker %d: %s' % (task_index, e))
   if stats['signal']:
     sys.exit(128 + stats['signal'])

@@ -53,13 +53,15 @@ class _DownloadFailed(Exception):
     self.transient = transient
 
 
-def batches_problem(batches_dir):
-  """Why `batches_dir` is not a complete extraction, or None if it is.
+ALL_FILES = cifar10_input.TRAIN_FILES + cifar10_input.TEST_FILES
 
-  Complete means all six data files are there and hold whole records; the
-  label bytes are left to the training and evaluation input checks.
+
+def batches_problem(batches_dir, names=ALL_FILES):
+  """Why `batches_dir` lacks a usable file of `names`, or None if it has all.
+
+  Usable means there and holding whole records; the label bytes are left to
+  the training and evaluation input checks.
   """
-  names = cifar10_input.TRAIN_FILES + cifar10_input.TEST_FILES
   try:
     cifar10_input.check_data_files(
         [os.path.join(batches_dir, name) for name in names],
@@ -97,10 +99,11 @@ def offline_help(data_dir):
 def maybe_download_and_extract(data_dir, data_url=DATA_URL, data_md5=DATA_MD5,
                                attempts=DOWNLOAD_ATTEMPTS,
                                retry_wait_secs=RETRY_WAIT_SECS,
-                               timeout_secs=TIMEOUT_SECS):
-  """Makes `<data_dir>/cifar-10-batches-bin` complete, fetching it if needed.
+                               timeout_secs=TIMEOUT_SECS, files=ALL_FILES):
+  """Makes `files` usable in `<data_dir>/cifar-10-batches-bin`, fetching them.
 
-  Nothing is read from data_url when the directory is already complete.
+  Nothing is read from data_url when those files are already there; else
+  the whole archive is extracted, which has all six.
 
   Args:
     data_dir: str, where the archive is kept and extracted.
@@ -110,12 +113,14 @@ def maybe_download_and_extract(data_dir, data_url=DATA_URL, data_md5=DATA_MD5,
     attempts: int, download attempts before giving up.
     retry_wait_secs: float, pause between attempts.
     timeout_secs: float, longest a connect or a read may block.
+    files: the data file names the caller reads: cifar10_input.TRAIN_FILES
+      to train, cifar10_input.eval_files(...) to evaluate; all by default.
 
   Raises:
     DataError: with one message naming the problem and the fix.
   """
   batches_dir = os.path.join(data_dir, BATCHES_DIR)
-  if batches_problem(batches_dir) is None:
+  if batches_problem(batches_dir, files) is None:
     return
   problem = writable_dir_problem(data_dir)
   if problem:
@@ -125,13 +130,16 @@ def maybe_download_and_extract(data_dir, data_url=DATA_URL, data_md5=DATA_MD5,
                     % (data_dir, problem, offline_help(data_dir)))
   with _exclusive_lock(data_dir):
     # Another process may have finished while this one waited for the lock.
-    problem = batches_problem(batches_dir)
+    problem = batches_problem(batches_dir, files)
     if problem is None:
       return
     incomplete = os.path.exists(batches_dir)
     if incomplete:
       print('%s is incomplete (%s): extracting it again.'
             % (batches_dir, problem))
+    else:
+      print('%s does not exist yet (%s are read from it): getting CIFAR-10.'
+            % (batches_dir, ', '.join(files)), flush=True)
     try:
       archive = _local_archive(data_url, data_md5, data_dir)
       if archive is None:

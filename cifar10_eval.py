@@ -508,8 +508,9 @@ def main(argv):
     print('Note: --use_fp16 is not needed here; the model takes the dtype '
           'of the weights in each checkpoint.')
   try:
-    cifar10.maybe_download_and_extract(FLAGS.data_dir, FLAGS.data_url,
-                                       FLAGS.data_md5)
+    cifar10.maybe_download_and_extract(
+        FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5,
+        files=cifar10_input.eval_files(FLAGS.eval_data))
     check_eval_args(FLAGS.data_dir, FLAGS.eval_data, FLAGS.num_examples,
                     FLAGS.batch_size)
   except ValueError as e:  # cifar10.DataError is one too

@@ -34,6 +34,7 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 import cifar10_input
+import cifar10_resume
 
 FLAGS = flags.FLAGS
 
@@ -112,28 +113,58 @@ class _LoggerHook(tf.train.SessionRunHook):
 def _prepare_train_dir(train_dir, fresh_start):
   """Deletes train_dir if asked to, and says where training starts from.
 
-  Also removes the temporary directories of saves cut short by a kill: the
-  saver writes each checkpoint there first and the index only ever names
-  complete ones, so these are never read, only left behind.
-
   Returns:
-    The global step of the newest checkpoint in train_dir, or 0.
+    The path of the newest checkpoint in train_dir, or None.
   """
   if fresh_start and tf.io.gfile.exists(train_dir):
     print('--fresh_start: deleting %s' % train_dir)
     tf.io.gfile.rmtree(train_dir)
   tf.io.gfile.makedirs(train_dir)
-  for partial in tf.io.gfile.glob(os.path.join(train_dir, 'model.ckpt-*_temp')):
-    print('Removing %s, an interrupted save.' % partial)
-    tf.io.gfile.rmtree(partial)
   checkpoint = tf.train.latest_checkpoint(train_dir)
   if checkpoint is None:
     print('No checkpoint in %s: training from step 0.' % train_dir)
-    return 0
-  step = int(checkpoint.rsplit('-', 1)[-1])
+    return None
   print('Resuming from checkpoint %s at step %d (--fresh_start trains from '
-        'scratch).' % (checkpoint, step))
-  return step
+        'scratch).' % (checkpoint, checkpoint_step(checkpoint)))
+  return checkpoint
+
+
+def checkpoint_step(checkpoint):
+  """The global step in a checkpoint's name ('.../model.ckpt-300' -> 300)."""
+  return int(checkpoint.rsplit('-', 1)[-1]) if checkpoint else 0
+
+
+def plan_resume(checkpoint, train_dir):
+  """Checks that `checkpoint` fits the graph just built; readies train_dir.
+
+  Call it inside the training graph, once built. Prints what starts fresh
+  (state of another trainer's that this one has not). Only then, so that a
+  refused run leaves train_dir as it was, it removes the temporary
+  directories of saves cut short by a kill: the saver writes each checkpoint
+  there first and the index only ever names complete ones, so these are never
+  read, only left behind.
+
+  Args:
+    checkpoint: the path `_prepare_train_dir` returned, or None.
+    train_dir: the training directory.
+
+  Returns:
+    The cifar10_resume.RestorePlan, or None when there is no checkpoint.
+
+  Raises:
+    cifar10_resume.CheckpointMismatchError: the checkpoint is of another
+      model; train_dir is untouched.
+  """
+  plan = None
+  if checkpoint is not None:
+    plan = cifar10_resume.plan_restore(checkpoint)
+    line = cifar10_resume.fresh_line(plan)
+    if line:
+      print(line)
+  for partial in tf.io.gfile.glob(os.path.join(train_dir, 'model.ckpt-*_temp')):
+    print('Removing %s, an interrupted save.' % partial)
+    tf.io.gfile.rmtree(partial)
+  return plan
 
 
 @contextlib.contextmanager
@@ -230,6 +261,8 @@ def train(data_dir, train_dir, max_steps=100000, batch_size=128,
     DivergedError: if the loss became NaN. That step is not saved, so the
       newest checkpoint is the last good one.
     cifar10.DataError: if a data file is missing or malformed.
+    cifar10_resume.CheckpointMismatchError: if the newest checkpoint in
+      train_dir is of another model (train_dir is left as it was).
   """
   def build(global_step):
     return build_training_graph(global_step, data_dir, batch_size, use_fp16,
@@ -245,7 +278,8 @@ def train(data_dir, train_dir, max_steps=100000, batch_size=128,
 def monitored_session(train_dir, loss, global_step, batch_size, max_steps,
                       log_frequency, config, summary_op=None,
                       save_checkpoint_secs=600, save_summaries_steps=100,
-                      num_towers=1, save_checkpoint_steps=None):
+                      num_towers=1, save_checkpoint_steps=None,
+                      restore_plan=None):
   """The MonitoredTrainingSession training runs in, with all its hooks.
 
   Call it inside the training graph. It stops at global step max_steps,
@@ -257,6 +291,8 @@ def monitored_session(train_dir, loss, global_step, batch_size, max_steps,
     loss: the scalar total-loss tensor.
     global_step: the int64 global step variable.
     summary_op: the summaries to write, or None for every one in the graph.
+    restore_plan: the cifar10_resume.RestorePlan to resume from (see
+      `plan_resume`); None starts from the initial values.
     Others: as for `run_training`.
 
   Returns:
@@ -265,7 +301,8 @@ def monitored_session(train_dir, loss, global_step, batch_size, max_steps,
   """
   logger = _LoggerHook(loss, global_step, batch_size, log_frequency,
                        num_towers)
-  scaffold = tf.train.Scaffold(summary_op=summary_op)
+  scaffold = cifar10_resume.restoring_scaffold(restore_plan,
+                                              summary_op=summary_op)
   # Our own saver, after the NaN check: the session's built-in one runs
   # before all our hooks and would save the diverged step.
   saver = tf.train.CheckpointSaverHook(
@@ -275,8 +312,9 @@ def monitored_session(train_dir, loss, global_step, batch_size, max_steps,
            tf.train.NanTensorHook(loss),
            logger,
            saver]
+  # No checkpoint_dir: the scaffold restores, from any trainer's checkpoint.
   session = tf.train.MonitoredTrainingSession(
-      checkpoint_dir=train_dir, hooks=hooks, config=config,
+      checkpoint_dir=None, summary_dir=train_dir, hooks=hooks, config=config,
       scaffold=scaffold, save_checkpoint_secs=None,
       save_checkpoint_steps=None, save_summaries_steps=save_summaries_steps)
   return session, logger
@@ -306,9 +344,10 @@ def run_training(build, train_dir, max_steps, batch_size, log_frequency,
     The dict `train` returns.
 
   Raises:
-    DivergedError: as for `train`.
+    DivergedError, cifar10_resume.CheckpointMismatchError: as for `train`.
   """
-  start_step = _prepare_train_dir(train_dir, fresh_start)
+  checkpoint = _prepare_train_dir(train_dir, fresh_start)
+  start_step = checkpoint_step(checkpoint)
   if start_step >= max_steps:
     print('Checkpoint step %d is already at --max_steps=%d: nothing to train.'
           % (start_step, max_steps))
@@ -319,11 +358,12 @@ def run_training(build, train_dir, max_steps, batch_size, log_frequency,
     with tf.device('/cpu:0'):
       global_step = tf.train.get_or_create_global_step()
     train_op, loss, summary_op = build(global_step)
+    plan = plan_resume(checkpoint, train_dir)
 
     mon_sess, logger = monitored_session(
         train_dir, loss, global_step, batch_size, max_steps, log_frequency,
         config, summary_op, save_checkpoint_secs, save_summaries_steps,
-        num_towers, save_checkpoint_steps)
+        num_towers, save_checkpoint_steps, plan)
     try:
       with mon_sess:
         while not mon_sess.should_stop() and not stop_signals:
@@ -359,7 +399,8 @@ def main(argv, train_fn=train, **train_kwargs):
   cifar10.check_flag_writable_dir('train_dir', FLAGS.train_dir)
   try:
     cifar10.maybe_download_and_extract(FLAGS.data_dir, FLAGS.data_url,
-                                       FLAGS.data_md5)
+                                       FLAGS.data_md5,
+                                       files=cifar10_input.TRAIN_FILES)
     stats = train_fn(
         data_dir=FLAGS.data_dir, train_dir=FLAGS.train_dir,
         max_steps=FLAGS.max_steps, batch_size=FLAGS.batch_size,
@@ -369,7 +410,8 @@ def main(argv, train_fn=train, **train_kwargs):
         save_checkpoint_secs=FLAGS.save_checkpoint_secs,
         save_checkpoint_steps=FLAGS.save_checkpoint_steps or None,
         **train_kwargs)
-  except (cifar10.DataError, DivergedError) as e:
+  except (cifar10.DataError, DivergedError,
+          cifar10_resume.CheckpointMismatchError) as e:
     sys.exit('%s: %s' % (os.path.basename(sys.argv[0]), e))
   if stats['signal']:
     # The shell's convention for "stopped by a signal", so that a chain like

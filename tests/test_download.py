@@ -8,6 +8,7 @@ import hashlib
 import http.server
 import io
 import os
+import shutil
 import socket
 import tarfile
 import threading
@@ -17,6 +18,7 @@ import pytest
 
 import cifar10
 import cifar10_download
+import cifar10_input
 import synthetic
 import testutil
 
@@ -122,6 +124,41 @@ def test_http_download_verified_extracted_and_done_once(tmp_path, server,
   fetch(tmp_path, server.url, md5)
   assert server.requests == 1
   assert capsys.readouterr().out == ''
+
+
+@pytest.mark.parametrize('reads, fetched', [
+    (cifar10_input.TEST_FILES, False),
+    (cifar10_input.TRAIN_FILES, True),
+])
+def test_only_a_missing_file_that_is_read_is_fetched(tmp_path, server, archive,
+                                                     capsys, reads, fetched):
+  _, _, md5, source = archive
+  batches = tmp_path / 'cifar-10-batches-bin'
+  batches.mkdir()
+  shutil.copy(os.path.join(source, 'cifar-10-batches-bin', synthetic.TEST_FILE),
+              str(batches))
+
+  fetch(tmp_path, server.url, md5, files=reads)
+
+  out = capsys.readouterr().out
+  assert server.requests == int(fetched)
+  if fetched:
+    assert ('%s is incomplete (Failed to find file: %s ' % (
+        batches, batches / 'data_batch_1.bin')) in out
+    assert_extracted_like(tmp_path, source)
+  else:
+    assert out == ''
+    assert os.listdir(str(batches)) == [synthetic.TEST_FILE]
+
+
+def test_missing_directory_line_names_the_files_read(tmp_path, server, archive,
+                                                     capsys):
+  fetch(tmp_path, server.url, archive[2], files=cifar10_input.TRAIN_FILES)
+  assert ('%s does not exist yet (data_batch_1.bin, data_batch_2.bin, '
+          'data_batch_3.bin, data_batch_4.bin, data_batch_5.bin are read from '
+          'it): getting CIFAR-10.' % (tmp_path / 'cifar-10-batches-bin')
+          in capsys.readouterr().out)
+  assert server.requests == 1
 
 
 def test_truncated_download_is_retried(tmp_path, server, archive, capsys):

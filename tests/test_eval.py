@@ -4,6 +4,8 @@ import collections
 import glob
 import os
 import re
+import shutil
+import socket
 
 from absl import flags
 import numpy as np
@@ -121,6 +123,39 @@ def test_script_run_once_after_training(data_dir, train_dir, tmp_path):
   # The eval graph's own summaries, next to them.
   assert events[TRAIN_STEPS, 'images/image/0'] == ['image']
   assert len(events[TRAIN_STEPS, 'conv1/conv1/conv1/sparsity']) == 1
+
+
+def test_test_file_alone_is_enough_and_nothing_is_fetched(data_dir, train_dir,
+                                                         tmp_path):
+  only_test = tmp_path / 'data' / 'cifar-10-batches-bin'
+  only_test.mkdir(parents=True)
+  shutil.copy(os.path.join(data_dir, 'cifar-10-batches-bin', 'test_batch.bin'),
+              str(only_test))
+  # Nothing listens there: any download attempt would fail the run.
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    url = 'http://127.0.0.1:%d/cifar-10-binary.tar.gz' % s.getsockname()[1]
+  args = ['--run_once', '--data_dir=%s' % only_test.parent,
+          '--checkpoint_dir=%s' % train_dir, '--eval_dir=%s' % (tmp_path / 'e'),
+          '--num_examples=20', '--batch_size=8', '--data_url=%s' % url]
+
+  result = run_script('cifar10_eval.py', args)
+
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert len(PRECISION_LINE.findall(result.stdout)) == 1
+  assert 'CIFAR-10' not in result.stdout  # No "getting", no "extracting".
+  assert os.listdir(str(only_test)) == ['test_batch.bin']
+
+  # The training files are needed for train_eval: that one is named.
+  result = run_script('cifar10_eval.py', args + ['--eval_data=train_eval'],
+                      timeout=120)
+  assert result.returncode == 1
+  assert 'Traceback' not in result.stderr
+  assert ('%s is incomplete (Failed to find file: %s/data_batch_1.bin '
+          % (only_test, only_test)) in result.stdout
+  assert result.stderr.strip().splitlines()[-1].startswith(
+      'cifar10_eval.py: error: Failed to find file: %s/data_batch_1.bin'
+      % only_test)
 
 
 def test_untrained_checkpoint_is_near_chance(data_dir, train_dir):

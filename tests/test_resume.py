@@ -1,0 +1,251 @@
+"""A checkpoint of any trainer resumes in any other (cifar10_resume).
+
+The scripts run as a user runs them, one after the other on one train_dir.
+A resumed run saves a checkpoint at the step it resumed from before its
+first step, overwriting the one it read: that file shows what the run
+restored (and what it started fresh) before training changed it.
+"""
+
+import glob
+import hashlib
+import os
+import re
+import subprocess
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import cifar10_resume
+from test_distributed_train import _free_ports, _start
+from test_train import LINE
+import testutil
+
+BATCH = 8
+# The loss terms whose averages every trainer keeps, under its tower's scope.
+LOSS_TERMS = ('cross_entropy', 'local3/weight_loss', 'local4/weight_loss',
+              'total_loss')
+TRAINERS = {
+    'single': ('cifar10_train.py', []),
+    'towers1': ('cifar10_multi_gpu_train.py',
+                ['--num_gpus=1', '--tower_device=cpu']),
+    'towers2': ('cifar10_multi_gpu_train.py',
+                ['--num_gpus=2', '--tower_device=cpu']),
+}
+# The names of each trainer's own state: its loss averages.
+OWN_STATE = {
+    'single': ['%s/avg' % term for term in LOSS_TERMS],
+    'towers1': ['tower_0/%s/avg' % term for term in LOSS_TERMS],
+    'towers2': ['tower_1/%s/avg' % term for term in LOSS_TERMS],
+    'distributed': ['%s/avg' % term for term in LOSS_TERMS],
+}
+FRESH_LINE = re.compile(r'^Starting fresh \(not in model\.ckpt-(\d+), which '
+                        r'another trainer wrote\): (.*)\.$', re.M)
+
+
+def _values(checkpoint):
+  """Every tensor of a checkpoint, by name."""
+  reader = tf.train.load_checkpoint(checkpoint)
+  return {name: reader.get_tensor(name)
+          for name in reader.get_variable_to_shape_map()}
+
+
+def _run(trainer, data_dir, train_dir, max_steps):
+  script, flags = TRAINERS[trainer]
+  result = testutil.run_script(script, [
+      '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
+      '--batch_size=%d' % BATCH, '--log_frequency=2',
+      '--max_steps=%d' % max_steps] + flags)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return result.stdout
+
+
+def _check_resumed(stdout, train_dir, saved, step, max_steps, writer, reader):
+  """Asserts a run resumed the model at `step` and kept going to max_steps.
+
+  Args:
+    stdout: the resuming run's output.
+    saved: the values of the checkpoint it resumed from, read before it ran.
+    writer, reader: the trainers that wrote and read it (keys of OWN_STATE).
+  """
+  checkpoint = os.path.join(train_dir, 'model.ckpt-%d' % step)
+  assert ('Resuming from checkpoint %s at step %d' % (checkpoint, step)
+          in stdout), stdout
+  assert [int(m.group(2)) for m in LINE.finditer(stdout)][0] == step
+  assert tf.train.latest_checkpoint(train_dir).endswith(
+      'model.ckpt-%d' % max_steps)
+
+  restored = _values(checkpoint)  # Rewritten by the reader at its start.
+  assert set(OWN_STATE[reader]) <= set(restored)
+  fresh = sorted(set(OWN_STATE[reader]) - set(OWN_STATE[writer]))
+  lines = FRESH_LINE.findall(stdout)
+  if fresh:
+    assert lines == [(str(step), ', '.join(fresh))], stdout
+  else:
+    assert not lines, stdout
+  for name in fresh:
+    assert restored[name] == 0.0, name  # Its initial value.
+  carried = [name for name in restored if name not in fresh]
+  # The 21 of the model (weights, averages, step) and the shared averages.
+  assert len(carried) == 21 + len(OWN_STATE[reader]) - len(fresh)
+  for name in carried:
+    np.testing.assert_array_equal(restored[name], saved[name], err_msg=name)
+  assert restored['global_step'] == step
+  # Training went on from there: the final weights moved.
+  final = _values(tf.train.latest_checkpoint(train_dir))
+  assert final['global_step'] == max_steps
+  assert not np.array_equal(final['local4/weights'], saved['local4/weights'])
+
+
+def test_each_trainer_resumes_the_others_checkpoints(data_dir, tmp_path):
+  train_dir = str(tmp_path / 'train')
+  chain = ['single', 'towers2', 'towers1', 'towers2', 'single']
+  _run(chain[0], data_dir, train_dir, 4)
+  for i, (writer, reader) in enumerate(zip(chain, chain[1:])):
+    step = 4 * (i + 1)
+    saved = _values(tf.train.latest_checkpoint(train_dir))
+    assert saved['global_step'] == step
+    stdout = _run(reader, data_dir, train_dir, step + 4)
+    _check_resumed(stdout, train_dir, saved, step, step + 4, writer, reader)
+
+
+def _run_chief(data_dir, train_dir, max_steps, sync, tmp_path):
+  """Runs a cluster of one ps and one worker (the chief) to max_steps."""
+  ps_port, worker_port = _free_ports(2)
+  cluster = ['--ps_hosts=127.0.0.1:%d' % ps_port,
+             '--worker_hosts=127.0.0.1:%d' % worker_port]
+  ps = _start(['--job_name=ps', '--task_index=0'] + cluster,
+              str(tmp_path / ('ps-%d.log' % max_steps)))
+  try:
+    result = testutil.run_script('cifar10_distributed_train.py', [
+        '--job_name=worker', '--task_index=0', '--data_dir=%s' % data_dir,
+        '--train_dir=%s' % train_dir, '--batch_size=%d' % BATCH,
+        '--log_frequency=2', '--max_steps=%d' % max_steps,
+        '--operation_timeout_secs=60', '--startup_wait_secs=60'] + cluster +
+                                 (['--sync_replicas'] if sync else []))
+  finally:
+    ps.terminate()
+    try:
+      ps.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+      ps.kill()
+      ps.wait()
+  assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+  # The chief's lines carry its index; the resume check reads plain ones.
+  return result.stdout.replace('Worker 0: ', '')
+
+
+def test_distributed_chief_resumes_and_is_resumed(data_dir, tmp_path):
+  train_dir = str(tmp_path / 'train')
+  _run('single', data_dir, train_dir, 4)
+  for step, sync in ((4, False), (8, True)):
+    saved = _values(tf.train.latest_checkpoint(train_dir))
+    stdout = _run_chief(data_dir, train_dir, step + 4, sync, tmp_path)
+    writer = 'single' if step == 4 else 'distributed'
+    _check_resumed(stdout, train_dir, saved, step, step + 4, writer,
+                   'distributed')
+  saved = _values(tf.train.latest_checkpoint(train_dir))
+  stdout = _run('towers2', data_dir, train_dir, 16)
+  _check_resumed(stdout, train_dir, saved, 12, 16, 'distributed', 'towers2')
+
+
+def _listing(directory):
+  """Every file under directory with its size, mtime and content hash."""
+  listing = {}
+  for path in glob.glob(os.path.join(directory, '**'), recursive=True):
+    if os.path.isfile(path):
+      with open(path, 'rb') as f:
+        digest = hashlib.md5(f.read()).hexdigest()
+      listing[path] = (os.path.getsize(path), os.stat(path).st_mtime_ns,
+                       digest)
+  return listing
+
+
+def test_float16_checkpoint_is_refused_and_left_as_it_was(data_dir, tmp_path):
+  train_dir = str(tmp_path / 'train')
+  result = testutil.run_script('cifar10_train.py', [
+      '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
+      '--batch_size=%d' % BATCH, '--max_steps=2', '--use_fp16'])
+  assert result.returncode == 0, result.stderr[-3000:]
+  before = _listing(train_dir)
+
+  result = testutil.run_script('cifar10_multi_gpu_train.py', [
+      '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
+      '--batch_size=%d' % BATCH, '--max_steps=4', '--num_gpus=2',
+      '--tower_device=cpu'])
+
+  assert result.returncode == 1
+  assert 'Traceback' not in result.stderr
+  assert result.stderr.rstrip().splitlines()[-1] == (
+      'cifar10_multi_gpu_train.py: checkpoint %s/model.ckpt-2 holds '
+      'conv1/biases as float16 [64]; this model has it as float32 [64] '
+      '(--use_fp16 must be as it was when the checkpoint was written). '
+      'Nothing was changed; resume with the settings it was written with, or '
+      'train this model in another --train_dir' % train_dir)
+  assert _listing(train_dir) == before
+
+
+def _save(path, shapes, averaged=()):
+  """Writes a checkpoint of float32 zero variables of the given shapes."""
+  with tf.Graph().as_default():
+    tf.train.get_or_create_global_step()
+    for name, shape in shapes.items():
+      tf.get_variable(name, shape, initializer=tf.zeros_initializer())
+    for name in averaged:
+      tf.get_variable(name + cifar10_resume.AVERAGE_SUFFIX, shapes[name],
+                      initializer=tf.zeros_initializer(), trainable=False)
+    with tf.Session(config=testutil.session_config()) as sess:
+      sess.run(tf.global_variables_initializer())
+      return tf.train.Saver().save(sess, path, global_step=7)
+
+
+def _plan(checkpoint, shapes, averaged=(), own=()):
+  """plan_restore in a graph with those weights, averages and own state."""
+  with tf.Graph().as_default():
+    tf.train.get_or_create_global_step()
+    for name, shape in shapes.items():
+      tf.get_variable(name, shape)
+    for name in averaged:
+      tf.get_variable(name + cifar10_resume.AVERAGE_SUFFIX, shapes[name],
+                      trainable=False)
+    for name in own:
+      tf.get_variable(name, [], trainable=False)
+    return cifar10_resume.plan_restore(checkpoint)
+
+
+def test_plan_restores_shared_state_and_starts_own_state_fresh(tmp_path):
+  checkpoint = _save(str(tmp_path / 'model.ckpt'),
+                     {'conv1/weights': [5, 5, 3, 64], 'tower_1/loss/avg': []},
+                     averaged=['conv1/weights'])
+
+  plan = _plan(checkpoint, {'conv1/weights': [5, 5, 3, 64]},
+               averaged=['conv1/weights'], own=['loss/avg'])
+
+  assert plan.checkpoint == checkpoint
+  assert sorted(plan.variables) == [
+      'conv1/weights', 'conv1/weights/ExponentialMovingAverage', 'global_step']
+  assert plan.fresh == ['loss/avg']
+  assert cifar10_resume.fresh_line(plan) == (
+      'Starting fresh (not in model.ckpt-7, which another trainer wrote): '
+      'loss/avg.')
+
+
+@pytest.mark.parametrize('shapes, averaged, message', [
+    ({'conv1/weights': [3, 3, 3, 64]}, [],
+     'holds conv1/weights as float32 [5, 5, 3, 64]; this model has it as '
+     'float32 [3, 3, 3, 64]. Nothing was changed'),
+    ({'conv1/weights': [5, 5, 3, 64], 'conv9/weights': [2]}, [],
+     'has no conv9/weights, which this model needs (float32 [2]): it was '
+     'written by another model. Nothing was changed'),
+    ({'conv1/weights': [5, 5, 3, 64]}, ['conv1/weights'],
+     'has no conv1/weights/ExponentialMovingAverage, which this model needs '
+     '(float32 [5, 5, 3, 64])'),
+])
+def test_plan_names_the_checkpoint_and_what_differs(tmp_path, shapes, averaged,
+                                                    message):
+  checkpoint = _save(str(tmp_path / 'model.ckpt'),
+                     {'conv1/weights': [5, 5, 3, 64]})
+  with pytest.raises(cifar10_resume.CheckpointMismatchError) as e:
+    _plan(checkpoint, shapes, averaged)
+  assert str(e.value).startswith('checkpoint %s ' % checkpoint)
+  assert message in str(e.value)
