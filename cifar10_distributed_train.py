@@ -41,6 +41,7 @@ one operation blocks for --operation_timeout_secs. The ps tasks never exit on
 their own; stop them (Ctrl-C or kill) when the workers are done.
 """
 
+import contextlib
 from datetime import datetime
 import json
 import os
@@ -60,6 +61,7 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 import cifar10_input
+import cifar10_lock
 import cifar10_resume
 import cifar10_train
 
@@ -545,50 +547,62 @@ def train(target, cluster, task_index, data_dir, train_dir,
       chief stopped, or the ps tasks are left over from an earlier run).
     cifar10_train.DivergedError: the loss became NaN; the chief does not save
       that step.
-    cifar10_resume.CheckpointMismatchError: the chief's newest checkpoint is
-      of another model.
+    cifar10_resume.ResumeError: the chief's newest checkpoint is of another
+      model, or every checkpoint is damaged.
+    cifar10_lock.TrainDirBusyError: another trainer holds the chief's
+      train_dir.
+    cifar10_train.DiskFullError: the chief's disk filled up while saving.
   """
   is_chief = task_index == 0
   checkpoint = plan = None
-  if is_chief:
-    checkpoint = cifar10_train._prepare_train_dir(train_dir, fresh_start)  # pylint: disable=protected-access
-  with tf.Graph().as_default(), cifar10_train._stop_requests() as stop_signals:  # pylint: disable=protected-access
-    graph = build_worker_graph(cluster, task_index, data_dir, batch_size,
-                               use_fp16, sync_replicas, replicas_to_aggregate,
-                               num_threads)
+  with contextlib.ExitStack() as claimed:
     if is_chief:
-      plan = cifar10_train.plan_resume(checkpoint, train_dir)
-    logger = _WorkerLoggerHook(task_index, graph['loss'],
-                               graph['global_step'], batch_size, log_frequency)
-    hooks = [tf.train.StopAtStepHook(last_step=max_steps),
-             tf.train.NanTensorHook(graph['loss']), logger]
-    if sync_replicas:
-      hooks += [graph['sync_optimizer'].make_session_run_hook(is_chief),
-                _ReleaseTokensHook(graph['release_op'])]
-    config = session_config(task_index, operation_timeout_secs,
-                            log_device_placement)
-    try:
-      with _monitored_session(target, cluster, task_index, hooks, config,
-                              train_dir, save_checkpoint_secs,
-                              save_checkpoint_steps, save_summaries_steps,
-                              startup_wait_secs, plan) as mon_sess:
-        while not mon_sess.should_stop() and not stop_signals:
-          mon_sess.run(graph['train_op'])
-    except tf.errors.DeadlineExceededError:
-      raise TimeoutError(
-          'an operation blocked for more than %s s (--operation_timeout_secs) '
-          'after global step %s: did another task stop, or is the input queue '
-          'still filling?' % (operation_timeout_secs, logger.global_step))
-    except tf.errors.CancelledError as e:
-      if 'sync_token_q' not in e.message:
-        raise
-      raise ClusterError(_CLOSED_QUEUE) from None
-    except tf.train.NanLossDuringTrainingError:
+      checkpoint = claimed.enter_context(
+          cifar10_train.claim_train_dir(train_dir, fresh_start))
+    with tf.Graph().as_default(), cifar10_train._stop_requests() as stop_signals:  # pylint: disable=protected-access
+      graph = build_worker_graph(cluster, task_index, data_dir, batch_size,
+                                 use_fp16, sync_replicas, replicas_to_aggregate,
+                                 num_threads)
       if is_chief:
-        raise cifar10_train._diverged(logger.global_step, train_dir) from None  # pylint: disable=protected-access
-      raise cifar10_train.DivergedError(
-          'Model diverged with loss = NaN at global step %s; the chief keeps '
-          'the last good checkpoint.' % logger.global_step) from None
+        plan = cifar10_train.plan_resume(checkpoint, train_dir)
+      logger = _WorkerLoggerHook(task_index, graph['loss'],
+                                 graph['global_step'], batch_size,
+                                 log_frequency)
+      hooks = [tf.train.StopAtStepHook(last_step=max_steps),
+               tf.train.NanTensorHook(graph['loss']), logger]
+      if sync_replicas:
+        hooks += [graph['sync_optimizer'].make_session_run_hook(is_chief),
+                  _ReleaseTokensHook(graph['release_op'])]
+      config = session_config(task_index, operation_timeout_secs,
+                              log_device_placement)
+      try:
+        with _monitored_session(target, cluster, task_index, hooks, config,
+                                train_dir, save_checkpoint_secs,
+                                save_checkpoint_steps, save_summaries_steps,
+                                startup_wait_secs, plan) as mon_sess:
+          while not mon_sess.should_stop() and not stop_signals:
+            mon_sess.run(graph['train_op'])
+      except tf.errors.DeadlineExceededError:
+        raise TimeoutError(
+            'an operation blocked for more than %s s '
+            '(--operation_timeout_secs) after global step %s: did another task '
+            'stop, or is the input queue still filling?'
+            % (operation_timeout_secs, logger.global_step))
+      except tf.errors.CancelledError as e:
+        if 'sync_token_q' not in e.message:
+          raise
+        raise ClusterError(_CLOSED_QUEUE) from None
+      except (tf.errors.OpError, OSError) as e:
+        full = is_chief and cifar10_train.disk_full(e, train_dir)
+        if not full:
+          raise
+        raise full from None
+      except tf.train.NanLossDuringTrainingError:
+        if is_chief:
+          raise cifar10_train._diverged(logger.global_step, train_dir) from None  # pylint: disable=protected-access
+        raise cifar10_train.DivergedError(
+            'Model diverged with loss = NaN at global step %s; the chief keeps '
+            'the last good checkpoint.' % logger.global_step) from None
   if sync_replicas and not stop_signals and logger.global_step < max_steps:
     # A closed token queue ends a worker's wait like the end of its input.
     raise ClusterError('stopped at global step %d, before --max_steps=%d: %s'
@@ -686,8 +700,8 @@ def main(argv):
         save_checkpoint_secs=FLAGS.save_checkpoint_secs,
         save_checkpoint_steps=FLAGS.save_checkpoint_steps or None)
   except (TimeoutError, ClusterError, cifar10.DataError,
-          cifar10_train.DivergedError,
-          cifar10_resume.CheckpointMismatchError) as e:
+          cifar10_train.DivergedError, cifar10_train.DiskFullError,
+          cifar10_lock.TrainDirBusyError, cifar10_resume.ResumeError) as e:
     sys.exit('Worker %d: %s' % (task_index, e))
   if stats['signal']:
     sys.exit(128 + stats['signal'])

@@ -38,6 +38,7 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 import cifar10_input
+import cifar10_resume
 
 FLAGS = flags.FLAGS
 
@@ -71,7 +72,7 @@ class CheckpointError(ValueError):
 
 
 class CheckpointUnreadableError(CheckpointError):
-  """A listed checkpoint whose files are missing or incomplete.
+  """A listed checkpoint whose files are missing, incomplete or damaged.
 
   Training prunes old checkpoints and writes new ones while evaluation runs,
   so periodic evaluation skips such a checkpoint and waits for the next.
@@ -108,12 +109,14 @@ def _open_checkpoint(checkpoint_path):
   Returns:
     (reader, dtype of the weights, global step as an int).
   """
-  try:
-    reader = tf.train.NewCheckpointReader(checkpoint_path)
-  except tf.errors.OpError as e:
+  # Every value is read back (checksums included), so a damaged .index or
+  # .data file is skipped here rather than failing the restore.
+  problem = cifar10_resume.checkpoint_problem(checkpoint_path)
+  if problem:
     raise CheckpointUnreadableError(
-        'cannot read checkpoint %s (pruned by training, or not completely '
-        'written): %s' % (checkpoint_path, e.message.splitlines()[0]))
+        'cannot read checkpoint %s (pruned by training, not completely '
+        'written, or damaged): %s' % (checkpoint_path, problem))
+  reader = tf.train.NewCheckpointReader(checkpoint_path)
   dtypes = reader.get_variable_to_dtype_map()
   if 'conv1/weights' not in dtypes:
     raise CheckpointError(
@@ -384,8 +387,8 @@ def eval_once(checkpoint_path, data_dir, eval_dir=None, eval_data='test',
         saver.restore(sess, checkpoint_path)
       except tf.errors.OpError as e:
         raise CheckpointUnreadableError(
-            'cannot restore checkpoint %s (pruned by training, or not '
-            'completely written): %s'
+            'cannot restore checkpoint %s (pruned by training, not '
+            'completely written, or damaged): %s'
             % (checkpoint_path, e.message.splitlines()[0]))
       sess.run(init_local)
       coord = tf.train.Coordinator()

@@ -16,6 +16,7 @@ The original's figures (theirs, not measured here): about 86 percent precision @
 
 import contextlib
 from datetime import datetime
+import errno
 import os
 import signal
 import sys
@@ -34,6 +35,7 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 import cifar10_input
+import cifar10_lock
 import cifar10_resume
 
 FLAGS = flags.FLAGS
@@ -46,8 +48,8 @@ flags.DEFINE_boolean('log_device_placement', False,
 flags.DEFINE_integer('log_frequency', 10,
                      'How often to log results to the console.')
 flags.DEFINE_boolean('fresh_start', False,
-                     'Delete --train_dir (checkpoints and events) and train '
-                     'from step 0 instead of resuming.')
+                     'Delete what is in --train_dir (checkpoints and '
+                     'events) and train from step 0 instead of resuming.')
 flags.DEFINE_integer('save_checkpoint_secs', 600,
                      'Seconds between checkpoints (one is also written at '
                      'the start and at the end).')
@@ -110,28 +112,92 @@ class _LoggerHook(tf.train.SessionRunHook):
     self._window_steps = 0
 
 
-def _prepare_train_dir(train_dir, fresh_start):
-  """Deletes train_dir if asked to, and says where training starts from.
+class DiskFullError(RuntimeError):
+  """The disk of train_dir filled up; the message names the directory."""
 
-  Returns:
-    The path of the newest checkpoint in train_dir, or None.
+
+@contextlib.contextmanager
+def claim_train_dir(train_dir, fresh_start):
+  """Locks train_dir for this run and says where training starts from.
+
+  Holds cifar10_lock's lock until the block ends, so a second trainer on the
+  same directory stops at once. With fresh_start, deletes everything in
+  train_dir but the lock file. Damaged checkpoints are skipped (one line
+  each), never deleted.
+
+  Yields:
+    The path of the newest checkpoint in train_dir that restores, or None.
+
+  Raises:
+    cifar10_lock.TrainDirBusyError: another trainer holds train_dir.
+    cifar10_resume.NoRestorableCheckpointError: every listed checkpoint is
+      damaged.
   """
-  if fresh_start and tf.io.gfile.exists(train_dir):
-    print('--fresh_start: deleting %s' % train_dir)
-    tf.io.gfile.rmtree(train_dir)
   tf.io.gfile.makedirs(train_dir)
-  checkpoint = tf.train.latest_checkpoint(train_dir)
-  if checkpoint is None:
-    print('No checkpoint in %s: training from step 0.' % train_dir)
-    return None
-  print('Resuming from checkpoint %s at step %d (--fresh_start trains from '
-        'scratch).' % (checkpoint, checkpoint_step(checkpoint)))
-  return checkpoint
+  with cifar10_lock.train_dir_lock(train_dir):
+    if fresh_start:
+      print('--fresh_start: deleting the contents of %s' % train_dir)
+      for name in tf.io.gfile.listdir(train_dir):
+        path = os.path.join(train_dir, name.rstrip('/'))
+        if name == cifar10_lock.LOCK_NAME:
+          continue
+        if tf.io.gfile.isdir(path):
+          tf.io.gfile.rmtree(path)
+        else:
+          tf.io.gfile.remove(path)
+    checkpoint = cifar10_resume.newest_restorable(train_dir)
+    if checkpoint is None:
+      print('No checkpoint in %s: training from step 0.' % train_dir)
+    else:
+      print('Resuming from checkpoint %s at step %d (--fresh_start trains '
+            'from scratch).' % (checkpoint, checkpoint_step(checkpoint)))
+    yield checkpoint
 
 
 def checkpoint_step(checkpoint):
   """The global step in a checkpoint's name ('.../model.ckpt-300' -> 300)."""
   return int(checkpoint.rsplit('-', 1)[-1]) if checkpoint else 0
+
+
+def _remove_interrupted_saves(train_dir):
+  """Removes the temporary directories of saves cut short.
+
+  The saver writes each checkpoint there first and the index only ever
+  names complete ones, so these are never read, only left behind (by a
+  kill, or a full disk).
+  """
+  for partial in tf.io.gfile.glob(os.path.join(train_dir, 'model.ckpt-*_temp')):
+    print('Removing %s, an interrupted save.' % partial)
+    tf.io.gfile.rmtree(partial)
+
+
+def disk_full(error, train_dir):
+  """A DiskFullError for `error` if it says the disk is full, else None.
+
+  Also removes the half-written save, to give back its space. The
+  checkpoint index is only rewritten after a complete save, so it still
+  names the last complete checkpoint.
+
+  Args:
+    error: an OSError or tf.errors.OpError raised while training.
+    train_dir: the training directory.
+  """
+  if isinstance(error, OSError):
+    full = error.errno in (errno.ENOSPC, errno.EDQUOT)
+  else:
+    full = ('No space left on device' in error.message or
+            'Disk quota exceeded' in error.message)
+  if not full:
+    return None
+  _remove_interrupted_saves(train_dir)
+  checkpoint = tf.train.latest_checkpoint(train_dir)
+  kept = ('the newest complete checkpoint, %s, is intact and a new run '
+          'resumes from it' % checkpoint if checkpoint else
+          'no checkpoint had been written yet')
+  return DiskFullError(
+      'the disk of --train_dir=%s is full (no space left on device while '
+      'writing to it): training stopped; %s. Free some space, then run the '
+      'same command again.' % (train_dir, kept))
 
 
 def plan_resume(checkpoint, train_dir):
@@ -140,12 +206,10 @@ def plan_resume(checkpoint, train_dir):
   Call it inside the training graph, once built. Prints what starts fresh
   (state of another trainer's that this one has not). Only then, so that a
   refused run leaves train_dir as it was, it removes the temporary
-  directories of saves cut short by a kill: the saver writes each checkpoint
-  there first and the index only ever names complete ones, so these are never
-  read, only left behind.
+  directories of saves cut short.
 
   Args:
-    checkpoint: the path `_prepare_train_dir` returned, or None.
+    checkpoint: the path `claim_train_dir` gave, or None.
     train_dir: the training directory.
 
   Returns:
@@ -161,9 +225,7 @@ def plan_resume(checkpoint, train_dir):
     line = cifar10_resume.fresh_line(plan)
     if line:
       print(line)
-  for partial in tf.io.gfile.glob(os.path.join(train_dir, 'model.ckpt-*_temp')):
-    print('Removing %s, an interrupted save.' % partial)
-    tf.io.gfile.rmtree(partial)
+  _remove_interrupted_saves(train_dir)
   return plan
 
 
@@ -346,30 +408,36 @@ def run_training(build, train_dir, max_steps, batch_size, log_frequency,
   Raises:
     DivergedError, cifar10_resume.CheckpointMismatchError: as for `train`.
   """
-  checkpoint = _prepare_train_dir(train_dir, fresh_start)
-  start_step = checkpoint_step(checkpoint)
-  if start_step >= max_steps:
-    print('Checkpoint step %d is already at --max_steps=%d: nothing to train.'
-          % (start_step, max_steps))
-    return {'global_step': start_step, 'loss': None, 'examples_per_sec': None,
-            'signal': None}
+  with claim_train_dir(train_dir, fresh_start) as checkpoint:
+    start_step = checkpoint_step(checkpoint)
+    if start_step >= max_steps:
+      print('Checkpoint step %d is already at --max_steps=%d: nothing to '
+            'train.' % (start_step, max_steps))
+      return {'global_step': start_step, 'loss': None,
+              'examples_per_sec': None, 'signal': None}
 
-  with tf.Graph().as_default(), _stop_requests() as stop_signals:
-    with tf.device('/cpu:0'):
-      global_step = tf.train.get_or_create_global_step()
-    train_op, loss, summary_op = build(global_step)
-    plan = plan_resume(checkpoint, train_dir)
+    with tf.Graph().as_default(), _stop_requests() as stop_signals:
+      with tf.device('/cpu:0'):
+        global_step = tf.train.get_or_create_global_step()
+      train_op, loss, summary_op = build(global_step)
+      plan = plan_resume(checkpoint, train_dir)
 
-    mon_sess, logger = monitored_session(
-        train_dir, loss, global_step, batch_size, max_steps, log_frequency,
-        config, summary_op, save_checkpoint_secs, save_summaries_steps,
-        num_towers, save_checkpoint_steps, plan)
-    try:
-      with mon_sess:
-        while not mon_sess.should_stop() and not stop_signals:
-          mon_sess.run(train_op)
-    except tf.train.NanLossDuringTrainingError:
-      raise _diverged(logger.step, train_dir) from None
+      try:
+        # Creating the session writes the first checkpoint.
+        mon_sess, logger = monitored_session(
+            train_dir, loss, global_step, batch_size, max_steps,
+            log_frequency, config, summary_op, save_checkpoint_secs,
+            save_summaries_steps, num_towers, save_checkpoint_steps, plan)
+        with mon_sess:
+          while not mon_sess.should_stop() and not stop_signals:
+            mon_sess.run(train_op)
+      except tf.train.NanLossDuringTrainingError:
+        raise _diverged(logger.step, train_dir) from None
+      except (tf.errors.OpError, OSError) as e:
+        full = disk_full(e, train_dir)
+        if full is None:
+          raise
+        raise full from None
 
   if stop_signals:
     print('Received %s: stopped at step %d; final checkpoint %s.'
@@ -410,8 +478,8 @@ def main(argv, train_fn=train, **train_kwargs):
         save_checkpoint_secs=FLAGS.save_checkpoint_secs,
         save_checkpoint_steps=FLAGS.save_checkpoint_steps or None,
         **train_kwargs)
-  except (cifar10.DataError, DivergedError,
-          cifar10_resume.CheckpointMismatchError) as e:
+  except (cifar10.DataError, DivergedError, DiskFullError,
+          cifar10_lock.TrainDirBusyError, cifar10_resume.ResumeError) as e:
     sys.exit('%s: %s' % (os.path.basename(sys.argv[0]), e))
   if stats['signal']:
     # The shell's convention for "stopped by a signal", so that a chain like

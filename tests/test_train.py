@@ -102,7 +102,8 @@ def test_train_logs_checkpoints_summarizes_and_resumes(data_dir, tmp_path):
   assert _checkpoint_steps(train_dir) == [0, 20, 30]
 
   fresh = _train(data_dir, train_dir, '--max_steps=5', '--fresh_start')
-  assert '--fresh_start: deleting %s' % train_dir in fresh.stdout
+  assert ('--fresh_start: deleting the contents of %s' % train_dir
+          in fresh.stdout)
   assert _steps(fresh.stdout) == [0]
   assert _checkpoint_steps(train_dir) == [0, 5]
 

@@ -1,0 +1,308 @@
+"""Faults of the train_dir itself: a second trainer, a full disk, damage.
+
+Each fault is made for real: a second process, a size-limited tmpfs (where
+this machine lets the tests mount one), damaged checkpoint files.
+"""
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+import tensorflow.compat.v1 as tf
+
+import cifar10_eval
+import cifar10_lock
+import cifar10_resume
+import cifar10_train
+import testutil
+from test_reliability import _assert_resumed, _logged_steps, _start, _wait_for
+
+BATCH = 8
+
+
+def _args(data_dir, train_dir, *extra):
+  return ['--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
+          '--batch_size=%d' % BATCH, '--log_frequency=1'] + list(extra)
+
+
+def _last_line(result):
+  assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+  return result.stderr.strip().splitlines()[-1]
+
+
+# --- One trainer per train_dir ------------------------------------------------
+
+def test_lock_names_its_holder_and_is_free_again_after(tmp_path):
+  train_dir = str(tmp_path)
+  with cifar10_lock.train_dir_lock(train_dir):
+    with pytest.raises(cifar10_lock.TrainDirBusyError) as e:
+      with cifar10_lock.train_dir_lock(train_dir):
+        pass
+  assert str(e.value).startswith(
+      '--train_dir=%s is in use by another trainer: pid %d on host %s, '
+      'started ' % (train_dir, os.getpid(), socket.gethostname()))
+  with cifar10_lock.train_dir_lock(train_dir) as path:
+    assert path == os.path.join(train_dir, cifar10_lock.LOCK_NAME)
+
+
+def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
+    data_dir, tmp_path):
+  train_dir = str(tmp_path / 'train')
+  first, lines = _start(data_dir, train_dir, '--save_checkpoint_steps=2')
+  try:
+    _wait_for(first, lines, lambda: len(_logged_steps(lines)) >= 3)
+    holder = 'pid %d on host %s' % (first.pid, socket.gethostname())
+
+    for script, extra in (
+        ('cifar10_train.py', []),
+        ('cifar10_multi_gpu_train.py', ['--num_gpus=2', '--tower_device=cpu'])):
+      started = time.time()
+      result = testutil.run_script(
+          script, _args(data_dir, train_dir, '--max_steps=100000') + extra,
+          timeout=120)
+      assert result.returncode == 1
+      assert _last_line(result).startswith(
+          '%s: --train_dir=%s is in use by another trainer: %s, started '
+          % (script, train_dir, holder))
+      assert time.time() - started < 60  # At once, not after training.
+      assert 'Resuming' not in result.stdout
+
+    evaluation = testutil.run_script('cifar10_eval.py', [
+        '--run_once', '--data_dir=%s' % data_dir,
+        '--checkpoint_dir=%s' % train_dir, '--eval_dir=%s' % (tmp_path / 'e'),
+        '--num_examples=20', '--batch_size=10'], timeout=120)
+    assert evaluation.returncode == 0, evaluation.stderr[-3000:]
+    assert 'precision @ 1 = ' in evaluation.stdout
+  finally:
+    first.kill()
+    first.wait(30)
+
+  # SIGKILL leaves the lock file, but not the lock.
+  assert os.path.exists(os.path.join(train_dir, cifar10_lock.LOCK_NAME))
+  resume_from = cifar10_train.checkpoint_step(
+      tf.train.latest_checkpoint(train_dir))
+  result = testutil.run_script('cifar10_train.py', _args(
+      data_dir, train_dir, '--max_steps=%d' % (resume_from + 2)))
+  assert result.returncode == 0, result.stderr[-3000:]
+  _assert_resumed(result.stdout.splitlines(True), train_dir, resume_from)
+
+
+def test_distributed_chief_stops_on_a_busy_train_dir(data_dir, tmp_path):
+  train_dir = str(tmp_path / 'train')
+  os.makedirs(train_dir)
+  # The chief only checks that the ps answers before it claims train_dir.
+  with socket.socket() as ps, cifar10_lock.train_dir_lock(train_dir):
+    ps.bind(('127.0.0.1', 0))
+    ps.listen()
+    with socket.socket() as s:
+      s.bind(('127.0.0.1', 0))
+      worker_port = s.getsockname()[1]
+    result = testutil.run_script('cifar10_distributed_train.py', [
+        '--job_name=worker', '--task_index=0',
+        '--ps_hosts=127.0.0.1:%d' % ps.getsockname()[1],
+        '--worker_hosts=127.0.0.1:%d' % worker_port, '--startup_wait_secs=30',
+        '--max_steps=4'] + _args(data_dir, train_dir), timeout=120)
+  assert result.returncode == 1
+  assert _last_line(result).startswith(
+      'Worker 0: --train_dir=%s is in use by another trainer: pid %d on host '
+      '%s' % (train_dir, os.getpid(), socket.gethostname()))
+
+
+def test_fresh_start_keeps_the_lock_file(data_dir, tmp_path):
+  train_dir = str(tmp_path / 'train')
+  os.makedirs(train_dir)
+  (tmp_path / 'train' / 'old.txt').write_text('deleted by --fresh_start')
+  with cifar10_lock.train_dir_lock(train_dir):
+    pass
+  lock_inode = os.stat(os.path.join(train_dir, cifar10_lock.LOCK_NAME)).st_ino
+  result = testutil.run_script('cifar10_train.py', _args(
+      data_dir, train_dir, '--max_steps=2', '--fresh_start'))
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert '--fresh_start: deleting the contents of %s' % train_dir in (
+      result.stdout)
+  assert not (tmp_path / 'train' / 'old.txt').exists()
+  # The same file: a trainer waiting on it would lock the one in use.
+  assert os.stat(os.path.join(train_dir, cifar10_lock.LOCK_NAME)).st_ino == (
+      lock_inode)
+
+
+# --- A full disk --------------------------------------------------------------
+
+def _mount_tmpfs(path, megabytes):
+  """Mounts a tmpfs of that size at path; False where this is not allowed."""
+  os.makedirs(path, exist_ok=True)
+  try:
+    result = subprocess.run(
+        ['mount', '-t', 'tmpfs', '-o', 'size=%dm' % megabytes, 'tmpfs', path],
+        capture_output=True, timeout=30)
+  except OSError:
+    return False
+  return result.returncode == 0
+
+
+def _listed_checkpoints_restore(train_dir):
+  state = tf.train.get_checkpoint_state(train_dir)
+  for path in state.all_model_checkpoint_paths:
+    assert cifar10_resume.checkpoint_problem(path) is None, path
+  return state.model_checkpoint_path
+
+
+def test_full_disk_stops_with_one_message_and_the_next_run_resumes(
+    data_dir, tmp_path, monkeypatch):
+  mount_point = str(tmp_path / 'small_disk')
+  train_dir = os.path.join(mount_point, 'train')
+  # A checkpoint of this model takes 9 MB, the graph and events 3 MB: 24 MB
+  # hold the first two checkpoints and not the third.
+  if not _mount_tmpfs(mount_point, 24):
+    _full_disk_injected(data_dir, str(tmp_path / 'train'), monkeypatch)
+    return
+  try:
+    result = testutil.run_script('cifar10_train.py', _args(
+        data_dir, train_dir, '--max_steps=40', '--save_checkpoint_steps=2'))
+    assert result.returncode == 1
+    newest = _listed_checkpoints_restore(train_dir)
+    assert _last_line(result) == (
+        'cifar10_train.py: the disk of --train_dir=%s is full (no space left '
+        'on device while writing to it): training stopped; the newest '
+        'complete checkpoint, %s, is intact and a new run resumes from it. '
+        'Free some space, then run the same command again.'
+        % (train_dir, newest))
+    assert not glob.glob(os.path.join(train_dir, '*_temp'))
+
+    subprocess.run(['mount', '-o', 'remount,size=64m', mount_point],
+                   check=True, timeout=30)
+    step = cifar10_train.checkpoint_step(newest)
+    result = testutil.run_script('cifar10_train.py', _args(
+        data_dir, train_dir, '--max_steps=%d' % (step + 2)))
+    assert result.returncode == 0, result.stderr[-3000:]
+    _assert_resumed(result.stdout.splitlines(True), train_dir, step)
+  finally:
+    subprocess.run(['umount', '-l', mount_point], timeout=30)
+
+
+def _full_disk_injected(data_dir, train_dir, monkeypatch):
+  """Where no tmpfs can be mounted: the saver's third save gets the error
+  TensorFlow raises for a full disk (what the tmpfs run gets)."""
+  real_save = tf.train.Saver.save
+  saves = []
+
+  def save(self, sess, save_path, *args, **kwargs):
+    saves.append(save_path)
+    if len(saves) == 3:
+      os.makedirs(save_path + '-4_temp')  # What a save cut short leaves.
+      raise tf.errors.ResourceExhaustedError(
+          None, None, '%s-4_temp/part-00000; No space left on device'
+          % save_path)
+    return real_save(self, sess, save_path, *args, **kwargs)
+
+  monkeypatch.setattr(tf.train.Saver, 'save', save)
+  with pytest.raises(cifar10_train.DiskFullError) as e:
+    cifar10_train.train(data_dir, train_dir, max_steps=40, batch_size=BATCH,
+                        save_checkpoint_steps=2, num_threads=2)
+  newest = _listed_checkpoints_restore(train_dir)
+  assert newest.endswith('model.ckpt-2')
+  assert str(e.value).startswith('the disk of --train_dir=%s is full (no '
+                                 'space left on device' % train_dir)
+  assert not glob.glob(os.path.join(train_dir, '*_temp'))
+  monkeypatch.setattr(tf.train.Saver, 'save', real_save)
+  result = cifar10_train.train(data_dir, train_dir, max_steps=4,
+                               batch_size=BATCH, num_threads=2)
+  assert result['global_step'] == 4
+
+
+# --- A damaged newest checkpoint ---------------------------------------------
+
+def _data_file(checkpoint):
+  return max(glob.glob(checkpoint + '.data-*'), key=os.path.getsize)
+
+
+def _truncate(path):
+  os.truncate(path, os.path.getsize(path) // 2)
+
+
+def _flip(path, offset):
+  with open(path, 'r+b') as f:
+    f.seek(offset)
+    chunk = f.read(64)
+    f.seek(offset)
+    f.write(bytes(b ^ 0xff for b in chunk))
+
+
+DAMAGE = {
+    'truncated .data': lambda c: _truncate(_data_file(c)),
+    'corrupted .data': lambda c: _flip(_data_file(c), 1000),
+    'truncated .index': lambda c: _truncate(c + '.index'),
+    'corrupted .index': lambda c: _flip(c + '.index', 100),
+}
+
+
+@pytest.fixture(scope='module')
+def two_checkpoints(data_dir, tmp_path_factory):
+  """A train_dir with checkpoints 0 and 4."""
+  train_dir = str(tmp_path_factory.mktemp('two_checkpoints') / 'train')
+  cifar10_train.train(data_dir, train_dir, max_steps=4, batch_size=BATCH,
+                      num_threads=2)
+  return train_dir
+
+
+def _copy(train_dir, to):
+  """A copy of a train_dir whose index names the copies (it holds paths)."""
+  shutil.copytree(train_dir, to)
+  state = tf.train.get_checkpoint_state(train_dir)
+  moved = [os.path.join(to, os.path.basename(path))
+           for path in state.all_model_checkpoint_paths]
+  tf.train.update_checkpoint_state(to, moved[-1], moved)
+  return to
+
+
+@pytest.mark.parametrize('damage', sorted(DAMAGE))
+def test_damaged_newest_checkpoint_falls_back_and_is_skipped_by_eval(
+    data_dir, two_checkpoints, tmp_path, capsys, damage):
+  train_dir = _copy(two_checkpoints, str(tmp_path / 'train'))
+  damaged = os.path.join(train_dir, 'model.ckpt-4')
+  DAMAGE[damage](damaged)
+  files = {path: open(path, 'rb').read()
+           for path in glob.glob(damaged + '.*')}
+
+  # Evaluation that follows training skips it with its Skipping line.
+  def stop(_):
+    raise KeyboardInterrupt
+  with pytest.raises(KeyboardInterrupt):
+    cifar10_eval.evaluate(data_dir, train_dir, str(tmp_path / 'eval'),
+                          num_examples=20, batch_size=10, sleep=stop,
+                          session_config=testutil.session_config())
+  assert ('Skipping: cannot read checkpoint %s (pruned by training, not '
+          'completely written, or damaged): ' % damaged
+          in capsys.readouterr().out)
+
+  result = testutil.run_script('cifar10_train.py', _args(
+      data_dir, train_dir, '--max_steps=6'))
+
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'Checkpoint %s is damaged and left as it is (' % damaged in (
+      result.stdout)
+  _assert_resumed(result.stdout.splitlines(True), train_dir, 0)
+  assert tf.train.latest_checkpoint(train_dir).endswith('model.ckpt-6')
+  # Skipped, never deleted nor listed again.
+  assert {path: open(path, 'rb').read() for path in files} == files
+  assert damaged not in tf.train.get_checkpoint_state(
+      train_dir).all_model_checkpoint_paths
+
+
+def test_only_damaged_checkpoints_stop_with_one_line(data_dir,
+                                                     two_checkpoints, tmp_path):
+  train_dir = _copy(two_checkpoints, str(tmp_path / 'train'))
+  for step in (0, 4):
+    DAMAGE['truncated .data'](os.path.join(train_dir, 'model.ckpt-%d' % step))
+  result = testutil.run_script('cifar10_train.py', _args(
+      data_dir, train_dir, '--max_steps=6'))
+  assert result.returncode == 1
+  assert _last_line(result) == (
+      'cifar10_train.py: no checkpoint in --train_dir=%s restores: all 2 that '
+      'its index lists are damaged (see the lines above). They are left as '
+      'they are; move them away to train from step 0, or give another '
+      '--train_dir' % train_dir)
