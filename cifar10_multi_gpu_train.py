@@ -1,16 +1,18 @@
 """Trains the CIFAR-10 model on several devices at once, one tower per device.
 
     python cifar10_multi_gpu_train.py --num_gpus=4
+    python cifar10_multi_gpu_train.py --num_gpus=4 --split_gpus   # one GPU
     python cifar10_multi_gpu_train.py --num_gpus=2 --tower_device=cpu
 
 Each tower is a replica of the model on its own device (/gpu:i, or with
 --tower_device=cpu /cpu:i of --num_gpus virtual CPU devices, for machines
-without GPUs). One input pipeline on /cpu:0 feeds a small prefetch queue; every
-tower takes its own batch of --batch_size images from it and computes
-gradients; the gradients are averaged on the CPU and applied once to the
-variables, which live once on /cpu:0. A step therefore trains on
-batch_size * num_gpus images, and the learning rate decays after 1/num_gpus as
-many steps as with one device.
+without GPUs; with --split_gpus, /gpu:i of --num_gpus virtual GPUs made from
+the GPUs there are, e.g. four on one card). One input pipeline on /cpu:0
+feeds a small prefetch queue; every tower takes its own batch of --batch_size
+images from it and computes gradients; the gradients are averaged on the CPU
+and applied once to the variables, which live once on /cpu:0. A step
+therefore trains on batch_size * num_gpus images, and the learning rate
+decays after 1/num_gpus as many steps as with one device.
 
 The other flags (--train_dir, --max_steps, --log_frequency, --fresh_start,
 ...) are cifar10_train.py's and work as there: training resumes from the
@@ -39,6 +41,7 @@ from absl import flags
 import tensorflow.compat.v1 as tf
 
 import cifar10
+import cifar10_gpus
 import cifar10_input
 import cifar10_train
 
@@ -53,6 +56,15 @@ flags.DEFINE_enum('tower_device', 'gpu', ['gpu', 'cpu'],
                   '--num_gpus virtual CPU devices, without soft placement, so '
                   'that towers run (and can be tested) on a machine without '
                   'GPUs.')
+
+flags.DEFINE_boolean('split_gpus', False,
+                     'Split the visible GPU(s) into --num_gpus virtual GPUs, '
+                     'so that every tower runs on a GPU (e.g. --num_gpus=4 '
+                     'on one GPU); towers are spread evenly over the GPUs.')
+flags.DEFINE_integer('split_gpu_memory_mb', 0,
+                     'With --split_gpus, the memory of each virtual GPU in MB; '
+                     '0 shares 90 percent of each card evenly among its '
+                     'towers.')
 
 _TOWER_SCOPE = re.compile('^%s_[0-9]+/' % cifar10.TOWER_NAME)
 
@@ -275,18 +287,32 @@ def build_train_step(tower_batches, global_step, batch_size,
   return TrainStep(train_op, loss, grads, tower_grads, summaries)
 
 
+def fallback_line(num_towers, visible):
+  """What GPU towers without a GPU of their own do, and how to change it."""
+  if visible:
+    remedy = ('--split_gpus splits the GPU(s) into %d virtual GPUs, one per '
+              'tower.' % num_towers)
+  else:
+    remedy = '--tower_device=cpu gives each tower its own CPU device.'
+  return ('%d GPU towers asked for (--num_gpus) but %d GPU(s) visible: towers '
+          'without a GPU run on the CPU (soft placement), as in the original; '
+          '%s' % (num_towers, visible, remedy))
+
+
 def train(data_dir, train_dir, num_towers=1, tower_device='gpu',
           max_steps=100000, batch_size=128, use_fp16=False, log_frequency=10,
           log_device_placement=False, fresh_start=False,
           save_checkpoint_secs=600, save_summaries_steps=100,
           num_threads=cifar10_input.NUM_PREPROCESS_THREADS,
-          save_checkpoint_steps=None):
+          save_checkpoint_steps=None, config=None):
   """Trains with `num_towers` towers up to global step `max_steps`.
 
   Args:
     num_towers: int, model replicas, one per device.
     tower_device: 'gpu' or 'cpu', see `session_config`.
     batch_size: int, images per tower per step.
+    config: the session's tf.ConfigProto, e.g. cifar10_gpus.split_config's;
+      None for `session_config(num_towers, tower_device)`.
     others: as for `cifar10_train.train`.
 
   Returns:
@@ -296,13 +322,10 @@ def train(data_dir, train_dir, num_towers=1, tower_device='gpu',
   Raises:
     As `cifar10_train.train`.
   """
-  if tower_device == 'gpu':
+  if tower_device == 'gpu' and config is None:
     visible = len(tf.config.list_physical_devices('GPU'))
     if visible < num_towers:
-      print('%d GPU towers asked for (--num_gpus) but %d GPU(s) visible: '
-            'towers without a GPU run on the CPU (soft placement), as in the '
-            'original; --tower_device=cpu gives each tower its own CPU device.'
-            % (num_towers, visible))
+      print(fallback_line(num_towers, visible))
 
   def build(global_step):
     tower_batches = tower_input_batches(data_dir, num_towers, batch_size,
@@ -313,16 +336,46 @@ def train(data_dir, train_dir, num_towers=1, tower_device='gpu',
 
   return cifar10_train.run_training(
       build, train_dir, max_steps, batch_size, log_frequency, fresh_start,
-      session_config(num_towers, tower_device, log_device_placement),
+      config or session_config(num_towers, tower_device,
+                               log_device_placement),
       save_checkpoint_secs, save_summaries_steps, num_towers,
       save_checkpoint_steps=save_checkpoint_steps)
+
+
+def split_gpus_config(num_towers, tower_device, tower_mb=0,
+                      log_device_placement=False):
+  """The session config of --split_gpus, with the line that says so.
+
+  Raises:
+    app.UsageError: one line, for --tower_device=cpu or a split that does
+      not fit (see cifar10_gpus.split_config).
+  """
+  if tower_device != 'gpu':
+    raise app.UsageError(
+        '--split_gpus splits GPUs and --tower_device=cpu puts the towers on '
+        'CPU devices: drop one of the two')
+  visible = len(tf.config.list_physical_devices('GPU'))
+  config = cifar10_gpus.split_config(num_towers, visible,
+                                     cifar10_gpus.card_memory_mb(), tower_mb,
+                                     log_device_placement)
+  devices = config.gpu_options.experimental.virtual_devices
+  print('--split_gpus: %d GPU(s) split into %d virtual GPUs of %d MB, one per '
+        'tower.' % (visible, num_towers, devices[0].memory_limit_mb[0]))
+  return config
 
 
 def main(argv):
   # Checked first: the shared main creates --train_dir.
   cifar10.check_flag_range('num_gpus', FLAGS.num_gpus, minimum=1)
+  cifar10.check_flag_range('split_gpu_memory_mb', FLAGS.split_gpu_memory_mb,
+                           minimum=0)
+  config = None
+  if FLAGS.split_gpus:
+    config = split_gpus_config(FLAGS.num_gpus, FLAGS.tower_device,
+                               FLAGS.split_gpu_memory_mb,
+                               FLAGS.log_device_placement)
   cifar10_train.main(argv, train_fn=train, num_towers=FLAGS.num_gpus,
-                     tower_device=FLAGS.tower_device)
+                     tower_device=FLAGS.tower_device, config=config)
 
 
 if __name__ == '__main__':

@@ -4,11 +4,13 @@ import glob
 import os
 import re
 
+from absl import app
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
 import cifar10
+import cifar10_gpus
 import cifar10_multi_gpu_train as multi
 import cifar10_train
 from test_train import LINE, _event_tags, _event_values, _histogram_tags
@@ -293,3 +295,69 @@ def test_one_cpu_tower_runs_ops_one_at_a_time_and_several_side_by_side():
   # Towers on virtual CPUs must overlap, so TF's default pools.
   assert not two.session_inter_op_thread_pool
   assert two.device_count['CPU'] == 2 and not two.allow_soft_placement
+
+
+# --- --split_gpus: virtual GPUs, checked here without a GPU --------------------
+
+def _limits(config):
+  return [list(card.memory_limit_mb)
+          for card in config.gpu_options.experimental.virtual_devices]
+
+
+def test_split_config_gives_every_tower_a_virtual_gpu():
+  # One 80 GB card, four towers: 90% of it shared evenly.
+  config = cifar10_gpus.split_config(4, 1, 81559)
+  assert _limits(config) == [[18350.0] * 4]
+  assert config.allow_soft_placement
+  # Two cards, three towers: the first card takes the extra one.
+  assert _limits(cifar10_gpus.split_config(3, 2, 16000)) == [[7200.0] * 2,
+                                                             [7200.0]]
+  # A size given for each: as given, card memory unknown or not.
+  assert _limits(cifar10_gpus.split_config(4, 1, None, tower_mb=2048)) == [
+      [2048.0] * 4]
+  assert cifar10_gpus.towers_per_gpu(8, 3) == [3, 3, 2]
+
+
+@pytest.mark.parametrize('args, message', [
+    ((4, 0, None), '--split_gpus needs a GPU, and TensorFlow sees none'),
+    ((1, 2, 16000), '--split_gpus with --num_gpus=1 and 2 GPUs visible: there '
+                    'is nothing to split'),
+    ((64, 1, 16000), '--num_gpus=64 --split_gpus puts 64 towers on a GPU of '
+                     '16000 MB, 225 MB each: each needs at least 512 MB'),
+    ((4, 1, 16000, 5000), '--num_gpus=4 --split_gpus puts 4 towers on a GPU '
+                          'of 16000 MB, 5000 MB each: together more than the '
+                          '14400 MB usable (90%)'),
+    ((4, 1, None), '--split_gpus could not read the GPUs\' memory (no '
+                   'NVIDIA management library): give each virtual GPU\'s '
+                   'memory with --split_gpu_memory_mb'),
+])
+def test_split_that_cannot_work_is_one_usage_line(args, message):
+  with pytest.raises(app.UsageError) as e:
+    cifar10_gpus.split_config(*args)
+  assert str(e.value).startswith(message)
+
+
+def test_fallback_line_names_the_flag_that_helps():
+  assert multi.fallback_line(4, 1).endswith(
+      'soft placement), as in the original; --split_gpus splits the GPU(s) '
+      'into 4 virtual GPUs, one per tower.')
+  assert multi.fallback_line(2, 0).endswith(
+      '--tower_device=cpu gives each tower its own CPU device.')
+
+
+@pytest.mark.parametrize('extra, message', [
+    (['--tower_device=cpu'], '--split_gpus splits GPUs and --tower_device=cpu '
+                             'puts the towers on CPU devices: drop one of the '
+                             'two'),
+    ([], '--split_gpus needs a GPU, and TensorFlow sees none'),
+])
+def test_split_gpus_script_refuses_with_one_line(tmp_path, extra, message):
+  if extra == [] and tf.config.list_physical_devices('GPU'):
+    pytest.skip('this machine has a GPU to split')
+  result = run_script('cifar10_multi_gpu_train.py', [
+      '--num_gpus=4', '--split_gpus', '--train_dir=%s' % (tmp_path / 't'),
+      '--data_dir=%s' % (tmp_path / 'no_data')] + extra, timeout=120)
+  assert result.returncode == 1
+  assert 'Traceback' not in result.stderr
+  assert result.stderr.strip().splitlines()[-1].startswith(message)
+  assert not (tmp_path / 'no_data').exists()  # Refused before any download.

@@ -1,0 +1,124 @@
+"""Splitting the visible GPUs into one virtual GPU per tower.
+
+`cifar10_multi_gpu_train.py --num_gpus=4 --split_gpus` on a machine with one
+GPU gives TensorFlow four virtual GPUs on that card (each with its own memory
+limit), so that every tower runs on a GPU instead of three of them falling
+back to the CPU. With several GPUs the towers are spread over them evenly.
+
+    config = split_config(num_towers, visible_gpus, card_memory_mb())
+"""
+
+import ctypes
+
+from absl import app
+import tensorflow.compat.v1 as tf
+
+# Of each card's memory, what the virtual GPUs may take together: the CUDA
+# context and cuDNN's workspaces need the rest.
+USABLE_FRACTION = 0.9
+# Less than this per tower is refused: a tower of 128 images needs a few
+# hundred MB for its activations, gradients and cuDNN's workspace.
+MIN_TOWER_MB = 512
+
+
+def towers_per_gpu(num_towers, num_gpus):
+  """How many towers each physical GPU holds: as even as can be.
+
+  Returns:
+    A list of num_gpus ints adding up to num_towers, the first GPUs taking
+    one more when they do not divide evenly (tower i on virtual GPU i, which
+    TensorFlow numbers GPU by GPU).
+  """
+  base, extra = divmod(num_towers, num_gpus)
+  return [base + (1 if i < extra else 0) for i in range(num_gpus)]
+
+
+def split_config(num_towers, num_gpus, card_mb, tower_mb=0,
+                 log_device_placement=False):
+  """The ConfigProto that makes num_towers virtual GPUs of num_gpus cards.
+
+  Args:
+    num_towers: int, towers (virtual GPUs) wanted, at least num_gpus.
+    num_gpus: int, physical GPUs visible.
+    card_mb: int, memory of the smallest card in MB, or None if unknown.
+    tower_mb: int, memory of each virtual GPU in MB; 0 shares
+      USABLE_FRACTION of each card evenly among its towers.
+    log_device_placement: bool.
+
+  Returns:
+    A tf.ConfigProto with soft placement (the queues and string ops have no
+    GPU kernels) and gpu_options.experimental.virtual_devices: one entry per
+    physical GPU, listing the memory limit of each of its virtual GPUs.
+
+  Raises:
+    app.UsageError: one line naming the flags, when there is no GPU, fewer
+      towers than GPUs, or the towers do not fit in a card's memory.
+  """
+  if num_gpus < 1:
+    raise app.UsageError(
+        '--split_gpus needs a GPU, and TensorFlow sees none; without one, '
+        '--tower_device=cpu gives each tower its own CPU device')
+  if num_towers < num_gpus:
+    raise app.UsageError(
+        '--split_gpus with --num_gpus=%d and %d GPUs visible: there is nothing '
+        'to split (each tower has a GPU of its own); drop --split_gpus'
+        % (num_towers, num_gpus))
+  counts = towers_per_gpu(num_towers, num_gpus)
+  if not tower_mb and not card_mb:
+    raise app.UsageError(
+        '--split_gpus could not read the GPUs\' memory (no NVIDIA management '
+        'library): give each virtual GPU\'s memory with --split_gpu_memory_mb')
+  usable = int(card_mb * USABLE_FRACTION) if card_mb else None
+  if not tower_mb:
+    tower_mb = usable // counts[0]
+  if tower_mb < MIN_TOWER_MB or (usable and tower_mb * counts[0] > usable):
+    raise app.UsageError(
+        '--num_gpus=%d --split_gpus puts %d towers on a GPU of %s MB, %d MB '
+        'each: %s. Use fewer towers (--num_gpus) or a smaller '
+        '--split_gpu_memory_mb' % (
+            num_towers, counts[0], card_mb or 'unknown', tower_mb,
+            'each needs at least %d MB' % MIN_TOWER_MB
+            if tower_mb < MIN_TOWER_MB else
+            'together more than the %d MB usable (%d%%)'
+            % (usable, USABLE_FRACTION * 100)))
+  config = tf.ConfigProto(allow_soft_placement=True,
+                          log_device_placement=log_device_placement)
+  for count in counts:
+    card = config.gpu_options.experimental.virtual_devices.add()
+    card.memory_limit_mb.extend([float(tower_mb)] * count)
+  return config
+
+
+class _Memory(ctypes.Structure):
+  _fields_ = [('total', ctypes.c_ulonglong), ('free', ctypes.c_ulonglong),
+              ('used', ctypes.c_ulonglong)]
+
+
+def card_memory_mb():
+  """The total memory of the smallest NVIDIA GPU, in MB; None if unknown.
+
+  Asked of the driver's management library (NVML), which, unlike
+  TensorFlow, answers without taking the GPU: the virtual GPUs must be
+  configured before TensorFlow first uses it.
+  """
+  try:
+    nvml = ctypes.CDLL('libnvidia-ml.so.1')
+  except OSError:
+    return None
+  if nvml.nvmlInit_v2() != 0:
+    return None
+  try:
+    count = ctypes.c_uint()
+    if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+      return None
+    sizes = []
+    for index in range(count.value):
+      handle = ctypes.c_void_p()
+      memory = _Memory()
+      if (nvml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)) or
+          nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory))):
+        return None
+      sizes.append(memory.total // (1 << 20))
+    return min(sizes) if sizes else None
+  finally:
+    nvml.nvmlShutdown()
