@@ -58,8 +58,7 @@ PRECISION_FORMAT = '%s: precision @ 1 = %.3f'
 ERROR_FORMAT = 'cifar10_eval.py: error: %s'
 
 # The class names of CIFAR-10's labels 0..9 (batches.meta.txt).
-CLASS_NAMES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog',
-               'horse', 'ship', 'truck')
+CLASS_NAMES = cifar10_input.CLASS_NAMES
 
 # Pixels per confusion-matrix cell in the TensorBoard image.
 CONFUSION_CELL_PIXELS = 24

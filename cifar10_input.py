@@ -26,6 +26,10 @@ HEIGHT, WIDTH, DEPTH = 32, 32, 3
 IMAGE_BYTES = HEIGHT * WIDTH * DEPTH
 RECORD_BYTES = LABEL_BYTES + IMAGE_BYTES  # 3073
 
+# The ten classes, in label order (batches.meta.txt of the download).
+CLASS_NAMES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog',
+               'horse', 'ship', 'truck')
+
 TRAIN_FILES = ['data_batch_%d.bin' % i for i in range(1, 6)]
 TEST_FILES = ['test_batch.bin']
 
@@ -330,6 +334,29 @@ def eval_files(eval_data):
                    % (eval_data,))
 
 
+def eval_preprocess(planes):
+  """Evaluation's preprocessing: the central crop, standardized.
+
+  Shared by `inputs` and by cifar10_classify.py, so that a picture of one's
+  own is seen exactly as a test record is.
+
+  Args:
+    planes: uint8 tensor [N, 3, 32, 32], colour planes as the records hold
+      them (or float32 holding the same whole numbers).
+
+  Returns:
+    float32 tensor [N, IMAGE_SIZE, IMAGE_SIZE, 3].
+  """
+  # The central 24x24 window, as resize_with_crop_or_pad takes it.
+  border = (HEIGHT - IMAGE_SIZE) // 2
+  crops = tf.cast(planes[:, :, border:border + IMAGE_SIZE,
+                         border:border + IMAGE_SIZE], tf.float32)
+  images = tf.transpose(tf.image.per_image_standardization(crops),
+                        [0, 2, 3, 1])
+  images.set_shape([None, IMAGE_SIZE, IMAGE_SIZE, DEPTH])
+  return images
+
+
 def inputs(eval_data, data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS,
            single_pass=False):
   """Evaluation input: centrally cropped, standardized, unshuffled batches.
@@ -368,13 +395,7 @@ def inputs(eval_data, data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS,
       else:
         filename_queue = tf.train.string_input_producer(filenames)
       labels, planes = _read_chunk(filename_queue)
-      # The central 24x24 window, as resize_with_crop_or_pad takes it.
-      border = (HEIGHT - IMAGE_SIZE) // 2
-      crops = tf.cast(planes[:, :, border:border + IMAGE_SIZE,
-                             border:border + IMAGE_SIZE], tf.float32)
-      images = tf.transpose(tf.image.per_image_standardization(crops),
-                            [0, 2, 3, 1])
-      images.set_shape([None, IMAGE_SIZE, IMAGE_SIZE, DEPTH])
+      images = eval_preprocess(planes)
       min_queue_examples = int(num_records * MIN_FRACTION_OF_EXAMPLES_IN_QUEUE)
     return _generate_image_and_label_batch(
         images, labels, min_queue_examples, batch_size, shuffle=False,

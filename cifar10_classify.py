@@ -1,0 +1,300 @@
+"""Classifies your own pictures with a trained model; exports a SavedModel.
+
+    python cifar10_classify.py cat.jpg holiday/   # newest in /tmp/cifar10_train
+    python cifar10_classify.py --export_dir=/tmp/cifar10_model
+
+For each PNG, JPEG, BMP or GIF file (a directory means the pictures in it;
+any size; grey, colour or with an alpha channel) it prints one line:
+
+    cat.jpg: cat 0.912, dog 0.051, frog 0.013
+
+Each picture is seen as a test record is: decoded to RGB (alpha dropped, the
+first frame of a GIF), resized to 32x32, then evaluation's own preprocessing
+(the central 24x24 crop, per-image standardization), and classified with the
+moving averages of the weights, as cifar10_eval.py does. A file that cannot
+be read gets one line on stderr and the others are still classified; the exit
+status is then 1.
+
+--export_dir writes a SavedModel of the same graph, with the averaged
+weights, that plain TensorFlow 2 loads (`tf.saved_model.load`) and serves:
+signature `serving_default` takes `images`, a batch of encoded files
+(string [N]); `pixels` takes uint8 [N, 32, 32, 3]. Both return
+`probabilities` (float32 [N, 10]) and `classes` (string [N], the most likely
+class's name).
+"""
+
+import os
+import sys
+
+# As in cifar10_train.py, set before TensorFlow loads: oneDNN's CPU kernels.
+os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import app
+from absl import flags
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+import cifar10
+import cifar10_input
+import cifar10_resume
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string('checkpoint_dir', '/tmp/cifar10_train',
+                    'The training run (its --train_dir) whose newest '
+                    'checkpoint classifies.')
+flags.DEFINE_string('checkpoint_path', '',
+                    'One checkpoint to use instead, e.g. '
+                    '/tmp/cifar10_train/model.ckpt-100000.')
+flags.DEFINE_integer('top_k', 3, 'Classes printed per picture, most likely '
+                     'first.')
+flags.DEFINE_string('export_dir', '',
+                    'Write a SavedModel of the model there (a new directory).')
+
+IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.gif')
+SIGNATURE_PIXELS = 'pixels'
+
+
+class ClassifyError(ValueError):
+  """A file or checkpoint that cannot be used; the message says which."""
+
+
+def decode(contents):
+  """An encoded picture as CIFAR-10's pixels.
+
+  Args:
+    contents: scalar string tensor, a PNG, JPEG, BMP or GIF file's bytes.
+
+  Returns:
+    uint8 tensor [32, 32, 3]: RGB, resized with antialiasing (a 32x32
+    picture is left as it is).
+  """
+  image = tf.io.decode_image(contents, channels=3, expand_animations=False)
+  size = [cifar10_input.HEIGHT, cifar10_input.WIDTH]
+  # The TF 2 resize: the v1 one has no antialiasing, and a photo shrunk to
+  # 32x32 without it is mostly aliasing.
+  resized = tf.compat.v2.image.resize(image, size, antialias=True)
+  pixels = tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)
+  pixels.set_shape(size + [cifar10_input.DEPTH])
+  return pixels
+
+
+def model(pixels, dtype=tf.float32):
+  """Probabilities and top class of pixels, as evaluation sees them.
+
+  Call it once per graph, or under a reusing variable scope.
+
+  Args:
+    pixels: uint8 tensor [N, 32, 32, 3].
+    dtype: the checkpoint's weights' dtype.
+
+  Returns:
+    (probabilities float32 [N, 10], classes string [N]).
+  """
+  # As the records hold them; transposed as float32 (the same whole numbers),
+  # for which oneDNN has a kernel on every CPU.
+  planes = tf.transpose(tf.cast(pixels, tf.float32), [0, 3, 1, 2])
+  images = cifar10_input.eval_preprocess(planes)
+  logits = cifar10.inference(tf.cast(images, dtype))
+  probabilities = tf.nn.softmax(tf.cast(logits, tf.float32))
+  classes = tf.gather(tf.constant(cifar10_input.CLASS_NAMES),
+                      tf.argmax(probabilities, axis=1))
+  return probabilities, classes
+
+
+def _averages_saver():
+  """Loads each weight's moving average into the weight, as eval does."""
+  averages = tf.train.ExponentialMovingAverage(cifar10.MOVING_AVERAGE_DECAY)
+  return tf.train.Saver(averages.variables_to_restore())
+
+
+def find_checkpoint(checkpoint_dir, checkpoint_path=''):
+  """The checkpoint to use and its weights' dtype.
+
+  Raises:
+    ClassifyError: no checkpoint, a damaged one, or one of another model.
+  """
+  path = checkpoint_path or tf.train.latest_checkpoint(checkpoint_dir)
+  if not path:
+    raise ClassifyError(
+        'no checkpoint in --checkpoint_dir=%s: point it at the --train_dir '
+        'of a training run, or give --checkpoint_path' % checkpoint_dir)
+  problem = cifar10_resume.checkpoint_problem(path)
+  if problem:
+    raise ClassifyError('cannot read checkpoint %s: %s' % (path, problem))
+  dtypes = tf.train.load_checkpoint(path).get_variable_to_dtype_map()
+  if 'conv1/weights/ExponentialMovingAverage' not in dtypes:
+    raise ClassifyError(
+        'checkpoint %s holds no CIFAR-10 model with moving averages (no '
+        'conv1/weights/ExponentialMovingAverage)' % path)
+  return path, dtypes['conv1/weights']
+
+
+def image_files(arguments):
+  """The files to classify, and a message for each argument that gives none.
+
+  Args:
+    arguments: paths of files or directories, as typed.
+
+  Returns:
+    (files, problems): files in order (a directory's sorted by name); one
+    'path: reason' string per missing path or directory without pictures.
+  """
+  files, problems = [], []
+  for argument in arguments:
+    if os.path.isdir(argument):
+      found = sorted(os.path.join(argument, name)
+                     for name in os.listdir(argument)
+                     if name.lower().endswith(IMAGE_EXTENSIONS))
+      if not found:
+        problems.append('%s: a directory without pictures (%s files)'
+                        % (argument, ', '.join(IMAGE_EXTENSIONS)))
+      files.extend(found)
+    elif os.path.isfile(argument):
+      files.append(argument)
+    else:
+      problems.append('%s: no such file or directory' % argument)
+  return files, problems
+
+
+def _reason(message):
+  """The line of a TensorFlow error message that says what was wrong."""
+  for line in message.splitlines():
+    if line.strip() and not line[0].isspace() and not line.startswith(
+        ('Graph execution error', 'Detected at node', 'Node:')):
+      return line.strip()
+  return message.strip()
+
+
+def classify(files, checkpoint, dtype=tf.float32, batch_size=128,
+             session_config=None):
+  """Classifies picture files with a checkpoint's averaged weights.
+
+  Args:
+    files: list of paths.
+    checkpoint: a checkpoint path prefix (see `find_checkpoint`).
+    dtype: its weights' dtype.
+    batch_size: int, pictures per run of the model.
+    session_config: tf.ConfigProto or None.
+
+  Returns:
+    (results, problems): results is a list of (path, probabilities float32
+    [10]) for the files that decoded, in order; problems one 'path: reason'
+    string per file that did not.
+  """
+  results, problems, pixels = [], [], []
+  with tf.Graph().as_default() as graph:
+    contents = tf.placeholder(tf.string, [])
+    decoded = decode(contents)
+    batch = tf.placeholder(tf.uint8, [None, 32, 32, 3])
+    probabilities, _ = model(batch, dtype)
+    saver = _averages_saver()
+    graph.finalize()
+    with tf.Session(config=session_config) as sess:
+      saver.restore(sess, checkpoint)
+      for path in files:
+        try:
+          with open(path, 'rb') as f:
+            data = f.read()
+        except OSError as e:
+          problems.append('%s: cannot be read (%s)' % (path, e.strerror))
+          continue
+        if not data:
+          problems.append('%s: the file is empty' % path)
+          continue
+        try:
+          pixels.append(sess.run(decoded, {contents: data}))
+          results.append(path)
+        except tf.errors.InvalidArgumentError as e:
+          problems.append('%s: not a PNG, JPEG, BMP or GIF picture '
+                          'TensorFlow can read (%s)'
+                          % (path, _reason(e.message)))
+      scores = [sess.run(probabilities,
+                         {batch: np.stack(pixels[i:i + batch_size])})
+                for i in range(0, len(pixels), batch_size)]
+  if scores:
+    return list(zip(results, np.concatenate(scores))), problems
+  return [], problems
+
+
+def format_line(path, probabilities, top_k=3):
+  """'path: cat 0.912, dog 0.051, frog 0.013'."""
+  best = np.argsort(-probabilities, kind='stable')[:top_k]
+  return '%s: %s' % (path, ', '.join(
+      '%s %.3f' % (cifar10_input.CLASS_NAMES[c], probabilities[c])
+      for c in best))
+
+
+def export(checkpoint, export_dir, dtype=tf.float32):
+  """Writes a SavedModel of the averaged weights to export_dir.
+
+  Signatures: 'serving_default' (input 'images', string [N] of encoded
+  files) and SIGNATURE_PIXELS (input 'pixels', uint8 [N, 32, 32, 3]); each
+  returns 'probabilities' float32 [N, 10] and 'classes' string [N].
+
+  Raises:
+    ClassifyError: if export_dir exists already.
+  """
+  if tf.io.gfile.exists(export_dir):
+    raise ClassifyError('--export_dir=%s exists already: give a new directory '
+                        '(a SavedModel is never written over another)'
+                        % export_dir)
+  with tf.Graph().as_default():
+    images = tf.placeholder(tf.string, [None], name='images')
+    pixels = tf.placeholder(tf.uint8, [None, 32, 32, 3], name='pixels')
+    decoded = tf.map_fn(decode, images, fn_output_signature=tf.uint8)
+    signatures = {}
+    with tf.variable_scope(tf.get_variable_scope(), reuse=tf.AUTO_REUSE):
+      for key, name, tensor, source in (
+          ('serving_default', 'images', images, decoded),
+          (SIGNATURE_PIXELS, 'pixels', pixels, pixels)):
+        probabilities, classes = model(source, dtype)
+        signatures[key] = (
+            tf.saved_model.signature_def_utils.predict_signature_def(
+                inputs={name: tensor},
+                outputs={'probabilities': probabilities, 'classes': classes}))
+    saver = _averages_saver()
+    with tf.Session() as sess:
+      saver.restore(sess, checkpoint)
+      builder = tf.saved_model.Builder(export_dir)
+      builder.add_meta_graph_and_variables(
+          sess, [tf.saved_model.tag_constants.SERVING],
+          signature_def_map=signatures, strip_default_attrs=True)
+      builder.save()
+
+
+def main(argv):
+  cifar10.configure_logging()
+  cifar10.check_flag_range('top_k', FLAGS.top_k, minimum=1,
+                           maximum=cifar10.NUM_CLASSES)
+  cifar10.check_flag_range('batch_size', FLAGS.batch_size, minimum=1)
+  if len(argv) < 2 and not FLAGS.export_dir:
+    raise app.UsageError('Give the pictures to classify (files or '
+                         'directories), or --export_dir')
+  name = os.path.basename(sys.argv[0])
+  try:
+    checkpoint, dtype = find_checkpoint(FLAGS.checkpoint_dir,
+                                        FLAGS.checkpoint_path)
+    if FLAGS.export_dir:
+      export(checkpoint, FLAGS.export_dir, dtype)
+      print('Wrote a SavedModel of %s to %s (signatures serving_default: '
+            'images, %s: pixels).' % (checkpoint, FLAGS.export_dir,
+                                      SIGNATURE_PIXELS), flush=True)
+  except ClassifyError as e:
+    sys.exit('%s: %s' % (name, e))
+  files, problems = image_files(argv[1:])
+  results, unreadable = [], []
+  if files:
+    results, unreadable = classify(files, checkpoint, dtype, FLAGS.batch_size)
+  for path, probabilities in results:
+    print(format_line(path, probabilities, FLAGS.top_k))
+  sys.stdout.flush()
+  for problem in problems + unreadable:
+    print('%s: %s' % (name, problem), file=sys.stderr)
+  if problems or unreadable:
+    sys.exit(1)
+
+
+if __name__ == '__main__':
+  app.run(main)
