@@ -701,7 +701,7 @@ def main(argv):
         save_checkpoint_steps=FLAGS.save_checkpoint_steps or None)
   except (TimeoutError, ClusterError, cifar10.DataError,
           cifar10_train.DivergedError, cifar10_train.DiskFullError,
-          cifar10_lock.TrainDirBusyError, cifar10_resume.ResumeError) as e:
+          cifar10_lock.TrainDirLockError, cifar10_resume.ResumeError) as e:
     sys.exit('Worker %d: %s' % (task_index, e))
   if stats['signal']:
     sys.exit(128 + stats['signal'])

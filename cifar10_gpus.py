@@ -9,6 +9,7 @@ back to the CPU. With several GPUs the towers are spread over them evenly.
 """
 
 import ctypes
+import os
 
 from absl import app
 import tensorflow.compat.v1 as tf
@@ -95,7 +96,7 @@ class _Memory(ctypes.Structure):
 
 
 def card_memory_mb():
-  """The total memory of the smallest NVIDIA GPU, in MB; None if unknown.
+  """The total memory of the smallest visible NVIDIA GPU in MB; None if unknown.
 
   Asked of the driver's management library (NVML), which, unlike
   TensorFlow, answers without taking the GPU: the virtual GPUs must be
@@ -111,8 +112,14 @@ def card_memory_mb():
     count = ctypes.c_uint()
     if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
       return None
+    indices = range(count.value)
+    visible = os.environ.get('CUDA_VISIBLE_DEVICES', '')
+    if visible and all(i.strip().isdigit() for i in visible.split(',')):
+      # Only the cards TensorFlow may use (NVML numbers them in PCI order,
+      # which CUDA also uses unless told otherwise).
+      indices = [int(i) for i in visible.split(',') if int(i) < count.value]
     sizes = []
-    for index in range(count.value):
+    for index in indices:
       handle = ctypes.c_void_p()
       memory = _Memory()
       if (nvml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)) or

@@ -22,8 +22,20 @@ import time
 LOCK_NAME = '.cifar10_train.lock'
 
 
-class TrainDirBusyError(RuntimeError):
+class TrainDirLockError(RuntimeError):
+  """train_dir cannot be locked; the message says why."""
+
+
+class TrainDirBusyError(TrainDirLockError):
   """Another trainer holds the train_dir; the message names it."""
+
+# flock errors of file systems that do not support it (some network and FUSE
+# mounts): the run goes on unlocked, with a line that says so.
+_UNSUPPORTED = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
+
+
+_ADVICE = ('training stopped before reading or writing anything else; is '
+           'the disk full? Free some space, then run the same command again')
 
 
 def _holder(lock_file):
@@ -48,17 +60,29 @@ def train_dir_lock(train_dir):
   Raises:
     TrainDirBusyError: naming the directory and the process (pid, host,
       start time) that holds it.
+    TrainDirLockError: the lock file cannot be made or written (a full
+      disk, say).
   """
   if '://' in train_dir:
     yield None
     return
   path = os.path.join(train_dir, LOCK_NAME)
-  # Not truncated on open: the holder's text is read if the lock is taken.
-  fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-  with os.fdopen(fd, 'r+') as lock_file:
+  try:
+    # Not truncated on open: the holder's text is read if the lock is taken.
+    lock_file = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, 0o644), 'r+')
+  except OSError as e:
+    raise TrainDirLockError('cannot create the lock file %s (%s): %s'
+                            % (path, e.strerror, _ADVICE)) from None
+  with lock_file:
     try:
       fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
+      if e.errno in _UNSUPPORTED:
+        print('Warning: the file system of --train_dir=%s cannot lock files '
+              '(%s): nothing stops a second trainer on it.'
+              % (train_dir, e.strerror), flush=True)
+        yield None
+        return
       if e.errno not in (errno.EAGAIN, errno.EACCES):
         raise
       raise TrainDirBusyError(
@@ -67,12 +91,16 @@ def train_dir_lock(train_dir):
           'that one to end (or stop it), or give this run another '
           '--train_dir. (cifar10_eval.py may run beside it.)'
           % (train_dir, _holder(lock_file))) from None
-    lock_file.seek(0)
-    lock_file.truncate()
-    lock_file.write('pid %d on host %s, started %s\n' % (
-        os.getpid(), socket.gethostname(),
-        time.strftime('%Y-%m-%d %H:%M:%S')))
-    lock_file.flush()
+    try:
+      lock_file.seek(0)
+      lock_file.truncate()
+      lock_file.write('pid %d on host %s, started %s\n' % (
+          os.getpid(), socket.gethostname(),
+          time.strftime('%Y-%m-%d %H:%M:%S')))
+      lock_file.flush()
+    except OSError as e:
+      raise TrainDirLockError('cannot write the lock file %s (%s): %s'
+                              % (path, e.strerror, _ADVICE)) from None
     try:
       yield path
     finally:

@@ -60,36 +60,65 @@ def checkpoint_problem(checkpoint):
   return None
 
 
+def _listed_checkpoints(train_dir, report):
+  """The checkpoints of train_dir, oldest first, as its index lists them.
+
+  A listed checkpoint whose file name is in train_dir is taken from there,
+  wherever the index says it is: the index holds absolute paths, which a
+  moved or copied train_dir would otherwise take from the old place. Without a readable index, the model.ckpt-N files there, by N.
+  """
+  try:
+    state = tf.train.get_checkpoint_state(train_dir)
+  except (tf.errors.OpError, ValueError):
+    state = None
+  if state is not None and state.model_checkpoint_path:
+    listed = list(state.all_model_checkpoint_paths)
+    if state.model_checkpoint_path not in listed:
+      listed.append(state.model_checkpoint_path)
+    here = [os.path.join(train_dir, os.path.basename(path)) for path in listed]
+    return [local if tf.io.gfile.exists(local + '.index') else path
+            for path, local in zip(listed, here)]
+  found = tf.io.gfile.glob(os.path.join(train_dir, 'model.ckpt-*.index'))
+  steps = sorted((int(name[:-len('.index')].rsplit('-', 1)[1]),
+                  name[:-len('.index')]) for name in found
+                 if name[:-len('.index')].rsplit('-', 1)[1].isdigit())
+  if steps:
+    report('The checkpoint index of %s is missing or unreadable: looking at '
+           'the checkpoint files themselves.' % train_dir)
+  return [path for _, path in steps]
+
+
 def newest_restorable(train_dir, report=print):
-  """The newest checkpoint listed in train_dir that restores, newest first.
+  """The newest checkpoint of train_dir that restores.
 
   Args:
     train_dir: the training directory.
-    report: called with one line for each damaged checkpoint skipped.
+    report: called with one line for each checkpoint skipped.
 
   Returns:
-    The checkpoint's path prefix, or None if the index lists none.
+    The checkpoint's path prefix, or None if train_dir has none.
 
   Raises:
-    NoRestorableCheckpointError: if every listed checkpoint is damaged.
+    NoRestorableCheckpointError: if every checkpoint is damaged or missing.
   """
-  state = tf.train.get_checkpoint_state(train_dir)
-  if state is None or not state.model_checkpoint_path:
+  listed = _listed_checkpoints(train_dir, report)
+  if not listed:
     return None
-  listed = list(state.all_model_checkpoint_paths)
-  if state.model_checkpoint_path not in listed:
-    listed.append(state.model_checkpoint_path)
   for checkpoint in reversed(listed):
+    if not tf.io.gfile.exists(checkpoint + '.index'):
+      report('Checkpoint %s is listed but its files are missing: trying the '
+             'one before it.' % checkpoint)
+      continue
     problem = checkpoint_problem(checkpoint)
     if problem is None:
       return checkpoint
     report('Checkpoint %s is damaged and left as it is (%s): trying the one '
            'before it.' % (checkpoint, problem))
   raise NoRestorableCheckpointError(
-      'no checkpoint in --train_dir=%s restores: all %d that its index lists '
-      'are damaged (see the lines above). They are left as they are; move '
-      'them away to train from step 0, or give another --train_dir'
-      % (train_dir, len(listed)))
+      'no checkpoint in --train_dir=%s restores: all %d are damaged or '
+      'missing (see the lines above). Nothing was changed; move them away '
+      '(or --fresh_start deletes them) to train from step 0, or give another '
+      '--train_dir' % (train_dir, len(listed)))
 
 
 RestorePlan = collections.namedtuple('RestorePlan',

@@ -190,10 +190,14 @@ def disk_full(error, train_dir):
   if not full:
     return None
   _remove_interrupted_saves(train_dir)
-  checkpoint = tf.train.latest_checkpoint(train_dir)
+  try:
+    checkpoint = cifar10_resume.newest_restorable(train_dir,
+                                                  report=lambda line: None)
+  except cifar10_resume.ResumeError:
+    checkpoint = None
   kept = ('the newest complete checkpoint, %s, is intact and a new run '
           'resumes from it' % checkpoint if checkpoint else
-          'no checkpoint had been written yet')
+          'no complete checkpoint had been written yet')
   return DiskFullError(
       'the disk of --train_dir=%s is full (no space left on device while '
       'writing to it): training stopped; %s. Free some space, then run the '
@@ -479,7 +483,7 @@ def main(argv, train_fn=train, **train_kwargs):
         save_checkpoint_steps=FLAGS.save_checkpoint_steps or None,
         **train_kwargs)
   except (cifar10.DataError, DivergedError, DiskFullError,
-          cifar10_lock.TrainDirBusyError, cifar10_resume.ResumeError) as e:
+          cifar10_lock.TrainDirLockError, cifar10_resume.ResumeError) as e:
     sys.exit('%s: %s' % (os.path.basename(sys.argv[0]), e))
   if stats['signal']:
     # The shell's convention for "stopped by a signal", so that a chain like

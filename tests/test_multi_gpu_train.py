@@ -361,3 +361,18 @@ def test_split_gpus_script_refuses_with_one_line(tmp_path, extra, message):
   assert 'Traceback' not in result.stderr
   assert result.stderr.strip().splitlines()[-1].startswith(message)
   assert not (tmp_path / 'no_data').exists()  # Refused before any download.
+
+
+@pytest.mark.skipif(not tf.config.list_physical_devices('GPU'),
+                    reason='needs a GPU to split')
+def test_split_gpus_trains_every_tower_on_a_gpu(data_dir, tmp_path):
+  result = run_script('cifar10_multi_gpu_train.py', [
+      '--num_gpus=4', '--split_gpus', '--data_dir=%s' % data_dir,
+      '--train_dir=%s' % (tmp_path / 't'), '--batch_size=%d' % BATCH,
+      '--max_steps=2', '--log_device_placement'])
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'virtual GPUs of' in result.stdout
+  for i in range(4):
+    assert re.search(r'tower_%d/conv1/Conv2D\S*: \(\S+\): '
+                     r'/job:localhost/replica:0/task:0/device:GPU:%d' % (i, i),
+                     result.stderr), i

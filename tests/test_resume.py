@@ -6,7 +6,6 @@ first step, overwriting the one it read: that file shows what the run
 restored (and what it started fresh) before training changed it.
 """
 
-import glob
 import hashlib
 import os
 import re
@@ -16,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+import cifar10_lock
 import cifar10_resume
 from test_distributed_train import _free_ports, _start
 from test_train import LINE
@@ -150,10 +150,14 @@ def test_distributed_chief_resumes_and_is_resumed(data_dir, tmp_path):
 
 
 def _listing(directory):
-  """Every file under directory with its size, mtime and content hash."""
+  """Every file under directory (dot files too) with its size, mtime and
+  content hash; not the lock file, which a refused run takes too."""
   listing = {}
-  for path in glob.glob(os.path.join(directory, '**'), recursive=True):
-    if os.path.isfile(path):
+  for root, _, names in os.walk(directory):
+    for name in names:
+      if name == cifar10_lock.LOCK_NAME:
+        continue
+      path = os.path.join(root, name)
       with open(path, 'rb') as f:
         digest = hashlib.md5(f.read()).hexdigest()
       listing[path] = (os.path.getsize(path), os.stat(path).st_mtime_ns,

@@ -4,6 +4,7 @@ Each fault is made for real: a second process, a size-limited tmpfs (where
 this machine lets the tests mount one), damaged checkpoint files.
 """
 
+import errno
 import glob
 import os
 import shutil
@@ -152,14 +153,14 @@ def _listed_checkpoints_restore(train_dir):
 
 
 def test_full_disk_stops_with_one_message_and_the_next_run_resumes(
-    data_dir, tmp_path, monkeypatch):
+    data_dir, tmp_path):
   mount_point = str(tmp_path / 'small_disk')
   train_dir = os.path.join(mount_point, 'train')
   # A checkpoint of this model takes 9 MB, the graph and events 3 MB: 24 MB
   # hold the first two checkpoints and not the third.
   if not _mount_tmpfs(mount_point, 24):
-    _full_disk_injected(data_dir, str(tmp_path / 'train'), monkeypatch)
-    return
+    pytest.skip('cannot mount a tmpfs here (needs root); the injected '
+                'variant below runs instead')
   try:
     result = testutil.run_script('cifar10_train.py', _args(
         data_dir, train_dir, '--max_steps=40', '--save_checkpoint_steps=2'))
@@ -184,9 +185,11 @@ def test_full_disk_stops_with_one_message_and_the_next_run_resumes(
     subprocess.run(['umount', '-l', mount_point], timeout=30)
 
 
-def _full_disk_injected(data_dir, train_dir, monkeypatch):
-  """Where no tmpfs can be mounted: the saver's third save gets the error
-  TensorFlow raises for a full disk (what the tmpfs run gets)."""
+def test_full_disk_injected(data_dir, tmp_path, monkeypatch):
+  """Runs everywhere: the saver's third save gets the error TensorFlow
+  raised for a full disk in the tmpfs run (a ResourceExhaustedError naming
+  ENOSPC)."""
+  train_dir = str(tmp_path / 'train')
   real_save = tf.train.Saver.save
   saves = []
 
@@ -302,7 +305,36 @@ def test_only_damaged_checkpoints_stop_with_one_line(data_dir,
       data_dir, train_dir, '--max_steps=6'))
   assert result.returncode == 1
   assert _last_line(result) == (
-      'cifar10_train.py: no checkpoint in --train_dir=%s restores: all 2 that '
-      'its index lists are damaged (see the lines above). They are left as '
-      'they are; move them away to train from step 0, or give another '
-      '--train_dir' % train_dir)
+      'cifar10_train.py: no checkpoint in --train_dir=%s restores: all 2 are '
+      'damaged or missing (see the lines above). Nothing was changed; move '
+      'them away (or --fresh_start deletes them) to train from step 0, or give '
+      'another --train_dir' % train_dir)
+
+
+def test_checkpoints_are_found_without_the_index_and_after_a_move(
+    two_checkpoints, tmp_path):
+  lines = []
+  moved = str(tmp_path / 'moved')
+  shutil.copytree(two_checkpoints, moved)  # The index names the old place.
+  assert cifar10_resume.newest_restorable(moved, lines.append) == (
+      os.path.join(moved, 'model.ckpt-4'))
+  os.remove(os.path.join(moved, 'checkpoint'))
+  assert cifar10_resume.newest_restorable(moved, lines.append) == (
+      os.path.join(moved, 'model.ckpt-4'))
+  assert lines == ['The checkpoint index of %s is missing or unreadable: '
+                   'looking at the checkpoint files themselves.' % moved]
+
+
+def test_lock_file_that_cannot_be_written_is_one_message(tmp_path,
+                                                         monkeypatch):
+  def full(*args):
+    raise OSError(errno.ENOSPC, 'No space left on device')
+  monkeypatch.setattr(os, 'open', full)
+  with pytest.raises(cifar10_lock.TrainDirLockError) as e:
+    with cifar10_lock.train_dir_lock(str(tmp_path)):
+      pass
+  assert str(e.value) == (
+      'cannot create the lock file %s (No space left on device): training '
+      'stopped before reading or writing anything else; is the disk full? '
+      'Free some space, then run the same command again'
+      % os.path.join(str(tmp_path), cifar10_lock.LOCK_NAME))
