@@ -57,6 +57,18 @@ flags.DEFINE_string('data_md5', DATA_MD5,
                     'archive\'s); empty to skip the check.')
 flags.DEFINE_boolean('use_fp16', False, 'Train the model using fp16.')
 
+
+def define_checkpoint_dir_flag():
+  """Defines --checkpoint_dir, for the scripts that read a run's checkpoints.
+
+  cifar10_eval.py and cifar10_classify.py both take it; one process may
+  import both (the tests do), and absl refuses a flag defined twice.
+  """
+  if 'checkpoint_dir' not in flags.FLAGS:
+    flags.DEFINE_string('checkpoint_dir', '/tmp/cifar10_train',
+                        'Directory where to read model checkpoints: the '
+                        'training run\'s --train_dir.')
+
 # Global constants describing the CIFAR-10 data set.
 IMAGE_SIZE = cifar10_input.IMAGE_SIZE
 NUM_CLASSES = cifar10_input.NUM_CLASSES

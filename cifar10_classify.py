@@ -41,9 +41,7 @@ import cifar10_resume
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string('checkpoint_dir', '/tmp/cifar10_train',
-                    'The training run (its --train_dir) whose newest '
-                    'checkpoint classifies.')
+cifar10.define_checkpoint_dir_flag()
 flags.DEFINE_string('checkpoint_path', '',
                     'One checkpoint to use instead, e.g. '
                     '/tmp/cifar10_train/model.ckpt-100000.')

@@ -46,8 +46,7 @@ flags.DEFINE_string('eval_dir', '/tmp/cifar10_eval',
                     'Directory where to write event logs.')
 flags.DEFINE_enum('eval_data', 'test', ['test', 'train_eval'],
                   "Either 'test' or 'train_eval'.")
-flags.DEFINE_string('checkpoint_dir', '/tmp/cifar10_train',
-                    'Directory where to read model checkpoints.')
+cifar10.define_checkpoint_dir_flag()
 flags.DEFINE_integer('eval_interval_secs', 60 * 5, 'How often to run the eval.',
                      lower_bound=1)
 flags.DEFINE_integer('num_examples', 10000, 'Number of examples to run.',
