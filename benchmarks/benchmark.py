@@ -26,6 +26,22 @@ in the same run:
 
 plus the time from `python cifar10_train.py` to its first step and the
 process's memory after each round (it must not grow).
+
+Where a training step's time goes: after the timed rounds, `train`, `towers`
+and `towers2` each run --traced_steps more steps with RunOptions.FULL_TRACE
+(tracing slows a step, so these are kept out of the figures above) and
+print, for the traced step of median wall time, how its wall time around
+`MonitoredSession.run` splits (benchmarks/step_time.py):
+
+  input    only dequeues from the input queue running: the step waiting for
+           (or copying out) its batch
+  compute  at least one of the step's other ops running, on any device
+  host     the rest: hooks, writing summaries and checkpoints, Python, the
+           session's feeding, fetching and scheduling, ops waiting for a
+           thread; shown as the time before the first op, between ops and
+           after the last
+
+Input + compute + host = the step's wall time, each part >= 0.
 """
 
 import argparse
@@ -53,6 +69,7 @@ import cifar10_eval
 import cifar10_input
 import cifar10_multi_gpu_train
 import cifar10_train
+import step_time
 import synthetic
 
 # Multiply-adds per 24x24 image in each conv and matmul layer of inference().
@@ -144,7 +161,7 @@ class TrainScriptVariant(Variant):
   every 10 steps goes to /dev/null.
   """
 
-  def __init__(self, steps, data_dir, train_dir, batch_size):
+  def __init__(self, steps, data_dir, train_dir, batch_size, config=None):
     super(TrainScriptVariant, self).__init__('train', steps, batch_size,
                                              TRAIN_FLOP_PER_EXAMPLE)
     self.graph = tf.Graph()
@@ -152,8 +169,9 @@ class TrainScriptVariant(Variant):
       global_step = tf.train.get_or_create_global_step()
       self.train_op, loss, _ = cifar10_train.build_training_graph(
           global_step, data_dir, batch_size)
+      # config: the script's own unless a test bounds its ops' time.
       self._start(train_dir, loss, global_step, batch_size,
-                  cifar10.session_config())
+                  config or cifar10.session_config())
 
   def _start(self, train_dir, loss, global_step, batch_size, config,
              summary_op=None, num_towers=1):
@@ -175,6 +193,31 @@ class TrainScriptVariant(Variant):
 
   def step(self):
     self.sess.run(self.train_op)
+
+  def traced_step(self):
+    """One step under FULL_TRACE, with the script's hooks, split.
+
+    Returns:
+      A step_time.Breakdown, in seconds.
+    """
+    options = tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE)
+    metadata = tf.RunMetadata()
+    with contextlib.redirect_stdout(self._log):
+      start = time.time()
+      self.sess.run(self.train_op, options=options, run_metadata=metadata)
+      end = time.time()
+    return step_time.split_step(metadata.step_stats, start, end)
+
+  def median_traced_step(self, steps):
+    """The split of the traced step of median wall time, of `steps` > 0.
+
+    A first traced step, which sets the tracer up, is left out. The median
+    step, not each part's median, so that its parts add up.
+    """
+    self.traced_step()
+    splits = sorted((self.traced_step() for _ in range(steps)),
+                    key=lambda split: split.step)
+    return splits[(len(splits) - 1) // 2]
 
   def close(self):
     with self.graph.as_default():  # the final checkpoint is saved here
@@ -307,6 +350,9 @@ def main():
                       '100-step summary interval keeps summaries counted)')
   parser.add_argument('--batch_size', type=int, default=128)
   parser.add_argument('--startup_runs', type=int, default=3)
+  parser.add_argument('--traced_steps', type=int, default=10,
+                      help='traced steps per training variant, after the '
+                      'timed rounds, for the split of a step\'s time; 0: none')
   args = parser.parse_args()
 
   scratch = tempfile.mkdtemp(prefix='cifar10_bench_')
@@ -349,6 +395,11 @@ def main():
     rss.append(_rss_mib())
     print('round %d/%d done, RSS %.0f MiB' % (round_index + 1, args.rounds,
                                              rss[-1]), flush=True)
+  splits = {}
+  if args.traced_steps > 0:
+    for variant in variants:
+      if isinstance(variant, TrainScriptVariant):
+        splits[variant.name] = variant.median_traced_step(args.traced_steps)
   for variant in variants:
     variant.close()
 
@@ -374,6 +425,14 @@ def main():
     spread = '%.0f-%.0f' % (min(v.rates), max(v.rates))
     print('%-8s %12.1f %26s %10s   (rounds: %s)' % (
         v.name, median[v.name], ratio, model_gflops, spread))
+  if splits:
+    print()
+    print('where a training step\'s time goes (traced step of median length '
+          'of %d; tracing adds to it):' % args.traced_steps)
+    for v in variants:
+      if v.name in splits:
+        print(step_time.describe(v.name, splits[v.name],
+                                 v.examples_per_step / median[v.name]))
   print()
   print('start to first step: %s s (median %.1f s)' % (
       ', '.join('%.1f' % s for s in startup), float(np.median(startup))))

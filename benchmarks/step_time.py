@@ -1,0 +1,165 @@
+"""Splits one training step's wall time into input, compute and host work.
+
+The split comes from the step's own statistics (a traced run's
+`RunMetadata.step_stats`) and the wall-clock times just before and after the
+`run` call:
+
+  input    the time during which the step's only running ops were dequeues
+           from an input queue (QueueDequeue*): waiting for a batch, or
+           copying it out of the queue
+  compute  the time during which at least one other op of the step ran, on
+           any device (an op's interval is its executor's all_start ..
+           all_end, so it includes the op's own scheduling inside the
+           executor; on a GPU the kernels' stream entries count too)
+  host     everything else in the wall time: before the step's first op
+           starts (hooks' before_run, the session's feeding and setup), after
+           its last op ends (fetching, hooks' after_run: logging, writing
+           summaries, checkpoints) and gaps between ops where none of the
+           step's ops ran (the executor handing ops on, or ops waiting for a
+           thread of the inter-op pool)
+
+The three parts tile the wall time, so they add up to it, each being >= 0,
+as long as the traced ops lie inside the timed call. Overlapping ops (two
+devices, a GPU's several streams listing the same kernel) are counted once:
+every part is a length of a union of intervals.
+"""
+
+import collections
+import re
+
+# Op types that take a batch from an input queue.
+INPUT_OP_TYPES = frozenset([
+    'QueueDequeueV2', 'QueueDequeueManyV2', 'QueueDequeueUpToV2',
+    'QueueDequeue', 'QueueDequeueMany', 'QueueDequeueUpTo'])
+
+# A node's timeline label reads '[allocations] name = OpType(inputs)'; GPU
+# stream entries carry a kernel name instead, and are never input ops.
+_OP_TYPE = re.compile(r' = (\w+)\(')
+
+
+class Breakdown(collections.namedtuple(
+    'Breakdown', ['step', 'input', 'compute', 'host', 'before', 'between',
+                  'after'])):
+  """One step's split, every field a float in seconds.
+
+  step = input + compute + host, and host = before + between + after: the
+  host time before the first op, between ops, and after the last op.
+  """
+
+  def fractions(self):
+    """(input, compute, host) as fractions of the step, floats."""
+    return tuple(part / self.step if self.step > 0 else float('nan')
+                 for part in (self.input, self.compute, self.host))
+
+
+def op_type(node_stats):
+  """The op type in a NodeExecStats' timeline label ('' if none), a str."""
+  match = _OP_TYPE.search(node_stats.timeline_label)
+  return match.group(1) if match else ''
+
+
+def _interval(node_stats):
+  """(start, end) in microseconds, floats; nanoseconds when recorded."""
+  if node_stats.all_start_nanos:
+    start = node_stats.all_start_nanos / 1e3
+    return start, start + node_stats.all_end_rel_nanos / 1e3
+  start = float(node_stats.all_start_micros)
+  return start, start + node_stats.all_end_rel_micros
+
+
+def union(intervals):
+  """Sorted, disjoint (start, end) pairs covering the same points."""
+  merged = []
+  for start, end in sorted(intervals):
+    if merged and start <= merged[-1][1]:
+      merged[-1][1] = max(merged[-1][1], end)
+    else:
+      merged.append([start, end])
+  return [tuple(pair) for pair in merged]
+
+
+def length(disjoint):
+  return sum(end - start for start, end in disjoint)
+
+
+def subtract(disjoint, minus):
+  """The parts of `disjoint` outside `minus`; both sorted and disjoint."""
+  result = []
+  for start, end in disjoint:
+    for cut_start, cut_end in minus:
+      if cut_end <= start or cut_start >= end:
+        continue
+      if cut_start > start:
+        result.append((start, cut_start))
+      start = max(start, cut_end)
+    if start < end:
+      result.append((start, end))
+  return result
+
+
+def split_step(step_stats, start, end, input_op_types=INPUT_OP_TYPES):
+  """Splits a traced step's wall time; see the module docstring.
+
+  Args:
+    step_stats: the tf.compat.v1 StepStats proto of one run
+      (`run_metadata.step_stats`), every device and stream of it.
+    start, end: floats, time.time() just before and just after the run call,
+      in seconds (the clock TensorFlow's all_start times use, in
+      microseconds since the epoch).
+    input_op_types: op types whose time is waiting for input.
+
+  Returns:
+    A Breakdown, in seconds. A node without a start time (0) is left out.
+    before or after comes out negative only if the trace does not lie inside
+    [start, end]: a sign of a clock that is not the host's.
+  """
+  ops, inputs = [], []
+  for device in step_stats.dev_stats:
+    for node in device.node_stats:
+      if not (node.all_start_nanos or node.all_start_micros):
+        continue
+      (inputs if op_type(node) in input_op_types else ops).append(
+          _interval(node))
+  start_us, end_us = start * 1e6, end * 1e6
+  busy = union(ops + inputs)
+  if not busy:  # nothing traced: all of it was host work
+    return Breakdown(end - start, 0.0, 0.0, end - start, end - start, 0.0,
+                     0.0)
+  compute = length(union(ops))
+  input_only = length(subtract(union(inputs), union(ops)))
+  before = busy[0][0] - start_us
+  after = end_us - busy[-1][1]
+  between = (busy[-1][1] - busy[0][0]) - length(busy)
+  seconds = [x / 1e6 for x in (input_only, compute, before + between + after,
+                               before, between, after)]
+  return Breakdown(end - start, *seconds)
+
+
+def _ms(seconds):
+  """'12.3 ms', or two decimals below 10 ms (an input wait of 0.04 ms)."""
+  return ('%.1f ms' if abs(seconds) >= 0.01 else '%.2f ms') % (1e3 * seconds)
+
+
+def describe(name, breakdown, untraced_step=None):
+  """One line for a user: the step, its three parts in ms and percent.
+
+  Args:
+    name: str, the variant.
+    breakdown: a Breakdown.
+    untraced_step: float seconds, the step without tracing, or None.
+
+  Returns:
+    A str such as 'train    step 95.1 ms = input 1.20 ms (1%) + compute
+    90.3 ms (95%) + host 3.60 ms (4%: 0.30 before the ops, 1.10 between,
+    2.20 after); untraced 94.0 ms'.
+  """
+  input_, compute, host = breakdown.fractions()
+  line = ('%-8s step %s = input %s (%.0f%%) + compute %s (%.0f%%) + host %s '
+          '(%.0f%%: %s before the ops, %s between, %s after)' % (
+              name, _ms(breakdown.step), _ms(breakdown.input), 100 * input_,
+              _ms(breakdown.compute), 100 * compute, _ms(breakdown.host),
+              100 * host, _ms(breakdown.before)[:-3],
+              _ms(breakdown.between)[:-3], _ms(breakdown.after)[:-3]))
+  if untraced_step is not None:
+    line += '; untraced %s' % _ms(untraced_step)
+  return line
