@@ -21,6 +21,10 @@ in the same run:
   eval        evaluation over the full test set (every example once)
   forward     inference alone on a constant batch, in evaluation's session
               configuration (the ceiling for `eval`)
+  classify    cifar10_classify.py's classify() on up to 1,000 test records
+              written as PNG files, as a user classifies a folder: reading,
+              decoding, the model, and the graph building and checkpoint
+              restoring of each call (its ceiling is `forward`)
   matmul      a 2048x2048 float32 matrix product: the machine's practical
               GFLOP/s, against which the model's FLOP rate is compared
 
@@ -65,6 +69,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 import cifar10
+import cifar10_classify
 import cifar10_eval
 import cifar10_input
 import cifar10_multi_gpu_train
@@ -307,6 +312,54 @@ class EvalVariant(Variant):
     pass
 
 
+class ClassifyVariant(Variant):
+  """cifar10_classify.py on a folder of PNG files, as a user runs it.
+
+  Each step classifies the same files (test records written as PNG):
+  reading, decoding, the model, and the graph building and checkpoint
+  restoring that every call of the script does once.
+  """
+
+  def __init__(self, data_dir, scratch, num_files, batch_size):
+    super(ClassifyVariant, self).__init__('classify', 1, num_files,
+                                          FORWARD_FLOP_PER_EXAMPLE)
+    self.batch_size = batch_size
+    path = os.path.join(data_dir, cifar10.BATCHES_DIR,
+                        cifar10_input.TEST_FILES[0])
+    records = np.fromfile(path, np.uint8).reshape(-1, 3073)[:num_files]
+    pixels = records[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    os.makedirs(scratch)
+    with tf.Graph().as_default():
+      image = tf.placeholder(tf.uint8, [32, 32, 3])
+      encoded = tf.io.encode_png(image)
+      global_step = tf.train.get_or_create_global_step()
+      cifar10.inference(tf.zeros([1, 24, 24, 3]))
+      tf.train.ExponentialMovingAverage(cifar10.MOVING_AVERAGE_DECAY,
+                                        global_step).apply(
+                                            tf.trainable_variables())
+      with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        self.checkpoint = tf.train.Saver().save(
+            sess, os.path.join(scratch, 'model.ckpt'), global_step=0)
+        self.files = []
+        for i, picture in enumerate(pixels):
+          self.files.append(os.path.join(scratch, 'record_%05d.png' % i))
+          with open(self.files[-1], 'wb') as f:
+            f.write(sess.run(encoded, {image: picture}))
+    self.examples_per_step = len(self.files)
+
+  def warm_up(self):
+    self.step()
+
+  def step(self):
+    cifar10_classify.classify(
+        self.files, self.checkpoint, batch_size=self.batch_size,
+        session_config=cifar10_eval.default_session_config())
+
+  def close(self):
+    pass
+
+
 def _build_matmul(n):
   def build():
     a = tf.Variable(tf.random.normal([n, n], seed=1))
@@ -385,6 +438,8 @@ def main():
                      FORWARD_FLOP_PER_EXAMPLE,
                      cifar10_eval.default_session_config()),
       SessionVariant('matmul', 10, 2 * 2048 ** 3, _build_matmul(2048)),
+      ClassifyVariant(data_dir, os.path.join(scratch, 'classify'),
+                      min(num_test, 1000), batch),
   ]
   for variant in variants:
     variant.warm_up()
@@ -408,7 +463,7 @@ def main():
   print()
   print('%-8s %12s %26s %10s' % ('variant', 'examples/s', 'ratio', 'GFLOP/s'))
   baselines = {'train': 'bound', 'towers': 'bound', 'towers2': 'bound',
-               'eval': 'forward'}
+               'eval': 'forward', 'classify': 'forward'}
   for v in variants:
     if v.name == 'matmul':
       print('%-8s %12s %26s %10.1f' % ('matmul', '-', '1.00 (peak)', gflops))

@@ -19,7 +19,7 @@ from testutil import run_script
 sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
 
 VARIANTS = ['train', 'towers', 'towers2', 'bound', 'input', 'eval', 'forward',
-            'matmul']
+            'matmul', 'classify']
 ROW = re.compile(r'^(\w+) +([\d.]+|-) +(.*?) {2,}([\d.]+)?', re.M)
 
 
@@ -36,7 +36,8 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
   assert sorted(rows) == sorted(VARIANTS), out
   for name in ('train', 'towers', 'towers2'):
     assert re.match(r'\d\.\d\d of bound; \d\.\d\d of matmul$', rows[name])
-  assert re.match(r'\d\.\d\d of forward; \d\.\d\d of matmul$', rows['eval'])
+  for name in ('eval', 'classify'):
+    assert re.match(r'\d\.\d\d of forward; \d\.\d\d of matmul$', rows[name])
   assert re.match(r'\d\.\d\d of matmul$', rows['bound'])
   assert rows['matmul'] == '1.00 (peak)'
   assert re.search(r'^start to first step: [\d.]+ s \(median [\d.]+ s\)$',
