@@ -181,39 +181,54 @@ def classify(files, checkpoint, dtype=tf.float32, batch_size=128,
     [10]) for the files that decoded, in order; problems one 'path: reason'
     string per file that did not.
   """
-  results, problems, pixels = [], [], []
+  results, problems, readable = [], [], []
+  for path in files:
+    try:
+      with open(path, 'rb') as f:
+        data = f.read()
+    except OSError as e:
+      problems.append('%s: cannot be read (%s)' % (path, e.strerror))
+      continue
+    if data:
+      readable.append((path, data))
+    else:
+      problems.append('%s: the file is empty' % path)
   with tf.Graph().as_default() as graph:
-    contents = tf.placeholder(tf.string, [])
-    decoded = decode(contents)
-    batch = tf.placeholder(tf.uint8, [None, 32, 32, 3])
-    probabilities, _ = model(batch, dtype)
+    one = tf.placeholder(tf.string, [])
+    decoded_one = decode(one)
+    many = tf.placeholder(tf.string, [None])
+    # A batch decodes in the same run as the model; fed instead when one of
+    # its files does not decode and the others are decoded one by one.
+    pixels = tf.placeholder_with_default(
+        tf.map_fn(decode, many, fn_output_signature=tf.uint8),
+        [None, 32, 32, 3])
+    probabilities, _ = model(pixels, dtype)
     saver = _averages_saver()
     graph.finalize()
     with tf.Session(config=session_config) as sess:
       saver.restore(sess, checkpoint)
-      for path in files:
+      for i in range(0, len(readable), batch_size):
+        chunk = readable[i:i + batch_size]
         try:
-          with open(path, 'rb') as f:
-            data = f.read()
-        except OSError as e:
-          problems.append('%s: cannot be read (%s)' % (path, e.strerror))
+          scores = sess.run(probabilities,
+                            {many: [data for _, data in chunk]})
+          results.extend(zip([path for path, _ in chunk], scores))
           continue
-        if not data:
-          problems.append('%s: the file is empty' % path)
-          continue
-        try:
-          pixels.append(sess.run(decoded, {contents: data}))
-          results.append(path)
-        except tf.errors.InvalidArgumentError as e:
-          problems.append('%s: not a PNG, JPEG, BMP or GIF picture '
-                          'TensorFlow can read (%s)'
-                          % (path, _reason(e.message)))
-      scores = [sess.run(probabilities,
-                         {batch: np.stack(pixels[i:i + batch_size])})
-                for i in range(0, len(pixels), batch_size)]
-  if scores:
-    return list(zip(results, np.concatenate(scores))), problems
-  return [], problems
+        except tf.errors.InvalidArgumentError:
+          pass
+        good = []
+        for path, data in chunk:
+          try:
+            good.append((path, sess.run(decoded_one, {one: data})))
+          except tf.errors.InvalidArgumentError as e:
+            problems.append('%s: not a PNG, JPEG, BMP or GIF picture '
+                            'TensorFlow can read (%s)'
+                            % (path, _reason(e.message)))
+        if good:
+          scores = sess.run(probabilities,
+                            {pixels: np.stack([p for _, p in good])})
+          results.extend(zip([path for path, _ in good], scores))
+  return results, problems
 
 
 def format_line(path, probabilities, top_k=3):
