@@ -205,13 +205,18 @@ class TrainScriptVariant(Variant):
     Returns:
       A step_time.Breakdown, in seconds.
     """
+    return step_time.split_step(*self.traced_run())
+
+  def traced_run(self):
+    """One step under FULL_TRACE: (its step_stats, start, end), end and start
+    in seconds since the epoch around the run call."""
     options = tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE)
     metadata = tf.RunMetadata()
     with contextlib.redirect_stdout(self._log):
       start = time.time()
       self.sess.run(self.train_op, options=options, run_metadata=metadata)
       end = time.time()
-    return step_time.split_step(metadata.step_stats, start, end)
+    return metadata.step_stats, start, end
 
   def median_traced_step(self, steps):
     """The split of the traced step of median wall time, of `steps` > 0.
