@@ -8,6 +8,7 @@ import errno
 import glob
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -56,6 +57,9 @@ def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
   first, lines = _start(data_dir, train_dir, '--save_checkpoint_steps=2')
   try:
     _wait_for(first, lines, lambda: len(_logged_steps(lines)) >= 3)
+    # Paused, it holds the lock while the others try, and cannot end on its
+    # own meanwhile (a long run at lr 0.1 on 100 records can diverge).
+    os.kill(first.pid, signal.SIGSTOP)
     holder = 'pid %d on host %s' % (first.pid, socket.gethostname())
 
     for script, extra in (
@@ -78,6 +82,7 @@ def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
         '--num_examples=20', '--batch_size=10'], timeout=120)
     assert evaluation.returncode == 0, evaluation.stderr[-3000:]
     assert 'precision @ 1 = ' in evaluation.stdout
+    assert first.poll() is None  # Still there, still holding the lock.
   finally:
     first.kill()
     first.wait(30)
