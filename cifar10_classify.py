@@ -78,6 +78,11 @@ def decode(contents):
   return pixels
 
 
+def decode_batch(contents):
+  """`decode` of each of string [N] encoded files: uint8 [N, 32, 32, 3]."""
+  return tf.map_fn(decode, contents, fn_output_signature=tf.uint8)
+
+
 def model(pixels, dtype=tf.float32):
   """Probabilities and top class of pixels, as evaluation sees them.
 
@@ -118,10 +123,10 @@ def find_checkpoint(checkpoint_dir, checkpoint_path=''):
     raise ClassifyError(
         'no checkpoint in --checkpoint_dir=%s: point it at the --train_dir '
         'of a training run, or give --checkpoint_path' % checkpoint_dir)
-  problem = cifar10_resume.checkpoint_problem(path)
+  reader, problem = cifar10_resume.verified_reader(path)
   if problem:
     raise ClassifyError('cannot read checkpoint %s: %s' % (path, problem))
-  dtypes = tf.train.load_checkpoint(path).get_variable_to_dtype_map()
+  dtypes = reader.get_variable_to_dtype_map()
   if 'conv1/weights/ExponentialMovingAverage' not in dtypes:
     raise ClassifyError(
         'checkpoint %s holds no CIFAR-10 model with moving averages (no '
@@ -199,9 +204,8 @@ def classify(files, checkpoint, dtype=tf.float32, batch_size=128,
     many = tf.placeholder(tf.string, [None])
     # A batch decodes in the same run as the model; fed instead when one of
     # its files does not decode and the others are decoded one by one.
-    pixels = tf.placeholder_with_default(
-        tf.map_fn(decode, many, fn_output_signature=tf.uint8),
-        [None, 32, 32, 3])
+    pixels = tf.placeholder_with_default(decode_batch(many),
+                                         [None, 32, 32, 3])
     probabilities, _ = model(pixels, dtype)
     saver = _averages_saver()
     graph.finalize()
@@ -256,7 +260,7 @@ def export(checkpoint, export_dir, dtype=tf.float32):
   with tf.Graph().as_default():
     images = tf.placeholder(tf.string, [None], name='images')
     pixels = tf.placeholder(tf.uint8, [None, 32, 32, 3], name='pixels')
-    decoded = tf.map_fn(decode, images, fn_output_signature=tf.uint8)
+    decoded = decode_batch(images)
     signatures = {}
     with tf.variable_scope(tf.get_variable_scope(), reuse=tf.AUTO_REUSE):
       for key, name, tensor, source in (

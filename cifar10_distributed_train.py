@@ -61,7 +61,6 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 import cifar10_input
-import cifar10_lock
 import cifar10_resume
 import cifar10_train
 
@@ -575,11 +574,14 @@ def train(target, cluster, task_index, data_dir, train_dir,
                   _ReleaseTokensHook(graph['release_op'])]
       config = session_config(task_index, operation_timeout_secs,
                               log_device_placement)
+      # Only the chief writes to train_dir.
+      full_disk = (cifar10_train.stop_on_full_disk(train_dir) if is_chief
+                   else contextlib.nullcontext())
       try:
-        with _monitored_session(target, cluster, task_index, hooks, config,
-                                train_dir, save_checkpoint_secs,
-                                save_checkpoint_steps, save_summaries_steps,
-                                startup_wait_secs, plan) as mon_sess:
+        with full_disk, _monitored_session(
+            target, cluster, task_index, hooks, config, train_dir,
+            save_checkpoint_secs, save_checkpoint_steps, save_summaries_steps,
+            startup_wait_secs, plan) as mon_sess:
           while not mon_sess.should_stop() and not stop_signals:
             mon_sess.run(graph['train_op'])
       except tf.errors.DeadlineExceededError:
@@ -592,11 +594,6 @@ def train(target, cluster, task_index, data_dir, train_dir,
         if 'sync_token_q' not in e.message:
           raise
         raise ClusterError(_CLOSED_QUEUE) from None
-      except (tf.errors.OpError, OSError) as e:
-        full = is_chief and cifar10_train.disk_full(e, train_dir)
-        if not full:
-          raise
-        raise full from None
       except tf.train.NanLossDuringTrainingError:
         if is_chief:
           raise cifar10_train._diverged(logger.global_step, train_dir) from None  # pylint: disable=protected-access
@@ -699,9 +696,7 @@ def main(argv):
         log_device_placement=FLAGS.log_device_placement,
         save_checkpoint_secs=FLAGS.save_checkpoint_secs,
         save_checkpoint_steps=FLAGS.save_checkpoint_steps or None)
-  except (TimeoutError, ClusterError, cifar10.DataError,
-          cifar10_train.DivergedError, cifar10_train.DiskFullError,
-          cifar10_lock.TrainDirLockError, cifar10_resume.ResumeError) as e:
+  except (TimeoutError, ClusterError) + cifar10_train.RUN_ERRORS as e:
     sys.exit('Worker %d: %s' % (task_index, e))
   if stats['signal']:
     sys.exit(128 + stats['signal'])

@@ -109,12 +109,11 @@ def _open_checkpoint(checkpoint_path):
   """
   # Every value is read back (checksums included), so a damaged .index or
   # .data file is skipped here rather than failing the restore.
-  problem = cifar10_resume.checkpoint_problem(checkpoint_path)
+  reader, problem = cifar10_resume.verified_reader(checkpoint_path)
   if problem:
     raise CheckpointUnreadableError(
         'cannot read checkpoint %s (pruned by training, not completely '
         'written, or damaged): %s' % (checkpoint_path, problem))
-  reader = tf.train.NewCheckpointReader(checkpoint_path)
   dtypes = reader.get_variable_to_dtype_map()
   if 'conv1/weights' not in dtypes:
     raise CheckpointError(

@@ -35,8 +35,8 @@ class NoRestorableCheckpointError(ResumeError):
   """Every checkpoint the index lists is damaged or missing."""
 
 
-def checkpoint_problem(checkpoint):
-  """Why `checkpoint` cannot be restored, or None if every value reads back.
+def verified_reader(checkpoint):
+  """A reader of `checkpoint` once every value has read back, or why not.
 
   Reads the index and every tensor, whose checksums TensorFlow verifies: a
   truncated or corrupted .index or .data file is found here, before any
@@ -46,7 +46,7 @@ def checkpoint_problem(checkpoint):
     checkpoint: str, a checkpoint's path prefix.
 
   Returns:
-    None, or a one-line reason (TensorFlow's first line).
+    (reader, None), or (None, a one-line reason: TensorFlow's first line).
   """
   try:
     reader = tf.train.load_checkpoint(checkpoint)
@@ -56,8 +56,13 @@ def checkpoint_problem(checkpoint):
     # The reader raises OpErrors, but also IndexError ('Read less bytes than
     # requested') or ValueError, as the damage goes.
     message = getattr(e, 'message', None) or str(e) or type(e).__name__
-    return message.strip().splitlines()[0]
-  return None
+    return None, message.strip().splitlines()[0]
+  return reader, None
+
+
+def checkpoint_problem(checkpoint):
+  """Why `checkpoint` cannot be restored, or None if every value reads back."""
+  return verified_reader(checkpoint)[1]
 
 
 def _listed_checkpoints(train_dir, report):
@@ -65,7 +70,8 @@ def _listed_checkpoints(train_dir, report):
 
   A listed checkpoint whose file name is in train_dir is taken from there,
   wherever the index says it is: the index holds absolute paths, which a
-  moved or copied train_dir would otherwise take from the old place. Without a readable index, the model.ckpt-N files there, by N.
+  moved or copied train_dir would otherwise take from the old place.
+  Without a readable index, the model.ckpt-N files there, by N.
   """
   try:
     state = tf.train.get_checkpoint_state(train_dir)

@@ -116,6 +116,12 @@ class DiskFullError(RuntimeError):
   """The disk of train_dir filled up; the message names the directory."""
 
 
+# What stops a training run with one line and exit status 1: each script's
+# main catches these (and its own).
+RUN_ERRORS = (cifar10.DataError, DivergedError, DiskFullError,
+              cifar10_lock.TrainDirLockError, cifar10_resume.ResumeError)
+
+
 @contextlib.contextmanager
 def claim_train_dir(train_dir, fresh_start):
   """Locks train_dir for this run and says where training starts from.
@@ -171,37 +177,41 @@ def _remove_interrupted_saves(train_dir):
     tf.io.gfile.rmtree(partial)
 
 
-def disk_full(error, train_dir):
-  """A DiskFullError for `error` if it says the disk is full, else None.
+@contextlib.contextmanager
+def stop_on_full_disk(train_dir):
+  """Turns running out of space in train_dir into one DiskFullError.
 
   Also removes the half-written save, to give back its space. The
   checkpoint index is only rewritten after a complete save, so it still
-  names the last complete checkpoint.
+  names the last complete checkpoint. Other errors pass unchanged.
 
-  Args:
-    error: an OSError or tf.errors.OpError raised while training.
-    train_dir: the training directory.
+  Raises:
+    DiskFullError: naming train_dir and the checkpoint a new run resumes
+      from.
   """
-  if isinstance(error, OSError):
-    full = error.errno in (errno.ENOSPC, errno.EDQUOT)
-  else:
-    full = ('No space left on device' in error.message or
-            'Disk quota exceeded' in error.message)
-  if not full:
-    return None
-  _remove_interrupted_saves(train_dir)
   try:
-    checkpoint = cifar10_resume.newest_restorable(train_dir,
-                                                  report=lambda line: None)
-  except cifar10_resume.ResumeError:
-    checkpoint = None
-  kept = ('the newest complete checkpoint, %s, is intact and a new run '
-          'resumes from it' % checkpoint if checkpoint else
-          'no complete checkpoint had been written yet')
-  return DiskFullError(
-      'the disk of --train_dir=%s is full (no space left on device while '
-      'writing to it): training stopped; %s. Free some space, then run the '
-      'same command again.' % (train_dir, kept))
+    yield
+  except (tf.errors.OpError, OSError) as e:
+    if isinstance(e, OSError):
+      full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+    else:
+      full = ('No space left on device' in e.message or
+              'Disk quota exceeded' in e.message)
+    if not full:
+      raise
+    _remove_interrupted_saves(train_dir)
+    try:
+      checkpoint = cifar10_resume.newest_restorable(train_dir,
+                                                    report=lambda line: None)
+    except cifar10_resume.ResumeError:
+      checkpoint = None
+    kept = ('the newest complete checkpoint, %s, is intact and a new run '
+            'resumes from it' % checkpoint if checkpoint else
+            'no complete checkpoint had been written yet')
+    raise DiskFullError(
+        'the disk of --train_dir=%s is full (no space left on device while '
+        'writing to it): training stopped; %s. Free some space, then run the '
+        'same command again.' % (train_dir, kept)) from None
 
 
 def plan_resume(checkpoint, train_dir):
@@ -428,20 +438,16 @@ def run_training(build, train_dir, max_steps, batch_size, log_frequency,
 
       try:
         # Creating the session writes the first checkpoint.
-        mon_sess, logger = monitored_session(
-            train_dir, loss, global_step, batch_size, max_steps,
-            log_frequency, config, summary_op, save_checkpoint_secs,
-            save_summaries_steps, num_towers, save_checkpoint_steps, plan)
-        with mon_sess:
-          while not mon_sess.should_stop() and not stop_signals:
-            mon_sess.run(train_op)
+        with stop_on_full_disk(train_dir):
+          mon_sess, logger = monitored_session(
+              train_dir, loss, global_step, batch_size, max_steps,
+              log_frequency, config, summary_op, save_checkpoint_secs,
+              save_summaries_steps, num_towers, save_checkpoint_steps, plan)
+          with mon_sess:
+            while not mon_sess.should_stop() and not stop_signals:
+              mon_sess.run(train_op)
       except tf.train.NanLossDuringTrainingError:
         raise _diverged(logger.step, train_dir) from None
-      except (tf.errors.OpError, OSError) as e:
-        full = disk_full(e, train_dir)
-        if full is None:
-          raise
-        raise full from None
 
   if stop_signals:
     print('Received %s: stopped at step %d; final checkpoint %s.'
@@ -482,8 +488,7 @@ def main(argv, train_fn=train, **train_kwargs):
         save_checkpoint_secs=FLAGS.save_checkpoint_secs,
         save_checkpoint_steps=FLAGS.save_checkpoint_steps or None,
         **train_kwargs)
-  except (cifar10.DataError, DivergedError, DiskFullError,
-          cifar10_lock.TrainDirLockError, cifar10_resume.ResumeError) as e:
+  except RUN_ERRORS as e:
     sys.exit('%s: %s' % (os.path.basename(sys.argv[0]), e))
   if stats['signal']:
     # The shell's convention for "stopped by a signal", so that a chain like

@@ -331,8 +331,7 @@ class ClassifyVariant(Variant):
     self.batch_size = batch_size
     path = os.path.join(data_dir, cifar10.BATCHES_DIR,
                         cifar10_input.TEST_FILES[0])
-    records = np.fromfile(path, np.uint8).reshape(-1, 3073)[:num_files]
-    pixels = records[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    pixels = synthetic.read_records(path)[1][:num_files]
     os.makedirs(scratch)
     with tf.Graph().as_default():
       image = tf.placeholder(tf.uint8, [32, 32, 3])

@@ -125,8 +125,9 @@ def split_step(step_stats, start, end, input_op_types=INPUT_OP_TYPES):
   if not busy:  # nothing traced: all of it was host work
     return Breakdown(end - start, 0.0, 0.0, end - start, end - start, 0.0,
                      0.0)
-  compute = length(union(ops))
-  input_only = length(subtract(union(inputs), union(ops)))
+  computing = union(ops)
+  compute = length(computing)
+  input_only = length(subtract(union(inputs), computing))
   before = busy[0][0] - start_us
   after = end_us - busy[-1][1]
   between = (busy[-1][1] - busy[0][0]) - length(busy)

@@ -19,6 +19,13 @@ def encode_records(labels, images):
   return np.concatenate([labels, planes], axis=1).tobytes()
 
 
+def read_records(path):
+  """Labels uint8 [N] and HWC images uint8 [N,32,32,3] of a CIFAR-10 file."""
+  records = np.fromfile(path, np.uint8).reshape(-1, 3073)
+  return records[:, 0], records[:, 1:].reshape(-1, 3, 32, 32).transpose(
+      0, 2, 3, 1)
+
+
 def write_records(path, labels, images):
   with open(path, 'wb') as f:
     f.write(encode_records(labels, images))

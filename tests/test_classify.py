@@ -42,9 +42,8 @@ def trained(tmp_path_factory):
 
 def _test_records(data_dir):
   """uint8 [N, 32, 32, 3] pictures of test_batch.bin, in file order."""
-  path = os.path.join(data_dir, 'cifar-10-batches-bin', 'test_batch.bin')
-  records = np.fromfile(path, np.uint8).reshape(-1, 3073)
-  return records[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+  return synthetic.read_records(
+      os.path.join(data_dir, 'cifar-10-batches-bin', 'test_batch.bin'))[1]
 
 
 def _encode(images, encoder, **kwargs):
@@ -118,8 +117,8 @@ def test_png_of_each_test_record_gets_the_eval_graphs_class(trained, pngs):
   np.testing.assert_array_equal(classes, expected)
   # A model that tells classes apart, so that agreeing means something:
   # well above chance (0.1; 200 steps end at 0.4-1.0), several classes.
-  labels = np.fromfile(os.path.join(data_dir, 'cifar-10-batches-bin',
-                                    'test_batch.bin'), np.uint8)[::3073]
+  labels = synthetic.read_records(
+      os.path.join(data_dir, 'cifar-10-batches-bin', 'test_batch.bin'))[0]
   assert (classes == labels).mean() > 0.25
   assert len(set(classes)) >= 4
 
