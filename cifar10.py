@@ -19,7 +19,6 @@ Every function takes its settings as arguments; only the scripts' `main`
 functions read the flags defined here.
 """
 
-import logging
 import os
 import re
 
@@ -29,6 +28,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 from tensorboard.plugins.histogram import metadata as histogram_metadata
 
+import cifar10_console
 import cifar10_download
 import cifar10_input
 
@@ -369,6 +369,37 @@ def loss(logits, labels, scope=None):
   return tf.add_n(tf.get_collection('losses', scope), name='total_loss')
 
 
+# Decay of the loss averages that TensorBoard shows beside the raw losses.
+LOSS_AVERAGE_DECAY = 0.9
+
+
+def _loss_average(value, decay=LOSS_AVERAGE_DECAY):
+  """A 0.9 moving average of a scalar loss that starts at its first value.
+
+  The variable is the one the original's ExponentialMovingAverage(0.9,
+  name='avg') made, '<loss op name>/avg' starting at 0, so checkpoints keep
+  its name both ways. That average starts at 0, which made every loss chart
+  begin with a drop to 0; here an average that is still exactly 0 (never
+  updated: a loss is never exactly 0) takes the loss itself instead.
+
+  Args:
+    value: scalar float tensor, one loss term.
+    decay: float, weight of the old average at each update.
+
+  Returns:
+    The updated average, a scalar tensor of value's dtype; evaluating it
+    updates the variable (once per session.run).
+  """
+  # A trailing '/' makes the scope absolute: the name does not nest under a
+  # tower's scope, which the loss's own op name already carries.
+  with tf.device('/cpu:0'), tf.name_scope(value.op.name + '/'):
+    average = tf.Variable(tf.zeros([], value.dtype), trainable=False,
+                          name='avg')
+    started = tf.not_equal(average, 0)
+    new = tf.where(started, average - (1 - decay) * (average - value), value)
+    return tf.assign(average, new)
+
+
 def _add_loss_summaries(total_loss, losses=None):
   """Adds raw and 0.9-moving-average scalar summaries of every loss term.
 
@@ -381,15 +412,17 @@ def _add_loss_summaries(total_loss, losses=None):
   Returns:
     The op that updates the moving averages of the losses.
   """
-  loss_averages = tf.train.ExponentialMovingAverage(0.9, name='avg')
   if losses is None:
     losses = tf.get_collection('losses')
-  loss_averages_op = loss_averages.apply(losses + [total_loss])
+  updates = []
   for l in losses + [total_loss]:
     name = strip_tower_prefix(l.op.name)
     tf.summary.scalar(name + ' (raw)', l)
-    tf.summary.scalar(name, loss_averages.average(l))
-  return loss_averages_op
+    # The summary shows the average after this step's update, so the first
+    # point is the first loss.
+    updates.append(_loss_average(l))
+    tf.summary.scalar(name, updates[-1])
+  return tf.group(*updates)
 
 
 def learning_rate(global_step, batch_size, num_towers=1):
@@ -495,13 +528,11 @@ def session_config(optimize_graph=True, **kwargs):
 
 
 def configure_logging():
-  """Prints each TensorFlow log line once.
+  """Prints each TensorFlow log line once, without its known noise.
 
-  Under absl's app.run, TF's logger has its own handler and also propagates
-  to absl's root handler, which prints every line twice.
+  For a script's main(), before any graph is built; see cifar10_console.
   """
-  tf_logger = logging.getLogger('tensorflow')
-  tf_logger.propagate = False
+  cifar10_console.quiet_python_logs()
 
 
 def maybe_download_and_extract(data_dir=DEFAULT_DATA_DIR, data_url=DATA_URL,
@@ -525,6 +556,26 @@ def maybe_download_and_extract(data_dir=DEFAULT_DATA_DIR, data_url=DATA_URL,
   """
   cifar10_download.maybe_download_and_extract(data_dir, data_url, data_md5,
                                               **kwargs)
+
+
+def data_line(data_dir, files):
+  """The line a script prints once its data files are checked.
+
+  Args:
+    data_dir: folder holding `cifar-10-batches-bin/`.
+    files: the names of the data files the script reads.
+
+  Returns:
+    str, e.g. 'Data: /d/cifar-10-batches-bin, 5 files, 50000 records (checked).'
+
+  Raises:
+    DataError: a file is missing or malformed.
+  """
+  batches_dir = os.path.join(data_dir, BATCHES_DIR)
+  records = cifar10_input.check_data_files(
+      [os.path.join(batches_dir, name) for name in files])
+  return 'Data: %s, %d file%s, %d records (checked).' % (
+      batches_dir, len(files), 's' if len(files) > 1 else '', records)
 
 
 def check_flag_range(name, value, minimum=None, maximum=None):

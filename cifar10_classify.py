@@ -29,6 +29,11 @@ import sys
 # As in cifar10_train.py, set before TensorFlow loads: oneDNN's CPU kernels.
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
+# Run as a script, TensorFlow loads without its start-up noise (cifar10_console).
+if __name__ == '__main__':
+  import cifar10_console  # pylint: disable=g-import-not-at-top
+  cifar10_console.before_tensorflow()
+
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags

@@ -54,6 +54,11 @@ import time
 # oneDNN's CPU kernels, read once when TensorFlow loads, train faster.
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
+# Run as a script, TensorFlow loads without its start-up noise (cifar10_console).
+if __name__ == '__main__':
+  import cifar10_console  # pylint: disable=g-import-not-at-top
+  cifar10_console.before_tensorflow()
+
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
@@ -62,6 +67,7 @@ import tensorflow.compat.v1 as tf
 import cifar10
 import cifar10_input
 import cifar10_resume
+import cifar10_summaries
 import cifar10_train
 
 FLAGS = flags.FLAGS
@@ -465,7 +471,7 @@ class _NonChiefSessionCreator(tf.train.SessionCreator):
 def _monitored_session(target, cluster, task_index, hooks, config, train_dir,
                        save_checkpoint_secs, save_checkpoint_steps,
                        save_summaries_steps, startup_wait_secs,
-                       restore_plan=None):
+                       restore_plan=None, max_steps=None):
   """The chief's session (initialises or restores, saves) or another's.
 
   Args:
@@ -481,15 +487,20 @@ def _monitored_session(target, cluster, task_index, hooks, config, train_dir,
       scaffold = cifar10_resume.restoring_scaffold(restore_plan)
     # After the NaN check, as in cifar10_train, so a diverged step is never
     # saved.
-    hooks = hooks + [tf.train.CheckpointSaverHook(
-        train_dir, scaffold=scaffold, save_steps=save_checkpoint_steps,
-        save_secs=None if save_checkpoint_steps else save_checkpoint_secs)]
+    # The global step moves with every worker's updates: re-read each run.
+    hooks = hooks + [
+        cifar10_summaries.SummaryHook(train_dir, save_summaries_steps,
+                                      max_steps, own_steps=False),
+        tf.train.CheckpointSaverHook(
+            train_dir, scaffold=scaffold, save_steps=save_checkpoint_steps,
+            save_secs=None if save_checkpoint_steps else save_checkpoint_secs)]
     # No checkpoint_dir: the scaffold restores, from any trainer's checkpoint.
     return tf.train.MonitoredTrainingSession(
         master=target, is_chief=True, checkpoint_dir=None,
         summary_dir=train_dir, scaffold=scaffold, hooks=hooks, config=config,
         save_checkpoint_secs=None, save_checkpoint_steps=None,
-        save_summaries_steps=save_summaries_steps,
+        save_summaries_steps=None, save_summaries_secs=None,
+        log_step_count_steps=save_summaries_steps or None,
         stop_grace_period_secs=_STOP_GRACE_SECS)
   print('Worker %d: waiting up to %d s for the chief (worker 0 at %s) to '
         'initialise the variables.' % (task_index, startup_wait_secs,
@@ -581,7 +592,7 @@ def train(target, cluster, task_index, data_dir, train_dir,
         with full_disk, _monitored_session(
             target, cluster, task_index, hooks, config, train_dir,
             save_checkpoint_secs, save_checkpoint_steps, save_summaries_steps,
-            startup_wait_secs, plan) as mon_sess:
+            startup_wait_secs, plan, max_steps) as mon_sess:
           while not mon_sess.should_stop() and not stop_signals:
             mon_sess.run(graph['train_op'])
       except tf.errors.DeadlineExceededError:
@@ -621,8 +632,8 @@ def _check_flags():
   for name in ('max_steps', 'batch_size', 'log_frequency', 'startup_wait_secs',
                'operation_timeout_secs', 'save_checkpoint_secs'):
     cifar10.check_flag_range(name, getattr(FLAGS, name), minimum=1)
-  cifar10.check_flag_range('save_checkpoint_steps',
-                           FLAGS.save_checkpoint_steps, minimum=0)
+  for name in ('save_checkpoint_steps', 'save_summaries_steps'):
+    cifar10.check_flag_range(name, getattr(FLAGS, name), minimum=0)
   if FLAGS.replicas_to_aggregate != -1:
     if not FLAGS.sync_replicas:
       raise app.UsageError('--replicas_to_aggregate only applies with '
@@ -685,6 +696,7 @@ def main(argv):
     cifar10.maybe_download_and_extract(FLAGS.data_dir, FLAGS.data_url,
                                        FLAGS.data_md5,
                                        files=cifar10_input.TRAIN_FILES)
+    print(cifar10.data_line(FLAGS.data_dir, cifar10_input.TRAIN_FILES))
     stats = train(
         server.target, cluster, task_index, data_dir=FLAGS.data_dir,
         train_dir=FLAGS.train_dir, max_steps=FLAGS.max_steps,
@@ -695,7 +707,8 @@ def main(argv):
         operation_timeout_secs=FLAGS.operation_timeout_secs,
         log_device_placement=FLAGS.log_device_placement,
         save_checkpoint_secs=FLAGS.save_checkpoint_secs,
-        save_checkpoint_steps=FLAGS.save_checkpoint_steps or None)
+        save_checkpoint_steps=FLAGS.save_checkpoint_steps or None,
+        save_summaries_steps=FLAGS.save_summaries_steps)
   except (TimeoutError, ClusterError) + cifar10_train.RUN_ERRORS as e:
     sys.exit('Worker %d: %s' % (task_index, e))
   if stats['signal']:

@@ -30,6 +30,11 @@ import time
 # The CPU kernels cifar10_train.py chooses; see there.
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
+# Run as a script, TensorFlow loads without its start-up noise (cifar10_console).
+if __name__ == '__main__':
+  import cifar10_console  # pylint: disable=g-import-not-at-top
+  cifar10_console.before_tensorflow()
+
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
@@ -38,6 +43,7 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 import cifar10_input
+import cifar10_picture
 import cifar10_resume
 
 FLAGS = flags.FLAGS
@@ -171,9 +177,10 @@ def _build_eval_graph(eval_data, data_dir, batch_size, use_fp16, num_threads):
       summary_op: the merged summaries of the eval graph.
       var_map: dict, checkpoint key -> variable, the moving averages.
       confusion_summaries: the image and text summaries of the confusion
-        matrix, computed from the two placeholders
-      confusion_input: uint8 [1, height, width, 3], the rendered matrix, and
-      confusion_text: string [], the matrix as a markdown table.
+        matrix and the per-class table, computed from the placeholders
+      confusion_input: uint8 [1, height, width, 3], the rendered matrix,
+      confusion_text: string [], the matrix as a markdown table, and
+      per_class_text: string [], the per-class table as markdown.
   """
   # The input is read once, in file order, so no example counts twice.
   images, labels = cifar10.inputs(eval_data, data_dir, batch_size,
@@ -199,14 +206,18 @@ def _build_eval_graph(eval_data, data_dir, batch_size, use_fp16, num_threads):
   # Fed after counting; kept out of summary_op, which runs with the input.
   confusion_input = tf.placeholder(tf.uint8, [1, None, None, 3])
   confusion_text = tf.placeholder(tf.string, [])
+  per_class_text = tf.placeholder(tf.string, [])
   confusion_summaries = tf.summary.merge(
       [tf.summary.image('confusion_matrix', confusion_input, collections=[]),
        tf.summary.text('confusion_matrix_counts', confusion_text,
+                       collections=[]),
+       tf.summary.text('precision_by_class', per_class_text,
                        collections=[])])
   return {'correct': correct, 'predictions': predictions, 'labels': labels,
           'summary_op': summary_op, 'var_map': var_map,
           'confusion_input': confusion_input,
           'confusion_text': confusion_text,
+          'per_class_text': per_class_text,
           'confusion_summaries': confusion_summaries}
 
 
@@ -270,10 +281,13 @@ def _per_class(correct, predictions, labels):
   return per_class, confusion
 
 
-def format_table(per_class, confusion):
-  """The per-class table printed after the precision line, as one string."""
-  lines = ['%-12s %8s %8s %14s  %s' % ('class', 'examples', 'correct',
-                                       'precision @ 1', 'most confused with')]
+TABLE_HEADER = ('class', 'examples', 'correct', 'precision @ 1',
+                'most confused with')
+
+
+def _table_rows(per_class, confusion):
+  """The per-class table's rows: five strings per class, as TABLE_HEADER."""
+  rows = []
   for c, row in enumerate(per_class):
     wrong = confusion[c].copy()
     wrong[c] = 0
@@ -281,30 +295,54 @@ def format_table(per_class, confusion):
                 if wrong.max() else '-')
     precision = ('%.3f' % row['precision'] if row['precision'] is not None
                  else '-')
-    lines.append('%-12s %8d %8d %14s  %s' % (row['name'], row['examples'],
-                                             row['correct'], precision,
-                                             confused))
+    rows.append((row['name'], str(row['examples']), str(row['correct']),
+                 precision, confused))
+  return rows
+
+
+def format_table(per_class, confusion):
+  """The per-class table printed after the precision line, as one string."""
+  line = '%-12s %8s %8s %14s  %s'
+  return '\n'.join(line % cells for cells in
+                   [TABLE_HEADER] + _table_rows(per_class, confusion))
+
+
+def per_class_markdown(per_class, confusion):
+  """The same table as markdown, for TensorBoard's Text dashboard."""
+  rows = [TABLE_HEADER] + _table_rows(per_class, confusion)
+  lines = ['| %s |' % ' | '.join(cells) for cells in rows]
+  lines.insert(1, '|---' * len(TABLE_HEADER) + '|')
   return '\n'.join(lines)
 
 
 def confusion_image(confusion, cell=CONFUSION_CELL_PIXELS):
-  """Renders the confusion matrix for TensorBoard.
+  """Renders the confusion matrix for TensorBoard, with the class names.
 
   Each row (true class, airplane at the top) is normalized by its count, so a
   cell's colour runs from white (none of that class) to dark blue (all of
-  it); columns are the predicted classes, airplane on the left.
+  it); columns are the predicted classes, airplane on the left. Grey lines
+  frame the cells. The class names stand left of the rows and above the
+  columns (read bottom to top), with the titles 'true' and 'predicted'.
+
+  Args:
+    confusion: int array [10, 10], rows true classes, columns predicted.
+    cell: int, pixels from one cell to the next; the text is 2x for 24 up.
 
   Returns:
-    uint8 array [1, n * cell, n * cell, 3].
+    uint8 array [1, height, width, 3]: the 10 * cell + 1 pixels square grid
+    inside a white margin of text (cifar10_picture.label_grid).
   """
   totals = np.maximum(confusion.sum(axis=1, keepdims=True), 1)
   fraction = confusion / totals
   rgb = 255 - fraction[..., None] * (255 - CONFUSION_FULL_RGB)
-  pixels = np.kron(rgb, np.ones([cell, cell, 1]))
-  # Light grey lines between the cells.
+  pixels = np.pad(np.kron(rgb, np.ones([cell, cell, 1])),
+                  [(0, 1), (0, 1), (0, 0)])
+  # Light grey lines around the cells.
   pixels[::cell, :, :] = 200
   pixels[:, ::cell, :] = 200
-  return np.round(pixels).astype(np.uint8)[None]
+  return cifar10_picture.label_grid(
+      pixels, cell, CLASS_NAMES, CLASS_NAMES, 'true', 'predicted',
+      scale=max(1, cell // 12))[None]
 
 
 def confusion_markdown(confusion):
@@ -327,7 +365,9 @@ def _write_summaries(writer, result, graph_summary, sess, graph_ops):
   writer.add_summary(summary, result['global_step'])
   writer.add_summary(sess.run(graph_ops['confusion_summaries'], {
       graph_ops['confusion_input']: confusion_image(result['confusion']),
-      graph_ops['confusion_text']: confusion_markdown(result['confusion'])}),
+      graph_ops['confusion_text']: confusion_markdown(result['confusion']),
+      graph_ops['per_class_text']: per_class_markdown(result['per_class'],
+                                                      result['confusion'])}),
                      result['global_step'])
   writer.flush()
 
@@ -513,6 +553,8 @@ def main(argv):
         files=cifar10_input.eval_files(FLAGS.eval_data))
     check_eval_args(FLAGS.data_dir, FLAGS.eval_data, FLAGS.num_examples,
                     FLAGS.batch_size)
+    print(cifar10.data_line(FLAGS.data_dir,
+                            cifar10_input.eval_files(FLAGS.eval_data)))
   except ValueError as e:  # cifar10.DataError is one too
     sys.exit(ERROR_FORMAT % str(e).replace('num_examples=', '--num_examples='))
   try:

@@ -28,6 +28,11 @@ import time
 # TF_ENABLE_ONEDNN_OPTS=0 in the environment turns them off.
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
+# Run as a script, TensorFlow loads without its start-up noise (cifar10_console).
+if __name__ == '__main__':
+  import cifar10_console  # pylint: disable=g-import-not-at-top
+  cifar10_console.before_tensorflow()
+
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
@@ -37,6 +42,7 @@ import cifar10
 import cifar10_input
 import cifar10_lock
 import cifar10_resume
+import cifar10_summaries
 
 FLAGS = flags.FLAGS
 
@@ -53,6 +59,10 @@ flags.DEFINE_boolean('fresh_start', False,
 flags.DEFINE_integer('save_checkpoint_secs', 600,
                      'Seconds between checkpoints (one is also written at '
                      'the start and at the end).')
+flags.DEFINE_integer('save_summaries_steps', 100,
+                     'Global steps between TensorBoard summaries (one is also '
+                     'written after the first step and at the last); 0 '
+                     'writes none.')
 flags.DEFINE_integer('save_checkpoint_steps', 0,
                      'If positive, write a checkpoint every this many steps '
                      'instead of every --save_checkpoint_secs.')
@@ -110,6 +120,17 @@ class _LoggerHook(tf.train.SessionRunHook):
           flush=True)
     self._window_start = time.time()
     self._window_steps = 0
+
+
+class _SaveAnnouncer(tf.train.CheckpointSaverListener):
+  """Prints a line after each checkpoint is written (TF's own is INFO)."""
+
+  def __init__(self, train_dir):
+    self._prefix = os.path.join(train_dir, 'model.ckpt')
+
+  def after_save(self, session, global_step_value):
+    print('%s: saved checkpoint %s-%d' % (datetime.now(), self._prefix,
+                                          global_step_value), flush=True)
 
 
 class DiskFullError(RuntimeError):
@@ -383,16 +404,23 @@ def monitored_session(train_dir, loss, global_step, batch_size, max_steps,
   # before all our hooks and would save the diverged step.
   saver = tf.train.CheckpointSaverHook(
       train_dir, scaffold=scaffold, save_steps=save_checkpoint_steps or None,
-      save_secs=None if save_checkpoint_steps else save_checkpoint_secs)
+      save_secs=None if save_checkpoint_steps else save_checkpoint_secs,
+      listeners=[_SaveAnnouncer(train_dir)])
   hooks = [tf.train.StopAtStepHook(last_step=max_steps),
            tf.train.NanTensorHook(loss),
            logger,
+           # After the NaN check: a diverged step's summaries are not written.
+           cifar10_summaries.SummaryHook(train_dir, save_summaries_steps,
+                                         max_steps, summary_op),
            saver]
   # No checkpoint_dir: the scaffold restores, from any trainer's checkpoint.
+  # The summaries are the hook's above, which also writes the last step's.
   session = tf.train.MonitoredTrainingSession(
       checkpoint_dir=None, summary_dir=train_dir, hooks=hooks, config=config,
       scaffold=scaffold, save_checkpoint_secs=None,
-      save_checkpoint_steps=None, save_summaries_steps=save_summaries_steps)
+      save_checkpoint_steps=None, save_summaries_steps=None,
+      save_summaries_secs=None,
+      log_step_count_steps=save_summaries_steps or None)
   return session, logger
 
 
@@ -453,6 +481,9 @@ def run_training(build, train_dir, max_steps, batch_size, log_frequency,
     print('Received %s: stopped at step %d; final checkpoint %s.'
           % (signal.Signals(stop_signals[0]).name, logger.step,
              tf.train.latest_checkpoint(train_dir)), flush=True)
+  else:
+    print('Done: step %d reached (--max_steps); final checkpoint %s.'
+          % (logger.step, tf.train.latest_checkpoint(train_dir)), flush=True)
   return {'global_step': logger.step, 'loss': logger.last_loss,
           'examples_per_sec': logger.last_examples_per_sec,
           'signal': stop_signals[0] if stop_signals else None}
@@ -472,13 +503,14 @@ def main(argv, train_fn=train, **train_kwargs):
   for name in ('max_steps', 'batch_size', 'log_frequency',
                'save_checkpoint_secs'):
     cifar10.check_flag_range(name, getattr(FLAGS, name), minimum=1)
-  cifar10.check_flag_range('save_checkpoint_steps',
-                           FLAGS.save_checkpoint_steps, minimum=0)
+  for name in ('save_checkpoint_steps', 'save_summaries_steps'):
+    cifar10.check_flag_range(name, getattr(FLAGS, name), minimum=0)
   cifar10.check_flag_writable_dir('train_dir', FLAGS.train_dir)
   try:
     cifar10.maybe_download_and_extract(FLAGS.data_dir, FLAGS.data_url,
                                        FLAGS.data_md5,
                                        files=cifar10_input.TRAIN_FILES)
+    print(cifar10.data_line(FLAGS.data_dir, cifar10_input.TRAIN_FILES))
     stats = train_fn(
         data_dir=FLAGS.data_dir, train_dir=FLAGS.train_dir,
         max_steps=FLAGS.max_steps, batch_size=FLAGS.batch_size,
@@ -487,6 +519,7 @@ def main(argv, train_fn=train, **train_kwargs):
         fresh_start=FLAGS.fresh_start,
         save_checkpoint_secs=FLAGS.save_checkpoint_secs,
         save_checkpoint_steps=FLAGS.save_checkpoint_steps or None,
+        save_summaries_steps=FLAGS.save_summaries_steps,
         **train_kwargs)
   except RUN_ERRORS as e:
     sys.exit('%s: %s' % (os.path.basename(sys.argv[0]), e))

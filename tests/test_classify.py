@@ -35,9 +35,22 @@ def trained(tmp_path_factory):
                   num_threads=2)
   try:
     cifar10_train.train(data_dir, train_dir, **settings)
+    collapsed = _collapsed(data_dir, train_dir)
   except cifar10_train.DivergedError:  # Rare at lr 0.1; see test_eval.
+    collapsed = True
+  if collapsed:
+    # A run at lr 0.1 now and then ends predicting one class (seen once in a
+    # full-suite run); the tests below need a model that tells classes apart.
     cifar10_train.train(data_dir, train_dir, fresh_start=True, **settings)
   return data_dir, train_dir
+
+
+def _collapsed(data_dir, train_dir):
+  """Whether the trained model is near chance on the test records."""
+  classes = _eval_graph_classes(data_dir, train_dir)
+  labels = synthetic.read_records(
+      os.path.join(data_dir, 'cifar-10-batches-bin', 'test_batch.bin'))[0]
+  return (classes == labels).mean() <= 0.25 or len(set(classes)) < 4
 
 
 def _test_records(data_dir):

@@ -375,7 +375,7 @@ def test_sync_cluster_trains_to_the_global_step(data_dir, tmp_path):
       '--batch_size=10'], timeout=120)
   assert result.returncode == 0, result.stderr[-3000:]
   assert re.search(r'precision @ 1 = \d\.\d{3}$', result.stdout, re.M)
-  assert 'Restoring parameters from %s' % checkpoint in result.stderr
+  assert 'evaluating %s (global step' % checkpoint in result.stdout
 
   # The ps still held that run's token queue, closed when the chief stopped;
   # a new run on it fails at once and says so, instead of training nothing.

@@ -84,6 +84,17 @@ def _save_checkpoint(path, step, raw_class, shadow_class, dtype=tf.float32,
       tf.train.Saver().save(sess, path, global_step=step)
 
 
+def _text(eval_dir, tag):
+  """The one text summary written under `tag`, as a str."""
+  texts = []
+  for path in glob.glob(os.path.join(eval_dir, 'events.out.tfevents.*')):
+    for event in tf.train.summary_iterator(path):
+      texts += [value.tensor.string_val[0].decode()
+                for value in event.summary.value if value.tag == tag]
+  assert len(texts) == 1, texts
+  return texts[0]
+
+
 def _events(eval_dir):
   """(step, tag) -> list of values (simple_value, or the value's kind)."""
   found = collections.defaultdict(list)
@@ -124,6 +135,12 @@ def test_script_run_once_after_training(data_dir, train_dir, tmp_path):
       pytest.approx(precisions[0], abs=5e-4)]
   assert events[TRAIN_STEPS, 'confusion_matrix/image/0'] == ['image']
   assert events[TRAIN_STEPS, 'confusion_matrix_counts'] == ['tensor']
+  # The per-class table as TensorBoard text: the console's numbers.
+  markdown = _text(str(eval_dir), 'precision_by_class').splitlines()
+  assert [c.strip() for c in markdown[0].strip('|').split('|')] == [
+      'class', 'examples', 'correct', 'precision @ 1', 'most confused with']
+  assert [[c.strip() for c in line.strip('|').split('|')]
+          for line in markdown[2:]] == [line.split(None, 4) for line in table]
   assert len(events[TRAIN_STEPS, 'Precision @ 1 by class/truck']) == 1
   # The eval graph's own summaries, next to them.
   assert events[TRAIN_STEPS, 'images/image/0'] == ['image']
@@ -364,8 +381,14 @@ def test_confusion_image_shows_row_fractions():
 
   image = cifar10_eval.confusion_image(confusion, cell=4)
 
-  assert image.shape == (1, 40, 40, 3) and image.dtype == np.uint8
-  assert list(image[0, 2, 2]) == list(cifar10_eval.CONFUSION_FULL_RGB)
-  assert list(image[0, 6, 2]) == list(image[0, 6, 6])  # half and half
-  assert list(image[0, 2, 6]) == [255, 255, 255]
-  assert list(image[0, 0, 0]) == [200, 200, 200]  # grid line
+  assert image.ndim == 4 and image.dtype == np.uint8
+  assert image.shape[0] == 1 and image.shape[3] == 3
+  # The grid (41 x 41 with its closing lines) sits below and right of the
+  # labels; its first grey pixel is its top-left corner.
+  top, left = np.argwhere((image[0] == 200).all(axis=-1))[0]
+  grid = image[0, top:top + 41, left:left + 41]
+  assert list(grid[2, 2]) == list(cifar10_eval.CONFUSION_FULL_RGB)
+  assert list(grid[6, 2]) == list(grid[6, 6])  # half and half
+  assert list(grid[2, 6]) == [255, 255, 255]
+  assert list(grid[0, 0]) == [200, 200, 200]  # grid line
+  assert list(grid[40, 40]) == [200, 200, 200]  # closing grid line

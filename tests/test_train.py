@@ -46,11 +46,14 @@ def _checkpoint_steps(train_dir):
 
 
 def _event_values(train_dir):
-  """tag -> the last summary value written under it."""
+  """tag -> the first summary value written under it (the one that carries
+  the tag's metadata, such as its plugin)."""
   values = {}
-  for path in glob.glob(os.path.join(train_dir, 'events.out.tfevents.*')):
+  for path in sorted(glob.glob(os.path.join(train_dir,
+                                            'events.out.tfevents.*'))):
     for event in tf.train.summary_iterator(path):
-      values.update((value.tag, value) for value in event.summary.value)
+      for value in event.summary.value:
+        values.setdefault(value.tag, value)
   return values
 
 
@@ -79,7 +82,7 @@ def test_train_logs_checkpoints_summarizes_and_resumes(data_dir, tmp_path):
     assert float(match.group(3)) > 0 and float(match.group(4)) > 0
   # Each line once: neither TF's nor absl's handler doubles it.
   assert first.stdout.count('step 5, loss') == 1
-  assert (first.stdout + first.stderr).count('Saving checkpoints for 20') <= 1
+  assert first.stdout.count('saved checkpoint %s/model.ckpt-20\n' % train_dir) == 1
   assert _checkpoint_steps(train_dir) == [0, 20]
   values = _event_values(train_dir)
   assert ORIGINAL_TAGS <= set(values)

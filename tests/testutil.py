@@ -17,13 +17,28 @@ def session_config(num_cpus=1):
                         device_count={'CPU': num_cpus})
 
 
-def run_script(script, args, timeout=240):
+def script_env(**overrides):
+  """The environment a user's shell gives a script, plus `overrides`.
+
+  Without TF_CPP_MIN_LOG_LEVEL (conftest sets it for the test process): the
+  scripts then keep TensorFlow's noise off the console, as for a user.
+  """
+  env = dict(os.environ, PYTHONUNBUFFERED='1')
+  env.pop('TF_CPP_MIN_LOG_LEVEL', None)
+  env.update(overrides)
+  return env
+
+
+def run_script(script, args, timeout=240, **env):
   """Runs one of the repository's scripts as a user would; returns the result.
+
+  Args:
+    env: environment variables to set for it (see script_env).
 
   Returns:
     subprocess.CompletedProcess with text stdout and stderr.
   """
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONUNBUFFERED='1')
+  env = script_env(**env)
   return subprocess.run([sys.executable, os.path.join(ROOT, script)] + args,
                         cwd=ROOT, env=env, capture_output=True, text=True,
                         timeout=timeout)

@@ -1,0 +1,94 @@
+"""When training writes its TensorBoard summaries: every N steps and the last.
+
+MonitoredTrainingSession's own summary hook writes at steps 1, N + 1, 2N + 1
+and so on, never at the last step, so a run's curves stopped up to N - 1
+steps before it did (a 400-step run's at step 301). This hook writes after
+the first step of each session, whenever the global step reaches a multiple
+of N, and after the step that reaches the run's last step.
+"""
+
+import tensorflow.compat.v1 as tf
+
+
+def due(step, every_steps, last_step, previous):
+  """Whether the summaries of the run ending at global step `step` are due.
+
+  Args:
+    step: int, the global step the run is expected to end at.
+    every_steps: int, N; 0 for no summaries at all.
+    last_step: int, where training stops (--max_steps).
+    previous: int or None, the step summaries were last written at in this
+      session; None for none yet.
+
+  Returns:
+    bool.
+  """
+  if not every_steps:
+    return False
+  if previous is None or step >= last_step:
+    return True
+  # Steps may jump by more than one (other workers); any multiple crossed.
+  return step // every_steps > previous // every_steps
+
+
+class SummaryHook(tf.train.SessionRunHook):
+  """Writes the summary op's values to `summary_dir`, at `due` steps.
+
+  Each is written at the global step after its run, as TensorFlow's hook
+  does, and the first one of a session also tells TensorBoard that the run
+  (re)started there, so points a killed run wrote after its last checkpoint
+  are dropped from the charts.
+  """
+
+  def __init__(self, summary_dir, every_steps, last_step, summary_op=None,
+               own_steps=True):
+    """Args:
+
+      summary_dir: str, where the event file goes.
+      every_steps: int, N (see `due`); 0 writes nothing.
+      last_step: int, the global step training stops at.
+      summary_op: scalar string tensor, or None for every summary in the
+        graph (the scaffold's summary op).
+      own_steps: True when only this session moves the global step, by one
+        per run; False re-reads it after each run (a cluster's chief).
+    """
+    self._summary_dir = summary_dir
+    self._every_steps = every_steps
+    self._last_step = last_step
+    self._summary_op = summary_op
+    self._own_steps = own_steps
+
+  def begin(self):
+    self._global_step = tf.train.get_global_step()
+    if self._summary_op is None:
+      self._summary_op = tf.train.Scaffold.get_or_default(
+          'summary_op', tf.GraphKeys.SUMMARY_OP, tf.summary.merge_all)
+    self._writer = tf.summary.FileWriterCache.get(self._summary_dir)
+    self._previous = None
+
+  def after_create_session(self, session, coord):
+    self._step = int(session.run(self._global_step))
+
+  def before_run(self, run_context):
+    self._writing = (self._summary_op is not None and
+                     due(self._step + 1, self._every_steps, self._last_step,
+                         self._previous))
+    if not self._writing:
+      return None
+    return tf.train.SessionRunArgs({'summary': self._summary_op})
+
+  def after_run(self, run_context, run_values):
+    if self._writing or not self._own_steps:
+      self._step = int(run_context.session.run(self._global_step))
+    else:
+      self._step += 1
+    if not self._writing:
+      return
+    if self._previous is None:
+      self._writer.add_session_log(
+          tf.SessionLog(status=tf.SessionLog.START), self._step)
+    self._writer.add_summary(run_values.results['summary'], self._step)
+    self._previous = self._step
+
+  def end(self, session):
+    self._writer.flush()

@@ -1,0 +1,149 @@
+"""What a user sees in TensorBoard: checked in the event files and through a
+real TensorBoard server's HTTP data API, as a browser reads it.
+"""
+
+import glob
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+import tensorflow.compat.v1 as tf
+
+from testutil import ROOT, run_script
+
+STEPS = 25
+EVERY = 10
+
+
+def _scalars(run_dir, tag):
+  """[(step, value)] of a scalar tag in run_dir's event files, by step."""
+  points = []
+  for path in glob.glob(os.path.join(run_dir, 'events.out.tfevents.*')):
+    for event in tf.train.summary_iterator(path):
+      points += [(event.step, value.simple_value)
+                 for value in event.summary.value if value.tag == tag]
+  return sorted(points)
+
+
+def _train(script, data_dir, train_dir, *extra):
+  result = run_script(script, [
+      '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
+      '--batch_size=8', '--log_frequency=100'] + list(extra))
+  assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.fixture(scope='module')
+def logdir(data_dir, tmp_path_factory):
+  """A TensorBoard logdir: runs 'train' (STEPS steps), 'eval' and 'towers'."""
+  root = tmp_path_factory.mktemp('logdir')
+  _train('cifar10_train.py', data_dir, str(root / 'train'),
+         '--max_steps=%d' % STEPS, '--save_summaries_steps=%d' % EVERY)
+  result = run_script('cifar10_eval.py', [
+      '--run_once', '--data_dir=%s' % data_dir,
+      '--checkpoint_dir=%s' % (root / 'train'), '--eval_dir=%s' % (root / 'eval'),
+      '--num_examples=20', '--batch_size=8'])
+  assert result.returncode == 0, result.stderr[-3000:]
+  _train('cifar10_multi_gpu_train.py', data_dir, str(root / 'towers'),
+         '--max_steps=12', '--save_summaries_steps=5', '--num_gpus=2',
+         '--tower_device=cpu')
+  return str(root)
+
+
+@pytest.mark.parametrize('run,steps', [
+    ('train', [1, 10, 20, STEPS]), ('towers', [1, 5, 10, 12])])
+def test_loss_averages_start_at_the_loss_and_end_at_the_last_step(
+    logdir, run, steps):
+  for name in ('total_loss', 'cross_entropy', 'local3/weight_loss'):
+    average = _scalars(os.path.join(logdir, run), name + '_1')
+    raw = _scalars(os.path.join(logdir, run), name + '__raw_')
+    assert [step for step, _ in average] == steps
+    assert [step for step, _ in raw] == steps
+    # The first point is the first loss, not a 0 the average climbs from.
+    assert average[0][1] == pytest.approx(raw[0][1], rel=0.1)
+    assert average[0][1] > 0.5 * raw[-1][1]
+
+
+def test_save_summaries_steps_zero_writes_no_summaries(data_dir, tmp_path):
+  train_dir = str(tmp_path / 'train')
+  _train('cifar10_train.py', data_dir, train_dir, '--max_steps=5',
+         '--save_summaries_steps=0')
+  tags = set()
+  for path in glob.glob(os.path.join(train_dir, 'events.out.tfevents.*')):
+    for event in tf.train.summary_iterator(path):
+      tags.update(value.tag for value in event.summary.value)
+  assert tags == set()
+  assert os.path.exists(os.path.join(train_dir, 'model.ckpt-5.index'))
+
+
+def _free_port():
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return s.getsockname()[1]
+
+
+@pytest.fixture(scope='module')
+def tensorboard(logdir):
+  """A TensorBoard server on logdir; yields a function GET path -> JSON."""
+  port = _free_port()
+  server = subprocess.Popen(
+      [sys.executable, '-m', 'tensorboard.main', '--logdir', logdir,
+       '--host', '127.0.0.1', '--port', str(port), '--load_fast=false',
+       '--reload_interval=1'],
+      cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+  def get(path, **query):
+    url = 'http://127.0.0.1:%d%s' % (port, path)
+    if query:
+      url += '?' + urllib.parse.urlencode(query)
+    with urllib.request.urlopen(url, timeout=30) as response:
+      return json.loads(response.read())
+
+  try:
+    deadline = time.time() + 120
+    while True:
+      try:
+        tags = get('/data/plugin/scalars/tags')
+        if {'train', 'eval', 'towers'} <= set(tags):
+          break
+      except OSError:
+        pass
+      assert server.poll() is None, server.stderr.read()[-3000:]
+      assert time.time() < deadline, 'TensorBoard did not load ' + logdir
+      time.sleep(0.5)
+    yield get
+  finally:
+    server.terminate()
+    server.wait(timeout=30)
+
+
+def test_tensorboard_shows_loss_curves_from_their_start_to_the_last_step(
+    tensorboard):
+  for run, last in (('train', STEPS), ('towers', 12)):
+    average = tensorboard('/data/plugin/scalars/scalars', run=run,
+                          tag='total_loss_1')
+    raw = tensorboard('/data/plugin/scalars/scalars', run=run,
+                      tag='total_loss__raw_')
+    # Points are [wall_time, step, value].
+    assert average[0][1] == raw[0][1] == 1
+    assert average[0][2] == pytest.approx(raw[0][2], rel=0.1)
+    assert average[-1][1] == raw[-1][1] == last
+
+
+def test_tensorboard_shows_the_per_class_table_beside_the_counts(tensorboard):
+  tags = tensorboard('/data/plugin/text/tags')
+  assert {'precision_by_class', 'confusion_matrix_counts'} <= set(tags['eval'])
+  table = tensorboard('/data/plugin/text/text', run='eval',
+                      tag='precision_by_class')
+  assert [entry['step'] for entry in table] == [STEPS]
+  html = table[0]['text']
+  # Rendered from markdown: a header row and one row per class.
+  for cell in ('<th>precision @ 1</th>', '<th>most confused with</th>',
+               '<td>airplane</td>', '<td>truck</td>'):
+    assert cell in html, html
+  assert html.count('<tr>') == 11
