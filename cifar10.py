@@ -41,6 +41,12 @@ BATCHES_DIR = cifar10_download.BATCHES_DIR
 # A missing, malformed or undownloadable data file or archive; a ValueError.
 DataError = cifar10_input.DataError
 
+# Without a GPU, sessions on machines with at most this many usable cores run
+# one op at a time (each op on every core). Measured: on 2 cores it gains
+# 4-7% (benchmarks/README.md, change 6); on 16 cores it costs 11-28% against
+# TensorFlow's default inter-op pool. Between the two it is not measured yet.
+ONE_OP_AT_A_TIME_MAX_CORES = 4
+
 # Flags shared by every script. Defined here once (a second definition would
 # raise DuplicateFlagError); read only in the scripts' main().
 flags.DEFINE_integer('batch_size', 128,
@@ -56,6 +62,16 @@ flags.DEFINE_string('data_md5', DATA_MD5,
                     'MD5 of the archive at --data_url (default: the official '
                     'archive\'s); empty to skip the check.')
 flags.DEFINE_boolean('use_fp16', False, 'Train the model using fp16.')
+flags.DEFINE_integer('num_intra_threads', None,
+                     'Threads each op may use (TensorFlow\'s intra-op pool); '
+                     '0 = TensorFlow\'s choice (one per core). Unset: '
+                     'TensorFlow\'s choice.', lower_bound=0)
+flags.DEFINE_integer('num_inter_threads', None,
+                     'Ops that may run at once (the inter-op pool); 0 = '
+                     'TensorFlow\'s choice. Unset: 1 (one op at a time) on a '
+                     'machine without a GPU and with at most %d usable cores '
+                     'and one tower, else TensorFlow\'s choice.'
+                     % ONE_OP_AT_A_TIME_MAX_CORES, lower_bound=0)
 
 
 def define_checkpoint_dir_flag():
@@ -120,14 +136,18 @@ def histogram_summary(name, values):
     width = tf.maximum(tf.reduce_max(flat) - low, 1e-30) / HISTOGRAM_BUCKETS
     index = tf.clip_by_value(tf.cast((flat - low) / width, tf.int32),
                              0, HISTOGRAM_BUCKETS - 1)
+    # int32 counts: Bincount has a GPU kernel for them, not for float64.
     counts = tf.raw_ops.Bincount(arr=index, size=HISTOGRAM_BUCKETS,
-                                 weights=tf.zeros([0], tf.float64))
+                                 weights=tf.zeros([0], tf.int32))
     edges = (tf.cast(low, tf.float64) + tf.cast(width, tf.float64)
              * np.arange(HISTOGRAM_BUCKETS + 1))
-    buckets = tf.stack([edges[:-1], edges[1:], counts], axis=1)
-  return tf.summary.tensor_summary(
-      name, buckets,
-      summary_metadata=histogram_metadata.create_summary_metadata(name, ''))
+    buckets = tf.stack([edges[:-1], edges[1:], tf.cast(counts, tf.float64)],
+                       axis=1)
+  # Summary ops have CPU kernels only; pinned there, a tower's GPU holds none.
+  with tf.device('/cpu:0'):
+    return tf.summary.tensor_summary(
+        name, buckets,
+        summary_metadata=histogram_metadata.create_summary_metadata(name, ''))
 
 
 def _activation_summary(x):
@@ -136,8 +156,9 @@ def _activation_summary(x):
   histogram_summary(tensor_name + '/activations', x)
   # The fraction of zeros, as tf.nn.zero_fraction computes it without its
   # tf.cond, whose function setup slowed each new session by ~25 ms.
-  tf.summary.scalar(tensor_name + '/sparsity',
-                    tf.reduce_mean(tf.cast(tf.equal(x, 0), tf.float32)))
+  sparsity = tf.reduce_mean(tf.cast(tf.equal(x, 0), tf.float32))
+  with tf.device('/cpu:0'):  # See histogram_summary.
+    tf.summary.scalar(tensor_name + '/sparsity', sparsity)
 
 
 def _variable_on_cpu(name, shape, initializer, dtype=tf.float32):
@@ -390,11 +411,12 @@ def _loss_average(value, decay=LOSS_AVERAGE_DECAY):
     The updated average, a scalar tensor of value's dtype; evaluating it
     updates the variable (once per session.run).
   """
-  # A trailing '/' makes the scope absolute: the name does not nest under a
+  # A trailing '/' makes a scope absolute: the name does not nest under a
   # tower's scope, which the loss's own op name already carries.
   with tf.device('/cpu:0'), tf.name_scope(value.op.name + '/'):
-    average = tf.Variable(tf.zeros([], value.dtype), trainable=False,
+    average = tf.Variable(lambda: tf.zeros([], value.dtype), trainable=False,
                           name='avg')
+  with tf.device('/cpu:0'), tf.name_scope(average.op.name + '/'):
     started = tf.not_equal(average, 0)
     new = tf.where(started, average - (1 - decay) * (average - value), value)
     return tf.assign(average, new)
@@ -417,11 +439,12 @@ def _add_loss_summaries(total_loss, losses=None):
   updates = []
   for l in losses + [total_loss]:
     name = strip_tower_prefix(l.op.name)
-    tf.summary.scalar(name + ' (raw)', l)
-    # The summary shows the average after this step's update, so the first
-    # point is the first loss.
     updates.append(_loss_average(l))
-    tf.summary.scalar(name, updates[-1])
+    with tf.device('/cpu:0'):  # See histogram_summary.
+      tf.summary.scalar(name + ' (raw)', l)
+      # The average after this step's update: the first point is the first
+      # loss.
+      tf.summary.scalar(name, updates[-1])
   return tf.group(*updates)
 
 
@@ -496,15 +519,51 @@ def train(total_loss, global_step, batch_size=128):
   return apply_moving_averages(global_step, after=[apply_gradient_op])
 
 
-def session_config(optimize_graph=True, **kwargs):
+def usable_cores():
+  """The cores this process may run on (its affinity mask), an int."""
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:  # Not on Linux.
+    return os.cpu_count() or 1
+
+
+def thread_settings(num_cores, has_gpu, num_towers=1, intra=None, inter=None,
+                    cluster_task=False):
+  """How many threads a session's ops get: the rule, in one place.
+
+  Args:
+    num_cores: int, usable cores.
+    has_gpu: bool, a GPU is visible. There the CPU's inter-op threads launch
+      kernels and feed the input, so TensorFlow's defaults stay.
+    num_towers: int, model replicas that should run side by side (CPU
+      towers); more than one keeps TensorFlow's inter-op pool.
+    intra, inter: --num_intra_threads and --num_inter_threads as given;
+      None for the rule, 0 for TensorFlow's choice.
+    cluster_task: bool, the process is a task of a TensorFlow cluster, whose
+      inter-op pool also runs what the other tasks ask of it: TensorFlow's
+      default stays (one op at a time there is not measured).
+
+  Returns:
+    (intra, inter), ints: threads each op may use, and ops that may run at
+    once; 0 leaves the choice to TensorFlow (one per core).
+  """
+  if inter is None:
+    one_at_a_time = (not has_gpu and num_towers == 1 and not cluster_task
+                     and num_cores <= ONE_OP_AT_A_TIME_MAX_CORES)
+    inter = 1 if one_at_a_time else 0
+  return (0 if intra is None else intra), inter
+
+
+def session_config(optimize_graph=True, threads=(None, None), num_towers=1,
+                   **kwargs):
   """`tf.ConfigProto(**kwargs)` for a session that runs one model.
 
-  On a machine without a GPU the session runs one op at a time (a private
-  inter-op pool of one thread), and each op uses every core through its own
-  intra-op threads. oneDNN's convolutions already keep all cores busy; two
-  of them side by side, TF's default, made a training step 4-7% slower
-  (benchmarks/README.md). With a GPU, TF's defaults are kept: there the CPU's
-  inter-op threads launch kernels and feed the input pipeline.
+  Its thread counts come from `thread_settings`: on a machine without a GPU
+  and with few cores, one op at a time (a private inter-op pool of one
+  thread), each op using every core through its own intra-op threads.
+  oneDNN's convolutions already keep a few cores busy; two of them side by
+  side, TF's default, made a 2-core training step 4-7% slower
+  (benchmarks/README.md), while on 16 cores the single pool cost 11-28%.
 
   Args:
     optimize_graph: False skips Grappler's graph rewrites on a machine
@@ -512,19 +571,45 @@ def session_config(optimize_graph=True, **kwargs):
       rewrites cost about 0.1 s per new session and made this model's forward
       pass no faster on the CPU. With a GPU they stay (its layout rewrites
       matter there).
+    threads: (--num_intra_threads, --num_inter_threads); None in either
+      place for the rule.
+    num_towers: int, CPU towers meant to run side by side.
     **kwargs: fields of tf.ConfigProto.
 
   Returns:
     A tf.ConfigProto.
   """
-  config = tf.ConfigProto(**kwargs)
-  if not tf.config.list_physical_devices('GPU'):
-    pool = config.session_inter_op_thread_pool.add()
-    pool.num_threads = 1
-    pool.global_name = 'cifar10_one_op_at_a_time'
-    if not optimize_graph:
-      config.graph_options.rewrite_options.disable_meta_optimizer = True
+  config = set_threads(tf.ConfigProto(**kwargs), threads, num_towers)
+  if not optimize_graph and not tf.config.list_physical_devices('GPU'):
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
   return config
+
+
+def set_threads(config, threads=(None, None), num_towers=1):
+  """Sets a tf.ConfigProto's thread counts by `thread_settings`; returns it.
+
+  Args:
+    config: the tf.ConfigProto to change.
+    threads, num_towers: as for `session_config`.
+  """
+  has_gpu = bool(tf.config.list_physical_devices('GPU'))
+  intra, inter = thread_settings(usable_cores(), has_gpu, num_towers,
+                                 *threads)
+  config.intra_op_parallelism_threads = intra
+  if inter:
+    # A named pool of the session's own: the global inter-op pool is sized
+    # once per process, by the first session that uses it.
+    pool = config.session_inter_op_thread_pool.add()
+    pool.num_threads = inter
+    pool.global_name = 'cifar10_inter_op_%d' % inter
+  return config
+
+
+def config_threads(config):
+  """(intra, inter) of a tf.ConfigProto, as `thread_settings` gives them."""
+  pools = config.session_inter_op_thread_pool
+  inter = pools[0].num_threads if pools else config.inter_op_parallelism_threads
+  return config.intra_op_parallelism_threads, inter
 
 
 def configure_logging():

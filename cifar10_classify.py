@@ -308,7 +308,10 @@ def main(argv):
   files, problems = image_files(argv[1:])
   results, unreadable = [], []
   if files:
-    results, unreadable = classify(files, checkpoint, dtype, FLAGS.batch_size)
+    results, unreadable = classify(
+        files, checkpoint, dtype, FLAGS.batch_size, cifar10.session_config(
+            optimize_graph=False,
+            threads=(FLAGS.num_intra_threads, FLAGS.num_inter_threads)))
   for path, probabilities in results:
     print(format_line(path, probabilities, FLAGS.top_k))
   sys.stdout.flush()

@@ -275,12 +275,28 @@ def session_config(task_index, operation_timeout_secs,
 
   Without device_filters, a session waits for every task of the cluster at
   start, and synchronous training could hang at the end; the timeout bounds
-  any op that still blocks (tf2_notes.md section 11).
+  any op that still blocks (tf2_notes.md section 11). Its thread counts are
+  the server's (`server_config`): a distributed session takes none of its
+  own.
   """
   return tf.ConfigProto(
       device_filters=['/job:ps', '/job:worker/task:%d' % task_index],
       operation_timeout_in_ms=int(operation_timeout_secs * 1000),
       log_device_placement=log_device_placement)
+
+
+def server_config(threads=(None, None)):
+  """The tf.train.Server's config: the thread counts of every op it runs.
+
+  Args:
+    threads: (--num_intra_threads, --num_inter_threads); None in either
+      place for cifar10.thread_settings' rule for a cluster task.
+  """
+  intra, inter = cifar10.thread_settings(
+      cifar10.usable_cores(), bool(tf.config.list_physical_devices('GPU')),
+      intra=threads[0], inter=threads[1], cluster_task=True)
+  return tf.ConfigProto(intra_op_parallelism_threads=intra,
+                        inter_op_parallelism_threads=inter)
 
 
 def _sync_train_op(total_loss, global_step, batch_size, replicas_to_aggregate,
@@ -663,8 +679,10 @@ def main(argv):
   print('This task: /job:%s/task:%d' % (job_name, task_index), flush=True)
 
   try:
-    server = tf.train.Server(tf.train.ClusterSpec(cluster), job_name=job_name,
-                             task_index=task_index)
+    server = tf.train.Server(
+        tf.train.ClusterSpec(cluster), job_name=job_name,
+        task_index=task_index, config=server_config(
+            (FLAGS.num_intra_threads, FLAGS.num_inter_threads)))
   except tf.errors.OpError as e:
     sys.exit('Could not start the server of /job:%s/task:%d at %s (is the '
              'port in use?): %s' % (job_name, task_index,

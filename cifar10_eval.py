@@ -221,9 +221,14 @@ def _build_eval_graph(eval_data, data_dir, batch_size, use_fp16, num_threads):
           'confusion_summaries': confusion_summaries}
 
 
-def default_session_config():
-  """The evaluation session's tf.ConfigProto (see cifar10.session_config)."""
-  config = cifar10.session_config(optimize_graph=False)
+def default_session_config(threads=(None, None)):
+  """The evaluation session's tf.ConfigProto (see cifar10.session_config).
+
+  Args:
+    threads: (intra-op, inter-op) thread counts; None in either place for
+      cifar10.thread_settings' rule.
+  """
+  config = cifar10.session_config(optimize_graph=False, threads=threads)
   # Take GPU memory as needed, leaving the rest to a training job.
   config.gpu_options.allow_growth = True
   return config
@@ -562,7 +567,9 @@ def main(argv):
              eval_dir=FLAGS.eval_dir, eval_data=FLAGS.eval_data,
              num_examples=FLAGS.num_examples, batch_size=FLAGS.batch_size,
              run_once=FLAGS.run_once,
-             eval_interval_secs=FLAGS.eval_interval_secs)
+             eval_interval_secs=FLAGS.eval_interval_secs,
+             session_config=default_session_config(
+                 (FLAGS.num_intra_threads, FLAGS.num_inter_threads)))
   except CheckpointError as e:
     sys.exit(ERROR_FORMAT % e)
 

@@ -86,7 +86,8 @@ TrainStep.__doc__ = """What `build_train_step` returns.
 """
 
 
-def session_config(num_towers, tower_device, log_device_placement=False):
+def session_config(num_towers, tower_device, log_device_placement=False,
+                   threads=(None, None)):
   """The session configuration the towers need.
 
   Args:
@@ -97,17 +98,21 @@ def session_config(num_towers, tower_device, log_device_placement=False):
       keeps soft placement: queue and string ops have no GPU kernels, and
       towers on GPUs that are not there fall back to the CPU.
     log_device_placement: bool, log where each op runs.
+    threads: (intra-op, inter-op) thread counts, as cifar10.session_config;
+      by its rule, two or more towers keep TensorFlow's inter-op pool so
+      that they overlap.
 
   Returns:
     A tf.ConfigProto.
   """
   if tower_device == 'cpu':
-    # One tower runs like cifar10_train.py; more must run side by side.
-    make = cifar10.session_config if num_towers == 1 else tf.ConfigProto
-    return make(device_count={'CPU': num_towers}, allow_soft_placement=False,
-                log_device_placement=log_device_placement)
-  return tf.ConfigProto(allow_soft_placement=True,
-                        log_device_placement=log_device_placement)
+    return cifar10.session_config(
+        threads=threads, num_towers=num_towers,
+        device_count={'CPU': num_towers}, allow_soft_placement=False,
+        log_device_placement=log_device_placement)
+  return cifar10.session_config(threads=threads, num_towers=num_towers,
+                                allow_soft_placement=True,
+                                log_device_placement=log_device_placement)
 
 
 def prefetch_queue(tensors, capacity):
@@ -335,15 +340,17 @@ def train(data_dir, train_dir, num_towers=1, tower_device='gpu',
           log_device_placement=False, fresh_start=False,
           save_checkpoint_secs=600, save_summaries_steps=100,
           num_threads=cifar10_input.NUM_PREPROCESS_THREADS,
-          save_checkpoint_steps=None, config=None):
+          save_checkpoint_steps=None, config=None, threads=(None, None)):
   """Trains with `num_towers` towers up to global step `max_steps`.
 
   Args:
     num_towers: int, model replicas, one per device.
     tower_device: 'gpu' or 'cpu', see `session_config`.
     batch_size: int, images per tower per step.
-    config: the session's tf.ConfigProto, e.g. cifar10_gpus.split_config's;
-      None for `session_config(num_towers, tower_device)`.
+    config: the session's tf.ConfigProto, e.g. cifar10_gpus.split_config's
+      (its thread counts are set from `threads`); None for
+      `session_config(num_towers, tower_device)`.
+    threads: (intra-op, inter-op) thread counts, see `session_config`.
     others: as for `cifar10_train.train`.
 
   Returns:
@@ -367,8 +374,9 @@ def train(data_dir, train_dir, num_towers=1, tower_device='gpu',
 
   return cifar10_train.run_training(
       build, train_dir, max_steps, batch_size, log_frequency, fresh_start,
-      config or session_config(num_towers, tower_device,
-                               log_device_placement),
+      (cifar10.set_threads(config, threads, num_towers) if config else
+       session_config(num_towers, tower_device, log_device_placement,
+                      threads)),
       save_checkpoint_secs, save_summaries_steps, num_towers,
       save_checkpoint_steps=save_checkpoint_steps)
 

@@ -329,7 +329,7 @@ def train(data_dir, train_dir, max_steps=100000, batch_size=128,
           fresh_start=False, save_checkpoint_secs=600,
           save_summaries_steps=100,
           num_threads=cifar10_input.NUM_PREPROCESS_THREADS,
-          save_checkpoint_steps=None):
+          save_checkpoint_steps=None, threads=(None, None)):
   """Trains up to global step `max_steps`, resuming from `train_dir`.
 
   Args:
@@ -346,6 +346,8 @@ def train(data_dir, train_dir, max_steps=100000, batch_size=128,
     num_threads: int, input preprocessing threads.
     save_checkpoint_steps: int, steps between checkpoints; when set, instead
       of save_checkpoint_secs.
+    threads: (intra-op, inter-op) thread counts; None in either place for
+      cifar10.thread_settings' rule, 0 for TensorFlow's choice.
 
   Returns:
     A dict with 'global_step' (int, where training stopped), 'loss' (float,
@@ -367,7 +369,8 @@ def train(data_dir, train_dir, max_steps=100000, batch_size=128,
 
   return run_training(
       build, train_dir, max_steps, batch_size, log_frequency, fresh_start,
-      cifar10.session_config(log_device_placement=log_device_placement),
+      cifar10.session_config(threads=threads,
+                             log_device_placement=log_device_placement),
       save_checkpoint_secs, save_summaries_steps,
       save_checkpoint_steps=save_checkpoint_steps)
 
@@ -520,6 +523,7 @@ def main(argv, train_fn=train, **train_kwargs):
         save_checkpoint_secs=FLAGS.save_checkpoint_secs,
         save_checkpoint_steps=FLAGS.save_checkpoint_steps or None,
         save_summaries_steps=FLAGS.save_summaries_steps,
+        threads=(FLAGS.num_intra_threads, FLAGS.num_inter_threads),
         **train_kwargs)
   except RUN_ERRORS as e:
     sys.exit('%s: %s' % (os.path.basename(sys.argv[0]), e))

@@ -25,11 +25,24 @@ in the same run:
               written as PNG files, as a user classifies a folder: reading,
               decoding, the model, and the graph building and checkpoint
               restoring of each call (its ceiling is `forward`)
-  matmul      a 2048x2048 float32 matrix product: the machine's practical
-              GFLOP/s, against which the model's FLOP rate is compared
+  matmul N xK K independent NxN float32 matrix products side by side in one
+              session.run, for N in --matmul_sizes and K in
+              --matmul_products, in TF's default session configuration (its
+              inter-op pool runs the K products at once; the model's
+              sessions run one op at a time on a CPU-only machine). The
+              best median GFLOP/s over these configurations is the
+              machine's ceiling, against which every FLOP rate is compared
 
 plus the time from `python cifar10_train.py` to its first step and the
-process's memory after each round (it must not grow).
+process's memory after each round (it must not grow). The output starts
+with the machine (CPU model, cores, AVX-512 / AVX512_BF16 / AMX, TensorFlow,
+oneDNN) and the thread settings of the `train` and `matmul` sessions.
+
+A single 2048x2048 product, the reference before, leaves cores idle on a
+many-core machine: four CPU towers of this model ran at 1.6 times its rate on
+a 16-core Xeon. The ceiling is the best of several sizes and of several
+products at once, so that it is not below what the machine has shown it can
+do.
 
 Where a training step's time goes: after the timed rounds, `train`, `towers`
 and `towers2` each run --traced_steps more steps with RunOptions.FULL_TRACE
@@ -51,6 +64,7 @@ Input + compute + host = the step's wall time, each part >= 0.
 import argparse
 import contextlib
 import os
+import platform
 import resource
 import subprocess
 import sys
@@ -87,6 +101,135 @@ CONV1_MACS = 24 * 24 * 5 * 5 * 3 * 64
 TRAIN_FLOP_PER_EXAMPLE = 2 * (3 * MACS_PER_EXAMPLE - CONV1_MACS)
 FORWARD_FLOP_PER_EXAMPLE = 2 * MACS_PER_EXAMPLE
 
+# The matrix-product ceiling: every size with every number of products side
+# by side, except those of more FLOP per session.run than --matmul_max_gflop.
+MATMUL_SIZES = (1024, 2048, 4096)
+MATMUL_PRODUCTS = (1, 2, 4)
+MATMUL_MAX_GFLOP = 150  # keeps 4096 x1 (137); x2 took 2.6 s a run on 2 cores
+# Seconds of one measurement window of a matmul configuration: its number of
+# runs is set from its speed in the warm-up (one run at least).
+MATMUL_WINDOW_S = 0.25
+
+# /proc/cpuinfo flags reported in the machine line.
+CPU_FEATURES = (('AVX-512', 'avx512f'), ('AVX512_BF16', 'avx512_bf16'),
+                ('AMX', 'amx_tile'))
+
+
+def _read_text(path):
+  try:
+    with open(path) as f:
+      return f.read()
+  except OSError:
+    return ''
+
+
+def machine_line(cpuinfo=None, cpu_count=None, usable_cores=None,
+                 environ=None, tf_version=None):
+  """One line describing the machine the benchmark runs on.
+
+  Args (each None: read from this machine and process):
+    cpuinfo: the text of /proc/cpuinfo; its first 'model name' is the CPU
+      (else platform.processor()), its first 'flags' line the features.
+    cpu_count: os.cpu_count().
+    usable_cores: the cores this process may run on
+      (len(os.sched_getaffinity(0))); printed when not cpu_count.
+    environ: the environment, for TF_ENABLE_ONEDNN_OPTS.
+    tf_version: tf.__version__.
+
+  Returns:
+    'machine: <CPU>, <n> cores; AVX-512 yes|no, AVX512_BF16 yes|no, AMX yes|no;
+    TensorFlow <version>; oneDNN on|off (...)'.
+  """
+  if cpuinfo is None:
+    cpuinfo = _read_text('/proc/cpuinfo')
+  if cpu_count is None:
+    cpu_count = os.cpu_count()
+  if usable_cores is None and hasattr(os, 'sched_getaffinity'):
+    usable_cores = len(os.sched_getaffinity(0))
+  if environ is None:
+    environ = os.environ
+  if tf_version is None:
+    tf_version = tf.__version__
+
+  model, flags = None, None
+  for line in cpuinfo.splitlines():
+    key, _, value = line.partition(':')
+    key = key.strip()
+    if key == 'model name' and model is None and value.strip():
+      model = value.strip()
+    elif key == 'flags' and flags is None:
+      flags = set(value.split())
+  model = model or platform.processor() or 'unknown CPU'
+
+  cores = '%s cores' % ('?' if cpu_count is None else cpu_count)
+  if usable_cores is not None and usable_cores != cpu_count:
+    cores += ' (%d usable by this process)' % usable_cores
+  if flags is None:
+    features = 'CPU flags unknown (no flags in /proc/cpuinfo)'
+  else:
+    features = ', '.join('%s %s' % (name, 'yes' if flag in flags else 'no')
+                         for name, flag in CPU_FEATURES)
+  # TensorFlow reads the variable as a boolean: 1/true or 0/false.
+  setting = environ.get('TF_ENABLE_ONEDNN_OPTS')
+  if setting is None:
+    onednn = "TF's default (TF_ENABLE_ONEDNN_OPTS unset)"
+  elif setting.strip().lower() in ('1', 'true'):
+    onednn = 'on (TF_ENABLE_ONEDNN_OPTS=%s)' % setting
+  elif setting.strip().lower() in ('0', 'false'):
+    onednn = 'off (TF_ENABLE_ONEDNN_OPTS=%s)' % setting
+  else:
+    onednn = 'TF_ENABLE_ONEDNN_OPTS=%r, not a boolean' % setting
+  return 'machine: %s, %s; %s; TensorFlow %s; oneDNN %s' % (
+      model, cores, features, tf_version, onednn)
+
+
+def _inter_op_text(num_threads):
+  if num_threads == 0:
+    return "0 (TF's choice)"
+  if num_threads == 1:
+    return '1 (one op at a time)'
+  if num_threads < 0:
+    return "%d (ops run in the caller's thread)" % num_threads
+  return '%d' % num_threads
+
+
+def thread_line(config):
+  """The thread settings of a session's tf.ConfigProto, in one line.
+
+  A session with session_inter_op_thread_pool entries runs its steps in the
+  first entry's pool (RunOptions.inter_op_thread_pool picks another);
+  without entries, in the process's inter-op pool of
+  inter_op_parallelism_threads. 0 threads: TF picks, one a core.
+
+  Returns:
+    e.g. "threads: intra 0 (TF's choice), inter 0 (TF's choice)", or for a
+    pool of one thread "threads: intra 0 (TF's choice), inter 1 (one op at a
+    time) from session_inter_op_thread_pool [1 thread, global 'name']".
+  """
+  intra = config.intra_op_parallelism_threads
+  text = 'threads: intra %s, inter ' % (
+      "0 (TF's choice)" if intra == 0 else '%d' % intra)
+  pools = config.session_inter_op_thread_pool
+  if not pools:
+    text += _inter_op_text(config.inter_op_parallelism_threads)
+  else:
+    described = []
+    for pool in pools:
+      entry = '%d thread%s' % (pool.num_threads,
+                               '' if pool.num_threads == 1 else 's')
+      if pool.num_threads == 0:
+        entry += " (TF's choice)"
+      if pool.global_name:
+        entry += ", global '%s'" % pool.global_name
+      described.append(entry)
+    text += '%s from session_inter_op_thread_pool [%s]' % (
+        _inter_op_text(pools[0].num_threads), '; '.join(described))
+    if len(pools) > 1:
+      text += ' (the first runs the session\'s steps)'
+  if config.use_per_session_threads:
+    text += ', use_per_session_threads'
+  return text
+
 
 def _random_data_dir(root, seed=0):
   """Full-size synthetic CIFAR-10 files: 5 x 10000 train, 10000 test."""
@@ -109,6 +252,8 @@ def _constant_batch(batch_size, seed=0):
 
 class Variant(object):
   """A graph and session, and how many examples one `step()` processes."""
+
+  matmul = False  # True for the matrix products the ceiling is taken from
 
   def __init__(self, name, steps, examples_per_step, flop_per_example=None):
     self.name = name
@@ -144,7 +289,8 @@ class SessionVariant(Variant):
     with self.graph.as_default():
       self.fetch = build()
       # Default: the configuration cifar10_train.py runs with.
-      self.sess = tf.Session(config=config or cifar10.session_config())
+      self.config = model_config() if config is None else config
+      self.sess = tf.Session(config=self.config)
       self.sess.run([tf.global_variables_initializer(),
                      tf.local_variables_initializer()])
       self.coord = tf.train.Coordinator()
@@ -176,10 +322,11 @@ class TrainScriptVariant(Variant):
           global_step, data_dir, batch_size)
       # config: the script's own unless a test bounds its ops' time.
       self._start(train_dir, loss, global_step, batch_size,
-                  config or cifar10.session_config())
+                  model_config() if config is None else config)
 
   def _start(self, train_dir, loss, global_step, batch_size, config,
              summary_op=None, num_towers=1):
+    self.config = config  # the session's, as given to it
     self._log = open(os.devnull, 'w')
     with contextlib.redirect_stdout(self._log):
       self.sess, _ = cifar10_train.monitored_session(
@@ -251,7 +398,8 @@ class TowersVariant(TrainScriptVariant):
           batches, global_step, batch_size, tower_device='cpu')
       self.train_op = step.train_op
       self._start(train_dir, step.loss, global_step, batch_size,
-                  cifar10_multi_gpu_train.session_config(num_towers, 'cpu'),
+                  cifar10_multi_gpu_train.session_config(
+                      num_towers, 'cpu', threads=THREADS['model']),
                   tf.summary.merge(step.summaries), num_towers)
 
 
@@ -298,7 +446,7 @@ class EvalVariant(Variant):
     with tf.Graph().as_default():
       ops = cifar10_eval._build_eval_graph(  # pylint: disable=protected-access
           'test', self.data_dir, self.batch_size, False, 1)
-      with tf.Session(config=cifar10_eval.default_session_config()) as sess:
+      with tf.Session(config=eval_config()) as sess:
         sess.run([tf.global_variables_initializer(),
                   tf.local_variables_initializer()])
         coord = tf.train.Coordinator()
@@ -358,18 +506,140 @@ class ClassifyVariant(Variant):
   def step(self):
     cifar10_classify.classify(
         self.files, self.checkpoint, batch_size=self.batch_size,
-        session_config=cifar10_eval.default_session_config())
+        session_config=eval_config())
 
   def close(self):
     pass
 
 
-def _build_matmul(n):
-  def build():
-    a = tf.Variable(tf.random.normal([n, n], seed=1))
-    b = tf.Variable(tf.random.normal([n, n], seed=2))
-    return tf.reduce_sum(tf.matmul(a, b))
-  return build
+# --num_intra_threads and --num_inter_threads, for the model's sessions (as
+# the scripts take them); set once, in main.
+THREADS = {'model': (None, None)}
+
+
+def model_config():
+  """The training sessions' tf.ConfigProto, as cifar10_train.py makes it."""
+  return cifar10.session_config(threads=THREADS['model'])
+
+
+def eval_config():
+  """The evaluation sessions' tf.ConfigProto, as cifar10_eval.py makes it."""
+  return cifar10_eval.default_session_config(THREADS['model'])
+
+
+def matmul_session_config():
+  """TF's default tf.ConfigProto: the process's inter-op pool, one thread a
+  core, so that independent products run side by side (not
+  cifar10.session_config's one op at a time)."""
+  return tf.ConfigProto()
+
+
+class MatmulVariant(SessionVariant):
+  """`products` independent n x n float32 products in one session.run.
+
+  Its "examples" are FLOP: its rates are FLOP/s. Each product has its own
+  operands (identical products would be merged by Grappler).
+  """
+
+  matmul = True
+
+  def __init__(self, n, products, window_s=MATMUL_WINDOW_S):
+    self.n = n
+    self.products = products
+    self.window_s = window_s
+
+    def build():
+      sums = []
+      for i in range(products):
+        a = tf.Variable(tf.random.normal([n, n], seed=2 * i + 1))
+        b = tf.Variable(tf.random.normal([n, n], seed=2 * i + 2))
+        sums.append(tf.reduce_sum(tf.matmul(a, b)))
+      return sums
+
+    super(MatmulVariant, self).__init__(
+        'matmul %d x%d' % (n, products), 1, products * 2 * n ** 3, build,
+        config=matmul_session_config())
+
+  def describe(self):
+    return '%d independent %dx%d float32 product%s in one session.run' % (
+        self.products, self.n, self.n, '' if self.products == 1 else 's')
+
+  def warm_up(self):
+    """One run, then runs timed for ~window_s / 2 to set the window's runs."""
+    self.step()
+    count, start = 0, time.time()
+    while count == 0 or time.time() - start < self.window_s / 2:
+      self.step()
+      count += 1
+    per_step = (time.time() - start) / count
+    self.steps = max(1, int(round(self.window_s / per_step)))
+
+
+def matmul_variants(sizes, products, max_gflop):
+  """A MatmulVariant for every size and number of products, except those of
+  more than max_gflop GFLOP per session.run."""
+  return [MatmulVariant(n, k) for n in sizes for k in products
+          if k * 2 * n ** 3 <= max_gflop * 1e9]
+
+
+# Each variant's own ceiling, measured in the same run.
+BASELINES = {'train': 'bound', 'towers': 'bound', 'towers2': 'bound',
+             'eval': 'forward', 'classify': 'forward'}
+
+
+def matmul_ceiling(variants, median):
+  """The matmul variant of the highest median rate, and that rate in GFLOP/s.
+
+  Args:
+    variants: the measured variants (those with `matmul` True count).
+    median: {variant name: median rate over the rounds}.
+  """
+  best = max((v for v in variants if v.matmul), key=lambda v: median[v.name])
+  return best, median[best.name] / 1e9
+
+
+def table_lines(variants, median):
+  """The printed table: a row per variant, then the ceiling's line.
+
+  Every GFLOP/s, the model's and each matrix product's, is given as a
+  ratio of the ceiling (matmul_ceiling), and nothing else.
+  """
+  best, ceiling = matmul_ceiling(variants, median)
+  row = '%-15s %12s %32s %10s   %s'
+  lines = [(row % ('variant', 'examples/s', 'ratio', 'GFLOP/s', '')).rstrip()]
+  for v in variants:
+    if v.matmul:
+      gflops = median[v.name] / 1e9
+      ratio = ('1.00 (ceiling)' if v is best
+               else '%.2f of ceiling' % (gflops / ceiling))
+      lines.append(row % (v.name, '-', ratio, '%.1f' % gflops,
+                          '(rounds: %.1f-%.1f GFLOP/s)' % (
+                              min(v.rates) / 1e9, max(v.rates) / 1e9)))
+      continue
+    ratio = ''
+    if v.name in BASELINES:
+      ratio = '%.2f of %s' % (median[v.name] / median[BASELINES[v.name]],
+                              BASELINES[v.name])
+    model_gflops = ''
+    if v.flop_per_example:
+      rate = median[v.name] * v.flop_per_example / 1e9
+      model_gflops = '%.1f' % rate
+      ratio += '%s%.2f of ceiling' % ('; ' if ratio else '', rate / ceiling)
+    lines.append(row % (v.name, '%.1f' % median[v.name], ratio, model_gflops,
+                        '(rounds: %.0f-%.0f)' % (min(v.rates), max(v.rates))))
+  count = sum(1 for v in variants if v.matmul)
+  lines.append('ceiling: %s = %s, %.1f GFLOP/s (the best median of %d '
+               'matmul configuration%s)' % (
+                   best.name, best.describe(), ceiling, count,
+                   '' if count == 1 else 's'))
+  return lines
+
+
+def _sizes(text):
+  values = [int(v) for v in text.split(',') if v.strip()]
+  if not values or min(values) < 1:
+    raise argparse.ArgumentTypeError('a comma-separated list of integers >= 1')
+  return sorted(set(values))  # each configuration once: names are keys
 
 
 def _startup_seconds(data_dir, train_dir):
@@ -378,7 +648,10 @@ def _startup_seconds(data_dir, train_dir):
   proc = subprocess.Popen(
       [sys.executable, os.path.join(ROOT, 'cifar10_train.py'),
        '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
-       '--max_steps=1', '--fresh_start'],
+       '--max_steps=1', '--fresh_start'] + [
+           '--%s=%d' % (name, value) for name, value in zip(
+               ('num_intra_threads', 'num_inter_threads'), THREADS['model'])
+           if value is not None],
       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
   seconds = None
   for line in proc.stdout:
@@ -406,11 +679,32 @@ def main():
                       help='training steps per window (a multiple of the '
                       '100-step summary interval keeps summaries counted)')
   parser.add_argument('--batch_size', type=int, default=128)
+  parser.add_argument('--num_intra_threads', type=int, default=None,
+                      help='as the scripts take it (cifar10.session_config); '
+                      'unset: the rule')
+  parser.add_argument('--num_inter_threads', type=int, default=None,
+                      help='as the scripts take it; unset: the rule')
   parser.add_argument('--startup_runs', type=int, default=3)
   parser.add_argument('--traced_steps', type=int, default=10,
                       help='traced steps per training variant, after the '
                       'timed rounds, for the split of a step\'s time; 0: none')
+  parser.add_argument('--matmul_sizes', type=_sizes,
+                      default=list(MATMUL_SIZES),
+                      help='matrix sizes N of the ceiling\'s NxN products '
+                      '(comma-separated)')
+  parser.add_argument('--matmul_products', type=_sizes,
+                      default=list(MATMUL_PRODUCTS),
+                      help='numbers of products side by side in one '
+                      'session.run (comma-separated)')
+  parser.add_argument('--matmul_max_gflop', type=float,
+                      default=MATMUL_MAX_GFLOP,
+                      help='leave out the configurations of more GFLOP per '
+                      'session.run (the default keeps 4096 x1 and leaves out '
+                      '4096 x2 and x4: seconds a run on 2 cores)')
   args = parser.parse_args()
+  if not any(k * 2 * n ** 3 <= args.matmul_max_gflop * 1e9
+             for n in args.matmul_sizes for k in args.matmul_products):
+    parser.error('no matmul configuration within --matmul_max_gflop')
 
   scratch = tempfile.mkdtemp(prefix='cifar10_bench_')
   data_dir = args.data_dir or _random_data_dir(os.path.join(scratch, 'data'))
@@ -420,15 +714,19 @@ def main():
       data_dir, cifar10.BATCHES_DIR, cifar10_input.TEST_FILES[0])])
   eval_batches = -(-num_test // batch)
 
-  print('TensorFlow %s, %d cores, oneDNN opts %s, data %s' % (
-      tf.__version__, os.cpu_count(), os.environ['TF_ENABLE_ONEDNN_OPTS'],
-      args.data_dir or 'synthetic'))
+  # The configuration the `train` variant's session is given, below.
+  THREADS['model'] = (args.num_intra_threads, args.num_inter_threads)
+  train_config = model_config()
+  print(machine_line())
+  print('train session %s' % thread_line(train_config))
+  print('matmul sessions %s' % thread_line(matmul_session_config()))
+  print('data: %s' % (args.data_dir or 'synthetic'), flush=True)
   startup = [_startup_seconds(data_dir, os.path.join(scratch, 'start'))
              for _ in range(args.startup_runs)]
 
   variants = [
       TrainScriptVariant(args.steps, data_dir, os.path.join(scratch, 'train'),
-                         batch),
+                         batch, train_config),
       TowersVariant('towers', args.steps, data_dir,
                     os.path.join(scratch, 'towers'), batch, 1),
       TowersVariant('towers2', args.steps, data_dir,
@@ -440,11 +738,12 @@ def main():
       # Evaluation's ceiling, in evaluation's session configuration.
       SessionVariant('forward', eval_batches, batch, _build_forward(batch),
                      FORWARD_FLOP_PER_EXAMPLE,
-                     cifar10_eval.default_session_config()),
-      SessionVariant('matmul', 10, 2 * 2048 ** 3, _build_matmul(2048)),
+                     eval_config()),
       ClassifyVariant(data_dir, os.path.join(scratch, 'classify'),
                       min(num_test, 1000), batch),
-  ]
+  ] + matmul_variants(args.matmul_sizes, args.matmul_products,
+                      args.matmul_max_gflop)
+  assert variants[0].config is train_config
   for variant in variants:
     variant.warm_up()
   rss = []
@@ -463,27 +762,9 @@ def main():
     variant.close()
 
   median = {v.name: float(np.median(v.rates)) for v in variants}
-  gflops = median['matmul'] / 1e9
   print()
-  print('%-8s %12s %26s %10s' % ('variant', 'examples/s', 'ratio', 'GFLOP/s'))
-  baselines = {'train': 'bound', 'towers': 'bound', 'towers2': 'bound',
-               'eval': 'forward', 'classify': 'forward'}
-  for v in variants:
-    if v.name == 'matmul':
-      print('%-8s %12s %26s %10.1f' % ('matmul', '-', '1.00 (peak)', gflops))
-      continue
-    ratio = ''
-    if v.name in baselines:
-      ratio = '%.2f of %s' % (median[v.name] / median[baselines[v.name]],
-                              baselines[v.name])
-    model_gflops = ''
-    if v.flop_per_example:
-      rate = median[v.name] * v.flop_per_example / 1e9
-      model_gflops = '%.1f' % rate
-      ratio += '%s%.2f of matmul' % ('; ' if ratio else '', rate / gflops)
-    spread = '%.0f-%.0f' % (min(v.rates), max(v.rates))
-    print('%-8s %12.1f %26s %10s   (rounds: %s)' % (
-        v.name, median[v.name], ratio, model_gflops, spread))
+  for line in table_lines(variants, median):
+    print(line.rstrip())
   if splits:
     print()
     print('where a training step\'s time goes (traced step of median length '

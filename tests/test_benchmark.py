@@ -1,8 +1,12 @@
 """The benchmark script runs end to end and prints its whole table.
 
 A small run on the synthetic data, checking the output's shape, not the
-speeds (speed is the benchmark's business, never a test's); and the split of
-a training step's time into input, compute and host work.
+speeds (speed is the benchmark's business, never a test's): the machine and
+thread lines, every variant's ratios, all against the best matrix product;
+the lines that describe the machine and a session's threads; the ceiling and
+its ratios from hand-set rates; two products really running side by side in
+the matmul sessions; and the split of a training step's time into input,
+compute and host work.
 """
 
 import os
@@ -19,27 +23,111 @@ from testutil import run_script
 sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
 
 VARIANTS = ['train', 'towers', 'towers2', 'bound', 'input', 'eval', 'forward',
-            'matmul', 'classify']
-ROW = re.compile(r'^(\w+) +([\d.]+|-) +(.*?) {2,}([\d.]+)?', re.M)
+            'classify']
+# The test's matrix products: small, so that a round stays short.
+MATMULS = ['matmul %d x%d' % (n, k) for n in (256, 512) for k in (1, 2)]
+ROW = re.compile(r'^(matmul \d+ x\d+|\w+) +([\d.]+|-) +(.*?) {2,}([\d.]+)?',
+                 re.M)
+CEILING = re.compile(
+    r'^ceiling: (matmul (\d+) x(\d+)) = (\d+) independent (\d+)x(\d+) '
+    r'float32 products? in one session\.run, ([\d.]+) GFLOP/s \(the best '
+    r'median of (\d+) matmul configurations\)$', re.M)
+MACHINE = re.compile(
+    r'^machine: (.+), (\d+) cores(?: \((\d+) usable by this process\))?; '
+    r'AVX-512 (yes|no), AVX512_BF16 (yes|no), AMX (yes|no); '
+    r'TensorFlow (\S+); oneDNN (on|off) \(TF_ENABLE_ONEDNN_OPTS=(\w+)\)$',
+    re.M)
+
+
+def _cpuinfo():
+  """This machine's (first model name, flags), or None without cpuinfo."""
+  try:
+    with open('/proc/cpuinfo') as f:
+      text = f.read()
+  except OSError:
+    return None
+  model = re.search(r'^model name\s*: (.*)$', text, re.M)
+  flags = re.search(r'^flags\s*: (.*)$', text, re.M)
+  return (model and model.group(1).strip(),
+          set(flags.group(1).split()) if flags else None)
 
 
 def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
+  import tensorflow.compat.v1 as tf
+
   result = run_script('benchmarks/benchmark.py', [
       '--data_dir=%s' % data_dir, '--rounds=2', '--steps=3',
-      '--batch_size=8', '--startup_runs=1'], timeout=600)
+      '--batch_size=8', '--startup_runs=1', '--matmul_sizes=256,512',
+      '--matmul_products=1,2'], timeout=600)
 
   assert result.returncode == 0, result.stderr[-3000:]
   out = result.stdout
+
+  # The machine, first: this machine's.
+  assert out.startswith('machine: '), out[:2000]
+  machine = MACHINE.search(out)
+  assert machine, out[:2000]
+  (model, cores, usable, avx512, bf16, amx, version, onednn,
+   setting) = machine.groups()
+  assert int(cores) == os.cpu_count()
+  if hasattr(os, 'sched_getaffinity'):
+    assert int(usable or cores) == len(os.sched_getaffinity(0))
+  assert version == tf.__version__
+  # conftest sets it for the test process (run_script passes it on) unless
+  # the environment already did.
+  assert setting == os.environ['TF_ENABLE_ONEDNN_OPTS']
+  assert onednn == {'1': 'on', '0': 'off'}[setting]
+  info = _cpuinfo()
+  if info and info[0]:
+    assert model == info[0]
+  if info and info[1] is not None:
+    assert [avx512, bf16, amx] == [
+        'yes' if flag in info[1] else 'no'
+        for flag in ('avx512f', 'avx512_bf16', 'amx_tile')]
+  if not tf.config.list_physical_devices('GPU'):
+    # cifar10.session_config on a CPU-only machine: one op at a time.
+    assert re.search(
+        r"^train session threads: intra 0 \(TF's choice\), inter 1 \(one op "
+        r"at a time\) from session_inter_op_thread_pool \[1 thread, global "
+        r"'\w+'\]$", out, re.M), out[:2000]
+  # The products' sessions may run them side by side.
+  assert re.search(r"^matmul sessions threads: intra 0 \(TF's choice\), "
+                   r"inter 0 \(TF's choice\)$", out, re.M), out[:2000]
+
   assert re.search(r'^round 2/2 done, RSS \d+ MiB$', out, re.M), out
-  rows = {m.group(1): m.group(3) for m in ROW.finditer(out)
-          if m.group(1) in VARIANTS}
-  assert sorted(rows) == sorted(VARIANTS), out
+  rows = {m.group(1): (m.group(3), m.group(4)) for m in ROW.finditer(out)
+          if m.group(1) in VARIANTS + MATMULS}
+  assert sorted(rows) == sorted(VARIANTS + MATMULS), out
+  ratios = {name: ratio for name, (ratio, _) in rows.items()}
+  gflops = {name: float(g) for name, (_, g) in rows.items() if g}
   for name in ('train', 'towers', 'towers2'):
-    assert re.match(r'\d\.\d\d of bound; \d\.\d\d of matmul$', rows[name])
+    assert re.match(r'\d\.\d\d of bound; [\d.]+ of ceiling$', ratios[name])
   for name in ('eval', 'classify'):
-    assert re.match(r'\d\.\d\d of forward; \d\.\d\d of matmul$', rows[name])
-  assert re.match(r'\d\.\d\d of matmul$', rows['bound'])
-  assert rows['matmul'] == '1.00 (peak)'
+    assert re.match(r'\d\.\d\d of forward; [\d.]+ of ceiling$',
+                    ratios[name])
+  assert re.match(r'[\d.]+ of ceiling$', ratios['bound'])
+  assert re.match(r'[\d.]+ of ceiling$', ratios['forward'])
+  assert ratios['input'] == '' and 'input' not in gflops
+  assert sorted(gflops) == sorted(set(VARIANTS + MATMULS) - {'input'}), out
+
+  # The ceiling: the best of the matrix products, the one row marked so.
+  ceiling = CEILING.search(out)
+  assert ceiling, out
+  name, n, k, products, rows_n, cols_n, value, count = ceiling.groups()
+  assert (products, rows_n, cols_n) == (k, n, n)
+  assert int(count) == len(MATMULS)
+  assert [m for m in MATMULS if ratios[m] == '1.00 (ceiling)'] == [name], out
+  assert float(value) == gflops[name] == max(gflops[m] for m in MATMULS), out
+  # Every other GFLOP/s is printed as its ratio to that, and to nothing else.
+  top = float(value)
+  for row, rate in gflops.items():
+    if row == name:
+      continue
+    printed = float(re.search(r'([\d.]+) of ceiling$', ratios[row]).group(1))
+    # Rounding: the ratio to 2 decimals, both rates to 1.
+    tolerance = 0.005 + rate / top * (0.05 / rate + 0.05 / top) + 1e-9
+    assert printed == pytest.approx(rate / top, abs=tolerance), (row, out)
+  assert 'of matmul' not in out and '(peak)' not in out, out
   assert re.search(r'^start to first step: [\d.]+ s \(median [\d.]+ s\)$',
                    out, re.M), out
   memory = re.search(r'^memory: RSS per round (\d+), (\d+) MiB; peak (\d+) MiB',
@@ -54,6 +142,165 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
                                                  'train'], out
   for _, step, *parts in splits:
     assert sum(map(float, parts)) == pytest.approx(float(step), abs=0.2), out
+
+
+def test_machine_line_reports_cpu_cores_features_tf_and_onednn(monkeypatch):
+  import benchmark
+
+  cpuinfo = ('processor\t: 0\nvendor_id\t: GenuineIntel\n'
+             'model name\t: Intel(R) Xeon(R) Platinum 8480+\n'
+             'flags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n\n'
+             'processor\t: 1\nmodel name\t: Another CPU\nflags\t\t: fpu\n')
+  line = benchmark.machine_line(cpuinfo, 16, 4, {'TF_ENABLE_ONEDNN_OPTS': '1'},
+                                '2.99.0')
+  assert line == ('machine: Intel(R) Xeon(R) Platinum 8480+, 16 cores (4 '
+                  'usable by this process); AVX-512 yes, AVX512_BF16 yes, '
+                  'AMX yes; TensorFlow 2.99.0; oneDNN on '
+                  '(TF_ENABLE_ONEDNN_OPTS=1)')
+
+  # AVX2 only, every core usable, oneDNN off; no model name: the fallback.
+  monkeypatch.setattr(benchmark.platform, 'processor', lambda: 'x86_64')
+  line = benchmark.machine_line('processor\t: 0\nflags\t\t: fpu avx2 fma\n',
+                                2, 2, {'TF_ENABLE_ONEDNN_OPTS': '0'}, '2.21.0')
+  assert line == ('machine: x86_64, 2 cores; AVX-512 no, AVX512_BF16 no, '
+                  'AMX no; TensorFlow 2.21.0; oneDNN off '
+                  '(TF_ENABLE_ONEDNN_OPTS=0)')
+  line = benchmark.machine_line('', 8, 8, {}, '2.21.0')
+  assert line == ("machine: x86_64, 8 cores; CPU flags unknown (no flags in "
+                  "/proc/cpuinfo); TensorFlow 2.21.0; oneDNN TF's default "
+                  "(TF_ENABLE_ONEDNN_OPTS unset)")
+
+  # This machine, read by the function itself.
+  line = benchmark.machine_line()
+  assert '; TensorFlow %s; ' % benchmark.tf.__version__ in line
+  assert ', %d cores' % os.cpu_count() in line
+  info = _cpuinfo()
+  if info and info[0]:
+    assert line.startswith('machine: %s, ' % info[0])
+
+
+def test_thread_line_describes_a_session_config():
+  import benchmark
+  tf = benchmark.tf
+
+  assert (benchmark.thread_line(tf.ConfigProto()) ==
+          "threads: intra 0 (TF's choice), inter 0 (TF's choice)")
+  assert (benchmark.thread_line(tf.ConfigProto(
+      intra_op_parallelism_threads=4, inter_op_parallelism_threads=1)) ==
+          'threads: intra 4, inter 1 (one op at a time)')
+  assert (benchmark.thread_line(tf.ConfigProto(
+      inter_op_parallelism_threads=-1)) ==
+          "threads: intra 0 (TF's choice), inter -1 (ops run in the caller's "
+          "thread)")
+
+  one = tf.ConfigProto(inter_op_parallelism_threads=8)
+  pool = one.session_inter_op_thread_pool.add()
+  pool.num_threads = 1
+  pool.global_name = 'serial'
+  assert (benchmark.thread_line(one) ==
+          "threads: intra 0 (TF's choice), inter 1 (one op at a time) from "
+          "session_inter_op_thread_pool [1 thread, global 'serial']")
+
+  two = tf.ConfigProto(intra_op_parallelism_threads=2,
+                       use_per_session_threads=False)
+  two.session_inter_op_thread_pool.add(num_threads=3)
+  two.session_inter_op_thread_pool.add(num_threads=0, global_name='spare')
+  assert (benchmark.thread_line(two) ==
+          "threads: intra 2, inter 3 from session_inter_op_thread_pool "
+          "[3 threads; 0 threads (TF's choice), global 'spare'] (the first "
+          "runs the session's steps)")
+
+  # The matmul sessions: TF's defaults, so that products run side by side.
+  assert (benchmark.thread_line(benchmark.matmul_session_config()) ==
+          "threads: intra 0 (TF's choice), inter 0 (TF's choice)")
+
+
+def test_ceiling_is_the_best_median_and_every_ratio_is_against_it():
+  """Hand-set rates: the ceiling is the matmul configuration of the highest
+  median (not the one with the single fastest round, nor the first), and
+  each ratio is to it."""
+  import benchmark
+
+  small = benchmark.MatmulVariant(8, 1)
+  pair = benchmark.MatmulVariant(8, 2)
+  four = benchmark.MatmulVariant(16, 4)
+  for v in (small, pair, four):
+    v.close()
+  small.rates = [100e9, 900e9, 110e9]  # one fast round: median 110
+  pair.rates = [210e9, 200e9, 190e9]  # the best median: 200
+  four.rates = [150e9, 160e9, 170e9]
+  bound = benchmark.Variant('bound', 1, 128,
+                            benchmark.TRAIN_FLOP_PER_EXAMPLE)
+  bound.rates = [1000.0]  # 105.3 GFLOP/s
+  train = benchmark.Variant('train', 1, 128, benchmark.TRAIN_FLOP_PER_EXAMPLE)
+  train.rates = [900.0, 950.0, 1000.0]
+  feed = benchmark.Variant('input', 1, 128)
+  feed.rates = [5000.0]
+  variants = [train, bound, feed, small, pair, four]
+  median = {v.name: float(benchmark.np.median(v.rates)) for v in variants}
+
+  best, ceiling = benchmark.matmul_ceiling(variants, median)
+  assert best is pair and ceiling == pytest.approx(200.0)
+  lines = benchmark.table_lines(variants, median)
+  rows = {m.group(1): (m.group(3), m.group(4))
+          for m in ROW.finditer('\n'.join(lines))}
+  assert rows['train'] == ('0.95 of bound; 0.50 of ceiling', '100.0')
+  assert rows['bound'] == ('0.53 of ceiling', '105.3')
+  assert rows['input'] == ('', None)
+  assert rows['matmul 8 x1'] == ('0.55 of ceiling', '110.0')
+  assert rows['matmul 8 x2'] == ('1.00 (ceiling)', '200.0')
+  assert rows['matmul 16 x4'] == ('0.80 of ceiling', '160.0')
+  assert '(rounds: 100.0-900.0 GFLOP/s)' in lines[4]
+  assert lines[-1] == ('ceiling: matmul 8 x2 = 2 independent 8x8 float32 '
+                       'products in one session.run, 200.0 GFLOP/s (the best '
+                       'median of 3 matmul configurations)')
+
+
+def _matmul_intervals(sess, fetch):
+  """(start, end) in us of each matrix-product op of a traced run."""
+  import benchmark
+  tf = benchmark.tf
+  sess.run(fetch)
+  options = tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE)
+  metadata = tf.RunMetadata()
+  sess.run(fetch, options=options, run_metadata=metadata)
+  intervals = []
+  for device in metadata.step_stats.dev_stats:
+    for node in device.node_stats:
+      if re.search(r'= \w*MatMul\w*\(', node.timeline_label):
+        intervals.append((node.all_start_micros,
+                          node.all_start_micros + node.all_end_rel_micros))
+  return intervals
+
+
+def _overlap(intervals):
+  (start_a, end_a), (start_b, end_b) = sorted(intervals)
+  return start_b < end_a
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason='needs 2 cores')
+def test_matmul_products_run_side_by_side():
+  """In the matmul session two products can overlap; one op at a time (the
+  model's sessions on a CPU with few cores) they never do."""
+  import benchmark
+  tf = benchmark.tf
+
+  variant = benchmark.MatmulVariant(512, 2)
+  try:
+    # Whether two ready ops start together is up to the scheduler: one
+    # traced run in several showing it is enough.
+    side_by_side = [_matmul_intervals(variant.sess, variant.fetch)
+                    for _ in range(10)]
+    with variant.graph.as_default(), tf.Session(
+        config=benchmark.cifar10.session_config(threads=(None, 1))) as sess:
+      sess.run(tf.global_variables_initializer())
+      serial = [_matmul_intervals(sess, variant.fetch) for _ in range(5)]
+  finally:
+    variant.close()
+
+  assert all(len(run) == 2 for run in side_by_side + serial)
+  assert any(_overlap(run) for run in side_by_side), side_by_side
+  assert not any(_overlap(run) for run in serial), serial
 
 
 def _node(device, name, op, start, duration, nanos=False):

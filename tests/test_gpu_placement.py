@@ -1,0 +1,116 @@
+"""The GPU path, checked from the graph itself on a machine without a GPU.
+
+`cifar10_multi_gpu_train.py --num_gpus=4` (tower_device 'gpu') asks for each
+tower's ops on /gpu:i. Soft placement, which it needs for the queues, would
+silently move to the CPU any op that has no GPU kernel for its dtype. The
+full `tensorflow` package lists its GPU kernels even where no GPU exists, so
+these tests check, without one: each tower's work on its GPU, the shared
+state and the input on /cpu:0, and a GPU kernel for every op asked on a GPU.
+"""
+
+import pytest
+import tensorflow.compat.v1 as tf
+from tensorflow.python.framework import kernels  # pylint: disable=g-direct-tensorflow-import
+
+import cifar10_multi_gpu_train
+
+NUM_TOWERS = 4
+CPU = '/device:CPU:0'
+
+
+def _device(op):
+  """Where `op` runs: with the variable it reads or writes, if any (the
+  placer keeps resource ops there), else by its colocation or device."""
+  for tensor in op.inputs:
+    if tensor.dtype == tf.resource:
+      return _device(tensor.op)
+  for group in op.colocation_groups():
+    name = group.decode()[len('loc:@'):]
+    if name != op.name:
+      return op.graph.get_operation_by_name(name).device
+  return op.device
+
+
+def _gpu_kernel_problem(op):
+  """None if a GPU kernel is registered for op's type and type attributes."""
+  candidates = [k for k in kernels.get_registered_kernels_for_op(op.type).kernel
+                if k.device_type in ('GPU', 'DEFAULT')]
+  if not candidates:
+    return 'no GPU kernel for %s' % op.type
+  for kernel in candidates:
+    fits = True
+    for constraint in kernel.constraint:
+      allowed = set(constraint.allowed_values.list.type)
+      value = op.node_def.attr[constraint.name]
+      types = list(value.list.type) if value.HasField('list') else [value.type]
+      if not allowed.issuperset(types):
+        fits = False
+    if fits:
+      return None
+  return 'no GPU kernel for %s with %s' % (op.type, {
+      c.name: op.get_attr(c.name) for c in candidates[0].constraint})
+
+
+@pytest.fixture(scope='module', params=[False, True], ids=['fp32', 'fp16'])
+def graph(request, data_dir):
+  with tf.Graph().as_default() as g:
+    with tf.device('/cpu:0'):  # As cifar10_train.run_training makes it.
+      global_step = tf.train.get_or_create_global_step()
+    batches = cifar10_multi_gpu_train.tower_input_batches(
+        data_dir, NUM_TOWERS, batch_size=8, use_fp16=request.param,
+        num_threads=1)
+    cifar10_multi_gpu_train.build_train_step(batches, global_step, 8, 'gpu')
+  return g
+
+
+def _summary_or_average(op):
+  """Summary ops with their tag constants, and the loss averages' ops."""
+  names = [op.name] + [t.op.name for t in op.inputs if t.dtype == tf.resource]
+  return ('Summary' in op.type or any('/avg' in name for name in names) or
+          op.name.rsplit('/', 1)[-1] in ('tags', 'tag',
+                                          'serialized_summary_metadata'))
+
+
+def _ops(graph, prefix):
+  return [op for op in graph.get_operations() if op.name.startswith(prefix)]
+
+
+def test_each_towers_work_is_on_its_gpu(graph):
+  for i in range(NUM_TOWERS):
+    gpu = '/device:GPU:%d' % i
+    tower = _ops(graph, 'tower_%d/' % i)
+    by_type = {}
+    for op in tower:
+      by_type.setdefault(op.type, set()).add(_device(op))
+    for op_type in ('Conv2D', 'Conv2DBackpropFilter', 'Conv2DBackpropInput',
+                    'MatMul', 'MaxPool', 'MaxPoolGrad', 'Relu', 'ReluGrad',
+                    'Rsqrt', 'SparseSoftmaxCrossEntropyWithLogits', 'L2Loss',
+                    'AddN'):
+      assert by_type.get(op_type) == {gpu}, (i, op_type, by_type.get(op_type))
+    for scope in ('norm1_window/', 'norm2_window/', 'cross_entropy',
+                  'total_loss', 'gradients/'):
+      # Without the summaries and the loss averages, which live on the CPU.
+      devices = {_device(op) for op in _ops(graph, 'tower_%d/%s' % (i, scope))
+                 if not _summary_or_average(op)}
+      assert devices == {gpu}, (i, scope, devices)
+
+
+def test_shared_state_averaging_and_input_are_on_the_cpu(graph):
+  variables = [op for op in graph.get_operations() if op.type == 'VarHandleOp']
+  assert len(variables) > 20
+  for op in variables:  # weights, their averages, loss averages, global step
+    assert _device(op) == CPU, op.name
+  assert any(op.name.endswith('ExponentialMovingAverage') for op in variables)
+  for prefix in ('average_gradients/', 'moving_averages/', 'GradientDescent',
+                 'input_producer', 'data_augmentation/', 'shuffle_batch',
+                 'prefetch_queue/'):
+    ops = _ops(graph, prefix)
+    assert ops, prefix
+    assert {_device(op) for op in ops} == {CPU}, prefix
+
+
+def test_every_op_asked_on_a_gpu_has_a_gpu_kernel(graph):
+  problems = sorted('%s: %s' % (op.name, _gpu_kernel_problem(op))
+                    for op in graph.get_operations()
+                    if 'GPU' in _device(op) and _gpu_kernel_problem(op))
+  assert problems == []
