@@ -413,13 +413,15 @@ def _loss_average(value, decay=LOSS_AVERAGE_DECAY):
   """
   # A trailing '/' makes a scope absolute: the name does not nest under a
   # tower's scope, which the loss's own op name already carries.
-  with tf.device('/cpu:0'), tf.name_scope(value.op.name + '/'):
-    average = tf.Variable(lambda: tf.zeros([], value.dtype), trainable=False,
-                          name='avg')
-  with tf.device('/cpu:0'), tf.name_scope(average.op.name + '/'):
-    started = tf.not_equal(average, 0)
-    new = tf.where(started, average - (1 - decay) * (average - value), value)
-    return tf.assign(average, new)
+  with tf.device('/cpu:0'):
+    with tf.name_scope(value.op.name + '/'):
+      average = tf.Variable(lambda: tf.zeros([], value.dtype),
+                            trainable=False, name='avg')
+    with tf.name_scope(average.op.name + '/'):
+      started = tf.not_equal(average, 0)
+      new = tf.where(started, average - (1 - decay) * (average - value),
+                     value)
+      return tf.assign(average, new)
 
 
 def _add_loss_summaries(total_loss, losses=None):
@@ -585,6 +587,14 @@ def session_config(optimize_graph=True, threads=(None, None), num_towers=1,
   return config
 
 
+def threads_here(threads=(None, None), num_towers=1, cluster_task=False):
+  """`thread_settings` for this process: its usable cores, whether a GPU is
+  visible, and the flags (threads: (intra, inter), None for the rule)."""
+  return thread_settings(usable_cores(),
+                         bool(tf.config.list_physical_devices('GPU')),
+                         num_towers, *threads, cluster_task=cluster_task)
+
+
 def set_threads(config, threads=(None, None), num_towers=1):
   """Sets a tf.ConfigProto's thread counts by `thread_settings`; returns it.
 
@@ -592,9 +602,7 @@ def set_threads(config, threads=(None, None), num_towers=1):
     config: the tf.ConfigProto to change.
     threads, num_towers: as for `session_config`.
   """
-  has_gpu = bool(tf.config.list_physical_devices('GPU'))
-  intra, inter = thread_settings(usable_cores(), has_gpu, num_towers,
-                                 *threads)
+  intra, inter = threads_here(threads, num_towers)
   config.intra_op_parallelism_threads = intra
   if inter:
     # A named pool of the session's own: the global inter-op pool is sized
@@ -643,12 +651,14 @@ def maybe_download_and_extract(data_dir=DEFAULT_DATA_DIR, data_url=DATA_URL,
                                               **kwargs)
 
 
-def data_line(data_dir, files):
+def data_line(data_dir, files, records=None):
   """The line a script prints once its data files are checked.
 
   Args:
     data_dir: folder holding `cifar-10-batches-bin/`.
     files: the names of the data files the script reads.
+    records: int, their records as a check already counted them; None
+      checks the files here.
 
   Returns:
     str, e.g. 'Data: /d/cifar-10-batches-bin, 5 files, 50000 records (checked).'
@@ -657,8 +667,9 @@ def data_line(data_dir, files):
     DataError: a file is missing or malformed.
   """
   batches_dir = os.path.join(data_dir, BATCHES_DIR)
-  records = cifar10_input.check_data_files(
-      [os.path.join(batches_dir, name) for name in files])
+  if records is None:
+    records = cifar10_input.check_data_files(
+        [os.path.join(batches_dir, name) for name in files])
   return 'Data: %s, %d file%s, %d records (checked).' % (
       batches_dir, len(files), 's' if len(files) > 1 else '', records)
 

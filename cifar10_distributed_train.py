@@ -292,9 +292,7 @@ def server_config(threads=(None, None)):
     threads: (--num_intra_threads, --num_inter_threads); None in either
       place for cifar10.thread_settings' rule for a cluster task.
   """
-  intra, inter = cifar10.thread_settings(
-      cifar10.usable_cores(), bool(tf.config.list_physical_devices('GPU')),
-      intra=threads[0], inter=threads[1], cluster_task=True)
+  intra, inter = cifar10.threads_here(threads, cluster_task=True)
   return tf.ConfigProto(intra_op_parallelism_threads=intra,
                         inter_op_parallelism_threads=inter)
 

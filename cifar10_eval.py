@@ -312,12 +312,16 @@ def format_table(per_class, confusion):
                    [TABLE_HEADER] + _table_rows(per_class, confusion))
 
 
+def _markdown_table(header, rows):
+  """A markdown table (TensorBoard's Text dashboard renders it) of strings."""
+  lines = ['| %s |' % ' | '.join(cells) for cells in [header] + rows]
+  lines.insert(1, '|---' * len(header) + '|')
+  return '\n'.join(lines)
+
+
 def per_class_markdown(per_class, confusion):
   """The same table as markdown, for TensorBoard's Text dashboard."""
-  rows = [TABLE_HEADER] + _table_rows(per_class, confusion)
-  lines = ['| %s |' % ' | '.join(cells) for cells in rows]
-  lines.insert(1, '|---' * len(TABLE_HEADER) + '|')
-  return '\n'.join(lines)
+  return _markdown_table(TABLE_HEADER, _table_rows(per_class, confusion))
 
 
 def confusion_image(confusion, cell=CONFUSION_CELL_PIXELS):
@@ -352,11 +356,10 @@ def confusion_image(confusion, cell=CONFUSION_CELL_PIXELS):
 
 def confusion_markdown(confusion):
   """The confusion matrix as a markdown table of counts (TensorBoard Text)."""
-  header = '| true \\ predicted | ' + ' | '.join(CLASS_NAMES) + ' |'
-  rule = '|---' * (len(CLASS_NAMES) + 1) + '|'
-  rows = ['| **%s** | %s |' % (name, ' | '.join(str(v) for v in counts))
-          for name, counts in zip(CLASS_NAMES, confusion)]
-  return '\n'.join([header, rule] + rows)
+  return _markdown_table(
+      ('true \\ predicted',) + tuple(CLASS_NAMES),
+      [['**%s**' % name] + [str(v) for v in counts]
+       for name, counts in zip(CLASS_NAMES, confusion)])
 
 
 def _write_summaries(writer, result, graph_summary, sess, graph_ops):
@@ -556,10 +559,11 @@ def main(argv):
     cifar10.maybe_download_and_extract(
         FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5,
         files=cifar10_input.eval_files(FLAGS.eval_data))
-    check_eval_args(FLAGS.data_dir, FLAGS.eval_data, FLAGS.num_examples,
-                    FLAGS.batch_size)
+    records = check_eval_args(FLAGS.data_dir, FLAGS.eval_data,
+                              FLAGS.num_examples, FLAGS.batch_size)
     print(cifar10.data_line(FLAGS.data_dir,
-                            cifar10_input.eval_files(FLAGS.eval_data)))
+                            cifar10_input.eval_files(FLAGS.eval_data),
+                            records))
   except ValueError as e:  # cifar10.DataError is one too
     sys.exit(ERROR_FORMAT % str(e).replace('num_examples=', '--num_examples='))
   try:

@@ -206,13 +206,11 @@ def thread_line(config):
     pool of one thread "threads: intra 0 (TF's choice), inter 1 (one op at a
     time) from session_inter_op_thread_pool [1 thread, global 'name']".
   """
-  intra = config.intra_op_parallelism_threads
-  text = 'threads: intra %s, inter ' % (
-      "0 (TF's choice)" if intra == 0 else '%d' % intra)
+  intra, inter = cifar10.config_threads(config)
+  text = 'threads: intra %s, inter %s' % (
+      "0 (TF's choice)" if intra == 0 else '%d' % intra, _inter_op_text(inter))
   pools = config.session_inter_op_thread_pool
-  if not pools:
-    text += _inter_op_text(config.inter_op_parallelism_threads)
-  else:
+  if pools:
     described = []
     for pool in pools:
       entry = '%d thread%s' % (pool.num_threads,
@@ -222,8 +220,7 @@ def thread_line(config):
       if pool.global_name:
         entry += ", global '%s'" % pool.global_name
       described.append(entry)
-    text += '%s from session_inter_op_thread_pool [%s]' % (
-        _inter_op_text(pools[0].num_threads), '; '.join(described))
+    text += ' from session_inter_op_thread_pool [%s]' % '; '.join(described)
     if len(pools) > 1:
       text += ' (the first runs the session\'s steps)'
   if config.use_per_session_threads:
