@@ -31,6 +31,7 @@ from tensorboard.plugins.histogram import metadata as histogram_metadata
 import cifar10_console
 import cifar10_download
 import cifar10_input
+import cifar10_precision
 
 # The repository's cifar10/ folder, wherever the scripts are started from.
 DEFAULT_DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -62,6 +63,13 @@ flags.DEFINE_string('data_md5', DATA_MD5,
                     'MD5 of the archive at --data_url (default: the official '
                     'archive\'s); empty to skip the check.')
 flags.DEFINE_boolean('use_fp16', False, 'Train the model using fp16.')
+flags.DEFINE_enum('mixed_precision', 'off', ['off', 'bf16'],
+                  'bf16: compute convolutions and matrix products in '
+                  'bfloat16, keeping variables, loss, gradients and '
+                  'checkpoints float32. Needs a CPU with AVX512_BF16 or AMX '
+                  '(elsewhere one line says so and the run stays float32), '
+                  'or a GPU: bfloat16 from compute capability 8.0, float16 '
+                  'with dynamic loss scaling before it.')
 flags.DEFINE_integer('num_intra_threads', None,
                      'Threads each op may use (TensorFlow\'s intra-op pool); '
                      '0 = TensorFlow\'s choice (one per core). Unset: '
@@ -291,7 +299,19 @@ def _lrn(x, name, depth_radius=4, bias=1.0, alpha=0.001 / 9.0):
   return tf.identity(out, name=name)
 
 
-def inference(images):
+def _lrn_float32(x, name):
+  """`_lrn` computed in float32 whatever x's dtype, returned in x's dtype.
+
+  In bfloat16 (8 significant bits) its denominator, 1 + alpha * a sum of
+  squares with alpha about 1e-4, rounds to 1 for most activations: the
+  normalization would mostly vanish.
+  """
+  if x.dtype.base_dtype == tf.float32:
+    return _lrn(x, name)
+  return tf.cast(_lrn(tf.cast(x, tf.float32), name), x.dtype.base_dtype)
+
+
+def inference(images, compute_dtype=None):
   """Builds the CIFAR-10 model: two conv layers, two fully connected, linear.
 
   Variables are created with `tf.get_variable` on /cpu:0, so calling this again
@@ -300,36 +320,49 @@ def inference(images):
   Args:
     images: 4-D tensor of [batch, IMAGE_SIZE, IMAGE_SIZE, 3], float32 or
       float16; the variables take the same dtype.
+    compute_dtype: None computes in the images' dtype. tf.bfloat16 or
+      tf.float16 (mixed precision, float32 images): each weight is cast as
+      it is read, the layers compute in that dtype except the LRN (float32),
+      and the logits come back as float32. The variables stay float32, so
+      their gradients arrive as float32 through the casts.
 
   Returns:
-    logits: 2-D tensor of [batch, NUM_CLASSES], unscaled (no softmax).
+    logits: 2-D tensor of [batch, NUM_CLASSES], unscaled (no softmax), in
+      the images' dtype.
   """
   dtype = images.dtype.base_dtype
+  compute = compute_dtype or dtype
+
+  def read(var):
+    return var if compute == dtype else tf.cast(var, compute)
+
+  if compute != dtype:
+    images = tf.cast(images, compute)
 
   with tf.variable_scope('conv1') as scope:
     kernel = _variable_with_weight_decay('weights', [5, 5, 3, 64], stddev=5e-2,
                                          wd=None, dtype=dtype)
-    conv = tf.nn.conv2d(images, kernel, [1, 1, 1, 1], padding='SAME')
+    conv = tf.nn.conv2d(images, read(kernel), [1, 1, 1, 1], padding='SAME')
     biases = _variable_on_cpu('biases', [64], tf.constant_initializer(0.0),
                               dtype)
-    conv1 = tf.nn.relu(tf.nn.bias_add(conv, biases), name=scope.name)
+    conv1 = tf.nn.relu(tf.nn.bias_add(conv, read(biases)), name=scope.name)
     _activation_summary(conv1)
 
   pool1 = tf.nn.max_pool(conv1, ksize=[1, 3, 3, 1], strides=[1, 2, 2, 1],
                          padding='SAME', name='pool1')
-  norm1 = _lrn(pool1, name='norm1')
+  norm1 = _lrn_float32(pool1, name='norm1')
 
   with tf.variable_scope('conv2') as scope:
     kernel = _variable_with_weight_decay('weights', [5, 5, 64, 64],
                                          stddev=5e-2, wd=None, dtype=dtype)
-    conv = tf.nn.conv2d(norm1, kernel, [1, 1, 1, 1], padding='SAME')
+    conv = tf.nn.conv2d(norm1, read(kernel), [1, 1, 1, 1], padding='SAME')
     biases = _variable_on_cpu('biases', [64], tf.constant_initializer(0.1),
                               dtype)
-    conv2 = tf.nn.relu(tf.nn.bias_add(conv, biases), name=scope.name)
+    conv2 = tf.nn.relu(tf.nn.bias_add(conv, read(biases)), name=scope.name)
     _activation_summary(conv2)
 
   # Unlike the first block, normalization comes before pooling here.
-  norm2 = _lrn(conv2, name='norm2')
+  norm2 = _lrn_float32(conv2, name='norm2')
   pool2 = tf.nn.max_pool(norm2, ksize=[1, 3, 3, 1], strides=[1, 2, 2, 1],
                          padding='SAME', name='pool2')
 
@@ -343,7 +376,8 @@ def inference(images):
                                           wd=0.004, dtype=dtype)
     biases = _variable_on_cpu('biases', [384], tf.constant_initializer(0.1),
                               dtype)
-    local3 = tf.nn.relu(tf.matmul(reshape, weights) + biases, name=scope.name)
+    local3 = tf.nn.relu(tf.matmul(reshape, read(weights)) + read(biases),
+                        name=scope.name)
     _activation_summary(local3)
 
   with tf.variable_scope('local4') as scope:
@@ -351,7 +385,8 @@ def inference(images):
                                           wd=0.004, dtype=dtype)
     biases = _variable_on_cpu('biases', [192], tf.constant_initializer(0.1),
                               dtype)
-    local4 = tf.nn.relu(tf.matmul(local3, weights) + biases, name=scope.name)
+    local4 = tf.nn.relu(tf.matmul(local3, read(weights)) + read(biases),
+                        name=scope.name)
     _activation_summary(local4)
 
   # The softmax itself is left to the loss, which fuses it with the
@@ -362,8 +397,14 @@ def inference(images):
                                           dtype=dtype)
     biases = _variable_on_cpu('biases', [NUM_CLASSES],
                               tf.constant_initializer(0.0), dtype)
-    softmax_linear = tf.add(tf.matmul(local4, weights), biases,
-                            name=scope.name)
+    if compute == dtype:
+      softmax_linear = tf.add(tf.matmul(local4, weights), biases,
+                              name=scope.name)
+    else:
+      # The cast back takes the original's op name, and so its summary tag.
+      softmax_linear = tf.cast(
+          tf.matmul(local4, read(weights)) + read(biases), dtype,
+          name=scope.name)
     _activation_summary(softmax_linear)
 
   return softmax_linear
@@ -498,24 +539,29 @@ def apply_moving_averages(global_step, after):
     return variable_averages.apply(tf.trainable_variables())
 
 
-def train(total_loss, global_step, batch_size=128):
+def train(total_loss, global_step, batch_size=128, loss_scaling=False):
   """Builds one training step: SGD on `total_loss`, then weight averages.
 
   Args:
     total_loss: scalar loss from `loss()`.
     global_step: int64 scalar variable counting training steps.
     batch_size: int, images per batch (sets the learning-rate schedule).
+    loss_scaling: bool, scale the loss for float16 gradients (see
+      cifar10_precision.apply_gradients).
 
   Returns:
     The op to run for each training step.
   """
   lr = learning_rate(global_step, batch_size)
   loss_averages_op = _add_loss_summaries(total_loss)
+  loss_scale = (cifar10_precision.dynamic_loss_scale() if loss_scaling
+                else None)
 
   with tf.control_dependencies([loss_averages_op]):
     opt = tf.train.GradientDescentOptimizer(lr)
-    grads = opt.compute_gradients(total_loss)
-  apply_gradient_op = opt.apply_gradients(grads, global_step=global_step)
+    grads = cifar10_precision.compute_gradients(opt, total_loss, loss_scale)
+  apply_gradient_op, grads = cifar10_precision.apply_gradients(
+      opt, grads, global_step, loss_scale)
 
   add_weight_and_gradient_summaries(grads)
   return apply_moving_averages(global_step, after=[apply_gradient_op])
@@ -672,6 +718,29 @@ def data_line(data_dir, files, records=None):
         [os.path.join(batches_dir, name) for name in files])
   return 'Data: %s, %d file%s, %d records (checked).' % (
       batches_dir, len(files), 's' if len(files) > 1 else '', records)
+
+
+def mixed_precision_dtype(mixed_precision, use_fp16, on_gpu):
+  """--mixed_precision's compute dtype here, after printing its line.
+
+  For a script's main(), before any graph is built.
+
+  Args:
+    mixed_precision: the flag's value, 'off' or 'bf16'.
+    use_fp16: --use_fp16, which stores the variables themselves in float16.
+    on_gpu: bool, the model will run on GPUs.
+
+  Returns:
+    None (no mixed precision), tf.bfloat16 or tf.float16.
+
+  Raises:
+    app.UsageError: both flags given.
+  """
+  if use_fp16 and mixed_precision != 'off':
+    raise app.UsageError(
+        '--use_fp16 stores the variables in float16, --mixed_precision=%s '
+        'keeps them float32: drop one of the two' % mixed_precision)
+  return cifar10_precision.compute_dtype_here(mixed_precision, on_gpu)
 
 
 def check_flag_range(name, value, minimum=None, maximum=None):

@@ -111,10 +111,13 @@ def _filtered_stderr(noise):
 def before_tensorflow():
   """Sets TensorFlow's C++ log level and loads TensorFlow without its banner.
 
-  Call before TensorFlow is imported; a later call only records whether the
-  level was the user's. A TF_CPP_MIN_LOG_LEVEL the user set wins, and then
-  nothing is filtered.
+  Call before TensorFlow is imported; a call after TensorFlow is imported
+  only records whether the level was the user's, and a second call (a
+  driver that runs a script's own `__main__`) changes nothing. A
+  TF_CPP_MIN_LOG_LEVEL the user set wins, and then nothing is filtered.
   """
+  if _state['user_level'] is not None:
+    return
   _state['user_level'] = 'TF_CPP_MIN_LOG_LEVEL' in os.environ
   if _state['user_level'] or 'tensorflow' in sys.modules:
     return

@@ -329,7 +329,8 @@ def _sync_train_op(total_loss, global_step, batch_size, replicas_to_aggregate,
 def build_worker_graph(cluster, task_index, data_dir, batch_size=128,
                        use_fp16=False, sync_replicas=False,
                        replicas_to_aggregate=None,
-                       num_threads=cifar10_input.NUM_PREPROCESS_THREADS):
+                       num_threads=cifar10_input.NUM_PREPROCESS_THREADS,
+                       compute_dtype=None):
   """Builds one worker's training graph in the default graph.
 
   Variables go round-robin to the ps tasks; every other op, the input
@@ -347,6 +348,8 @@ def build_worker_graph(cluster, task_index, data_dir, batch_size=128,
     replicas_to_aggregate: int, worker steps per update when synchronous;
       None for one per worker.
     num_threads: int, input preprocessing threads.
+    compute_dtype: None, or tf.bfloat16 for mixed precision on the worker's
+      CPU (cifar10.inference); the variables on the ps tasks stay float32.
 
   Returns:
     A dict with 'global_step' (int64 variable), 'loss' (scalar float tensor),
@@ -363,7 +366,7 @@ def build_worker_graph(cluster, task_index, data_dir, batch_size=128,
     global_step = tf.train.get_or_create_global_step()
     images, labels = cifar10.distorted_inputs(
         data_dir, batch_size, use_fp16=use_fp16, num_threads=num_threads)
-    loss = cifar10.loss(cifar10.inference(images), labels)
+    loss = cifar10.loss(cifar10.inference(images, compute_dtype), labels)
     sync_optimizer = release_op = None
     if sync_replicas:
       replicas = replicas_to_aggregate or num_workers
@@ -531,7 +534,8 @@ def train(target, cluster, task_index, data_dir, train_dir,
           startup_wait_secs=300, operation_timeout_secs=300,
           log_device_placement=False, save_checkpoint_secs=600,
           save_checkpoint_steps=None, save_summaries_steps=100,
-          num_threads=cifar10_input.NUM_PREPROCESS_THREADS):
+          num_threads=cifar10_input.NUM_PREPROCESS_THREADS,
+          compute_dtype=None):
   """Runs one worker until the global step reaches `max_steps`.
 
   Args:
@@ -557,6 +561,7 @@ def train(target, cluster, task_index, data_dir, train_dir,
       when set, instead of save_checkpoint_secs.
     save_summaries_steps: int, global steps between the chief's summaries.
     num_threads: int, input preprocessing threads.
+    compute_dtype: as for `build_worker_graph`.
 
   Returns:
     A dict with 'global_step' (int, at the stop), 'local_steps' (int, the
@@ -586,7 +591,7 @@ def train(target, cluster, task_index, data_dir, train_dir,
     with tf.Graph().as_default(), cifar10_train._stop_requests() as stop_signals:  # pylint: disable=protected-access
       graph = build_worker_graph(cluster, task_index, data_dir, batch_size,
                                  use_fp16, sync_replicas, replicas_to_aggregate,
-                                 num_threads)
+                                 num_threads, compute_dtype)
       if is_chief:
         plan = cifar10_train.plan_resume(checkpoint, train_dir)
       logger = _WorkerLoggerHook(task_index, graph['loss'],
@@ -703,6 +708,9 @@ def main(argv):
                 else FLAGS.replicas_to_aggregate)
     print('SyncReplicas enabled: replicas_to_aggregate=%d; '
           'total_num_replicas=%d' % (replicas, len(cluster['worker'])))
+  # Workers compute on their CPUs (worker_device): float16 never arises.
+  compute_dtype = cifar10.mixed_precision_dtype(
+      FLAGS.mixed_precision, FLAGS.use_fp16, on_gpu=False)
   print('Worker %d: waiting up to %d s for the ps tasks.'
         % (task_index, FLAGS.startup_wait_secs), flush=True)
   try:
@@ -724,7 +732,8 @@ def main(argv):
         log_device_placement=FLAGS.log_device_placement,
         save_checkpoint_secs=FLAGS.save_checkpoint_secs,
         save_checkpoint_steps=FLAGS.save_checkpoint_steps or None,
-        save_summaries_steps=FLAGS.save_summaries_steps)
+        save_summaries_steps=FLAGS.save_summaries_steps,
+        compute_dtype=compute_dtype)
   except (TimeoutError, ClusterError) + cifar10_train.RUN_ERRORS as e:
     sys.exit('Worker %d: %s' % (task_index, e))
   if stats['signal']:

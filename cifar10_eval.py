@@ -164,7 +164,8 @@ def _check_restorable(reader, var_map, checkpoint_path):
                                           var.shape.as_list()))
 
 
-def _build_eval_graph(eval_data, data_dir, batch_size, use_fp16, num_threads):
+def _build_eval_graph(eval_data, data_dir, batch_size, use_fp16, num_threads,
+                      compute_dtype=None):
   """Builds the input, the model, the counting ops and the averaged-weights saver.
 
   Call inside a `tf.Graph().as_default()` block.
@@ -186,7 +187,7 @@ def _build_eval_graph(eval_data, data_dir, batch_size, use_fp16, num_threads):
   images, labels = cifar10.inputs(eval_data, data_dir, batch_size,
                                   use_fp16=use_fp16, num_threads=num_threads,
                                   single_pass=True)
-  logits = cifar10.inference(images)
+  logits = cifar10.inference(images, compute_dtype)
   # in_top_k takes float32 logits only, and the v1 argument order
   # (predictions, targets); --use_fp16 labels arrive as float16.
   logits = tf.cast(logits, tf.float32)
@@ -382,7 +383,7 @@ def _write_summaries(writer, result, graph_summary, sess, graph_ops):
 
 def eval_once(checkpoint_path, data_dir, eval_dir=None, eval_data='test',
               num_examples=10000, batch_size=128, session_config=None,
-              num_threads=1):
+              num_threads=1, compute_dtype=None):
   """Evaluates one checkpoint on exactly `num_examples` examples.
 
   The first `num_examples` records of the eval_data files, in file order,
@@ -398,6 +399,9 @@ def eval_once(checkpoint_path, data_dir, eval_dir=None, eval_data='test',
     batch_size: int, examples per batch; any value counts the same examples.
     session_config: tf.ConfigProto; None grows GPU memory as needed.
     num_threads: int, input threads; 1 keeps the file order.
+    compute_dtype: None, or tf.bfloat16 / tf.float16 to compute the forward
+      pass in (cifar10.inference) from float32 weights; a float16
+      checkpoint computes in float16 whatever this says.
 
   Returns:
     A dict with 'checkpoint' (str), 'global_step' (int), 'num_examples'
@@ -419,7 +423,9 @@ def eval_once(checkpoint_path, data_dir, eval_dir=None, eval_data='test',
 
   with tf.Graph().as_default() as graph:
     graph_ops = _build_eval_graph(eval_data, data_dir, batch_size,
-                                  dtype == tf.float16, num_threads)
+                                  dtype == tf.float16, num_threads,
+                                  compute_dtype if dtype == tf.float32
+                                  else None)
     _check_restorable(reader, graph_ops['var_map'], checkpoint_path)
     saver = tf.train.Saver(graph_ops['var_map'])
     # The epoch counter of the single-pass input is a local variable.
@@ -483,7 +489,8 @@ def _newest_checkpoint(checkpoint_dir):
 def evaluate(data_dir, checkpoint_dir, eval_dir, eval_data='test',
              num_examples=10000, batch_size=128, run_once=False,
              eval_interval_secs=300, max_evaluations=None,
-             session_config=None, num_threads=1, sleep=time.sleep):
+             session_config=None, num_threads=1, sleep=time.sleep,
+             compute_dtype=None):
   """Evaluates the newest checkpoint, once or each new one as training runs.
 
   Periodic mode checks checkpoint_dir every eval_interval_secs and evaluates
@@ -492,7 +499,7 @@ def evaluate(data_dir, checkpoint_dir, eval_dir, eval_data='test',
 
   Args:
     data_dir, eval_data, num_examples, batch_size, session_config,
-      num_threads: as `eval_once`.
+      num_threads, compute_dtype: as `eval_once`.
     checkpoint_dir: the training run's train_dir.
     eval_dir: where summaries go; created if missing, never deleted.
     run_once: bool, evaluate the newest checkpoint and return.
@@ -533,7 +540,7 @@ def evaluate(data_dir, checkpoint_dir, eval_dir, eval_data='test',
       try:
         results.append(eval_once(path, data_dir, eval_dir, eval_data,
                                  num_examples, batch_size, session_config,
-                                 num_threads))
+                                 num_threads, compute_dtype))
       except CheckpointUnreadableError as e:
         if run_once:
           raise
@@ -566,6 +573,10 @@ def main(argv):
                             records))
   except ValueError as e:  # cifar10.DataError is one too
     sys.exit(ERROR_FORMAT % str(e).replace('num_examples=', '--num_examples='))
+  # Eval runs where TensorFlow places it: on a GPU when there is one.
+  compute_dtype = cifar10.mixed_precision_dtype(
+      FLAGS.mixed_precision, False,
+      bool(tf.config.list_physical_devices('GPU')))
   try:
     evaluate(data_dir=FLAGS.data_dir, checkpoint_dir=FLAGS.checkpoint_dir,
              eval_dir=FLAGS.eval_dir, eval_data=FLAGS.eval_data,
@@ -573,7 +584,8 @@ def main(argv):
              run_once=FLAGS.run_once,
              eval_interval_secs=FLAGS.eval_interval_secs,
              session_config=default_session_config(
-                 (FLAGS.num_intra_threads, FLAGS.num_inter_threads)))
+                 (FLAGS.num_intra_threads, FLAGS.num_inter_threads)),
+             compute_dtype=compute_dtype)
   except CheckpointError as e:
     sys.exit(ERROR_FORMAT % e)
 

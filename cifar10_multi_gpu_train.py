@@ -48,6 +48,7 @@ import tensorflow.compat.v1 as tf
 import cifar10
 import cifar10_gpus
 import cifar10_input
+import cifar10_precision
 import cifar10_train
 
 FLAGS = flags.FLAGS
@@ -192,7 +193,8 @@ def _read_in_one_scope(getter, *args, **kwargs):
     return var.value()
 
 
-def build_towers(opt, tower_batches, tower_device):
+def build_towers(opt, tower_batches, tower_device, compute_dtype=None,
+                 loss_scale=None):
   """Builds one model replica per batch, each on its own device.
 
   Args:
@@ -200,6 +202,9 @@ def build_towers(opt, tower_batches, tower_device):
     tower_batches: one (images, labels) pair per tower: float images
       [batch, 24, 24, 3] and labels [batch].
     tower_device: 'gpu' or 'cpu'; tower i runs on /<tower_device>:i.
+    compute_dtype: None, or cifar10.inference's mixed-precision dtype.
+    loss_scale: a cifar10_precision.LossScale for float16, or None; the
+      towers' gradients are then of the scaled loss.
 
   Returns:
     tower_grads: one list of (gradient, variable) per tower.
@@ -215,10 +220,11 @@ def build_towers(opt, tower_batches, tower_device):
     for i, (images, labels) in enumerate(tower_batches):
       with tf.device('/%s:%d' % (tower_device, i)), \
           tf.name_scope('%s_%d' % (cifar10.TOWER_NAME, i)) as scope:
-        logits = cifar10.inference(images)
+        logits = cifar10.inference(images, compute_dtype)
         tower_losses.append(cifar10.loss(logits, labels, scope=scope))
         tf.get_variable_scope().reuse_variables()
-        tower_grads.append(opt.compute_gradients(tower_losses[-1]))
+        tower_grads.append(cifar10_precision.compute_gradients(
+            opt, tower_losses[-1], loss_scale))
   return tower_grads, tower_losses, scope
 
 
@@ -280,7 +286,7 @@ def tower_input_batches(data_dir, num_towers, batch_size, use_fp16=False,
 
 
 def build_train_step(tower_batches, global_step, batch_size,
-                     tower_device='gpu'):
+                     tower_device='gpu', compute_dtype=None):
   """Builds the towers and one synchronous update of the shared variables.
 
   Args:
@@ -288,6 +294,8 @@ def build_train_step(tower_batches, global_step, batch_size,
     global_step: the int64 global step variable.
     batch_size: int, images per tower batch (sets the learning-rate decay).
     tower_device: 'gpu' or 'cpu'; tower i runs on /<tower_device>:i.
+    compute_dtype: None, or cifar10.inference's mixed-precision dtype
+      (float16 adds a loss scale); the averaging is float32 either way.
 
   Returns:
     A `TrainStep`.
@@ -295,8 +303,10 @@ def build_train_step(tower_batches, global_step, batch_size,
   num_towers = len(tower_batches)
   lr = cifar10.learning_rate(global_step, batch_size, num_towers)
   opt = tf.train.GradientDescentOptimizer(lr)
-  tower_grads, tower_losses, last_scope = build_towers(opt, tower_batches,
-                                                       tower_device)
+  loss_scale = (cifar10_precision.dynamic_loss_scale()
+                if cifar10_precision.needs_loss_scale(compute_dtype) else None)
+  tower_grads, tower_losses, last_scope = build_towers(
+      opt, tower_batches, tower_device, compute_dtype, loss_scale)
 
   with tf.device('/cpu:0'):
     # Built once, outside the reused variable scope, for the last tower; in
@@ -309,7 +319,8 @@ def build_train_step(tower_batches, global_step, batch_size,
     # names come from variable scopes and summary tags are set before this.
     with tf.name_scope('average_gradients'):
       grads = average_gradients(tower_grads)
-    apply_gradient_op = opt.apply_gradients(grads, global_step=global_step)
+    apply_gradient_op, grads = cifar10_precision.apply_gradients(
+        opt, grads, global_step, loss_scale)
     cifar10.add_weight_and_gradient_summaries(grads)
     with tf.name_scope('moving_averages'):
       train_op = cifar10.apply_moving_averages(
@@ -340,7 +351,8 @@ def train(data_dir, train_dir, num_towers=1, tower_device='gpu',
           log_device_placement=False, fresh_start=False,
           save_checkpoint_secs=600, save_summaries_steps=100,
           num_threads=cifar10_input.NUM_PREPROCESS_THREADS,
-          save_checkpoint_steps=None, config=None, threads=(None, None)):
+          save_checkpoint_steps=None, config=None, threads=(None, None),
+          compute_dtype=None):
   """Trains with `num_towers` towers up to global step `max_steps`.
 
   Args:
@@ -369,7 +381,7 @@ def train(data_dir, train_dir, num_towers=1, tower_device='gpu',
     tower_batches = tower_input_batches(data_dir, num_towers, batch_size,
                                         use_fp16, num_threads)
     step = build_train_step(tower_batches, global_step, batch_size,
-                            tower_device)
+                            tower_device, compute_dtype)
     return step.train_op, step.loss, tf.summary.merge(step.summaries)
 
   return cifar10_train.run_training(

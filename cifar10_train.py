@@ -41,6 +41,7 @@ import tensorflow.compat.v1 as tf
 import cifar10
 import cifar10_input
 import cifar10_lock
+import cifar10_precision
 import cifar10_resume
 import cifar10_summaries
 
@@ -311,8 +312,13 @@ def _diverged(step, train_dir):
 
 
 def build_training_graph(global_step, data_dir, batch_size, use_fp16=False,
-                         num_threads=cifar10_input.NUM_PREPROCESS_THREADS):
+                         num_threads=cifar10_input.NUM_PREPROCESS_THREADS,
+                         compute_dtype=None):
   """Builds single-device training: input pipeline, model, loss, train op.
+
+  Args:
+    compute_dtype: None, or the mixed-precision dtype of cifar10.inference
+      (float16 adds a loss scale).
 
   Returns:
     (train_op, loss, None): the op to run each step, the scalar total loss,
@@ -320,8 +326,10 @@ def build_training_graph(global_step, data_dir, batch_size, use_fp16=False,
   """
   images, labels = cifar10.distorted_inputs(
       data_dir, batch_size, use_fp16=use_fp16, num_threads=num_threads)
-  loss = cifar10.loss(cifar10.inference(images), labels)
-  return cifar10.train(loss, global_step, batch_size), loss, None
+  loss = cifar10.loss(cifar10.inference(images, compute_dtype), labels)
+  return (cifar10.train(loss, global_step, batch_size,
+                        cifar10_precision.needs_loss_scale(compute_dtype)),
+          loss, None)
 
 
 def train(data_dir, train_dir, max_steps=100000, batch_size=128,
@@ -329,7 +337,8 @@ def train(data_dir, train_dir, max_steps=100000, batch_size=128,
           fresh_start=False, save_checkpoint_secs=600,
           save_summaries_steps=100,
           num_threads=cifar10_input.NUM_PREPROCESS_THREADS,
-          save_checkpoint_steps=None, threads=(None, None)):
+          save_checkpoint_steps=None, threads=(None, None),
+          compute_dtype=None):
   """Trains up to global step `max_steps`, resuming from `train_dir`.
 
   Args:
@@ -348,6 +357,8 @@ def train(data_dir, train_dir, max_steps=100000, batch_size=128,
       of save_checkpoint_secs.
     threads: (intra-op, inter-op) thread counts; None in either place for
       cifar10.thread_settings' rule, 0 for TensorFlow's choice.
+    compute_dtype: None (float32), or tf.bfloat16 or tf.float16 for mixed
+      precision (cifar10_precision); the checkpoints are float32 either way.
 
   Returns:
     A dict with 'global_step' (int, where training stopped), 'loss' (float,
@@ -365,7 +376,7 @@ def train(data_dir, train_dir, max_steps=100000, batch_size=128,
   """
   def build(global_step):
     return build_training_graph(global_step, data_dir, batch_size, use_fp16,
-                                num_threads)
+                                num_threads, compute_dtype)
 
   return run_training(
       build, train_dir, max_steps, batch_size, log_frequency, fresh_start,
@@ -509,6 +520,10 @@ def main(argv, train_fn=train, **train_kwargs):
   for name in ('save_checkpoint_steps', 'save_summaries_steps'):
     cifar10.check_flag_range(name, getattr(FLAGS, name), minimum=0)
   cifar10.check_flag_writable_dir('train_dir', FLAGS.train_dir)
+  on_gpu = (train_kwargs.get('tower_device', 'gpu') == 'gpu'
+            and bool(tf.config.list_physical_devices('GPU')))
+  compute_dtype = cifar10.mixed_precision_dtype(
+      FLAGS.mixed_precision, FLAGS.use_fp16, on_gpu)
   try:
     cifar10.maybe_download_and_extract(FLAGS.data_dir, FLAGS.data_url,
                                        FLAGS.data_md5,
@@ -524,7 +539,7 @@ def main(argv, train_fn=train, **train_kwargs):
         save_checkpoint_steps=FLAGS.save_checkpoint_steps or None,
         save_summaries_steps=FLAGS.save_summaries_steps,
         threads=(FLAGS.num_intra_threads, FLAGS.num_inter_threads),
-        **train_kwargs)
+        compute_dtype=compute_dtype, **train_kwargs)
   except RUN_ERRORS as e:
     sys.exit('%s: %s' % (os.path.basename(sys.argv[0]), e))
   if stats['signal']:

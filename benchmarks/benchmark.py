@@ -25,6 +25,13 @@ in the same run:
               written as PNG files, as a user classifies a folder: reading,
               decoding, the model, and the graph building and checkpoint
               restoring of each call (its ceiling is `forward`)
+  train_bf16, eval_bf16, forward_bf16
+              with --mixed_precision=bf16: `train`, `eval` and `forward`
+              again, the model computing in bfloat16 (float16 on a GPU
+              without bfloat16: rows *_fp16), each with its ratio to its
+              float32 row. On a CPU without AVX512_BF16 or AMX, where the
+              scripts stay float32, the rows still run (oneDNN emulates
+              bfloat16) and a line says so: they show why the scripts don't
   matmul N xK K independent NxN float32 matrix products side by side in one
               session.run, for N in --matmul_sizes and K in
               --matmul_products, in TF's default session configuration (its
@@ -87,6 +94,7 @@ import cifar10_classify
 import cifar10_eval
 import cifar10_input
 import cifar10_multi_gpu_train
+import cifar10_precision
 import cifar10_train
 import step_time
 import synthetic
@@ -309,14 +317,16 @@ class TrainScriptVariant(Variant):
   every 10 steps goes to /dev/null.
   """
 
-  def __init__(self, steps, data_dir, train_dir, batch_size, config=None):
-    super(TrainScriptVariant, self).__init__('train', steps, batch_size,
-                                             TRAIN_FLOP_PER_EXAMPLE)
+  def __init__(self, steps, data_dir, train_dir, batch_size, config=None,
+               compute_dtype=None):
+    super(TrainScriptVariant, self).__init__(
+        _row_name('train', compute_dtype), steps, batch_size,
+        TRAIN_FLOP_PER_EXAMPLE)
     self.graph = tf.Graph()
     with self.graph.as_default():
       global_step = tf.train.get_or_create_global_step()
       self.train_op, loss, _ = cifar10_train.build_training_graph(
-          global_step, data_dir, batch_size)
+          global_step, data_dir, batch_size, compute_dtype=compute_dtype)
       # config: the script's own unless a test bounds its ops' time.
       self._start(train_dir, loss, global_step, batch_size,
                   model_config() if config is None else config)
@@ -409,10 +419,10 @@ def _build_bound(batch_size):
   return build
 
 
-def _build_forward(batch_size):
+def _build_forward(batch_size, compute_dtype=None):
   def build():
     images, labels = _constant_batch(batch_size)
-    logits = cifar10.inference(images)
+    logits = cifar10.inference(images, compute_dtype)
     return tf.reduce_sum(tf.cast(
         tf.nn.in_top_k(logits, labels, 1), tf.int32))
   return build
@@ -433,16 +443,18 @@ class EvalVariant(Variant):
   a fresh graph and session (untimed) and times the counting loop.
   """
 
-  def __init__(self, data_dir, batch_size, num_examples):
-    super(EvalVariant, self).__init__('eval', 1, num_examples,
-                                      FORWARD_FLOP_PER_EXAMPLE)
+  def __init__(self, data_dir, batch_size, num_examples, compute_dtype=None):
+    super(EvalVariant, self).__init__(_row_name('eval', compute_dtype), 1,
+                                      num_examples, FORWARD_FLOP_PER_EXAMPLE)
     self.data_dir = data_dir
     self.batch_size = batch_size
+    self.compute_dtype = compute_dtype
 
   def measure(self):
     with tf.Graph().as_default():
       ops = cifar10_eval._build_eval_graph(  # pylint: disable=protected-access
-          'test', self.data_dir, self.batch_size, False, 1)
+          'test', self.data_dir, self.batch_size, False, 1,
+          self.compute_dtype)
       with tf.Session(config=eval_config()) as sess:
         sess.run([tf.global_variables_initializer(),
                   tf.local_variables_initializer()])
@@ -582,6 +594,36 @@ def matmul_variants(sizes, products, max_gflop):
 # Each variant's own ceiling, measured in the same run.
 BASELINES = {'train': 'bound', 'towers': 'bound', 'towers2': 'bound',
              'eval': 'forward', 'classify': 'forward'}
+# The mixed-precision rows, each against its float32 row.
+BASELINES.update({'%s_%s' % (name, suffix): name
+                  for name in ('train', 'eval', 'forward')
+                  for suffix in ('bf16', 'fp16')})
+
+
+def _row_name(name, compute_dtype):
+  """'train' for float32; 'train_bf16' or 'train_fp16' in mixed precision."""
+  if compute_dtype is None:
+    return name
+  return '%s_%s' % (name, {tf.bfloat16: 'bf16', tf.float16: 'fp16'}[
+      compute_dtype])
+
+
+def mixed_precision_rows(requested, on_gpu, cpu_feature, capability):
+  """The compute dtype of the mixed-precision rows, and the line about them.
+
+  As the scripts choose (cifar10_precision.choose), except that a CPU
+  without native bfloat16 is measured in bfloat16 anyway.
+
+  Returns:
+    (dtype, line): (None, None) for --mixed_precision=off.
+  """
+  dtype, line = cifar10_precision.choose(requested, on_gpu, cpu_feature,
+                                         capability)
+  if requested != 'off' and dtype is None:
+    return tf.bfloat16, (
+        'bf16 rows: this CPU has neither AVX512_BF16 nor AMX, so oneDNN '
+        'emulates bfloat16 (the scripts stay float32 here).')
+  return dtype, line
 
 
 def matmul_ceiling(variants, median):
@@ -681,6 +723,10 @@ def main():
                       'unset: the rule')
   parser.add_argument('--num_inter_threads', type=int, default=None,
                       help='as the scripts take it; unset: the rule')
+  parser.add_argument('--mixed_precision', choices=['off', 'bf16'],
+                      default='off',
+                      help='bf16: add train, eval and forward rows with the '
+                      'model computing in bfloat16, as the scripts\' flag')
   parser.add_argument('--startup_runs', type=int, default=3)
   parser.add_argument('--traced_steps', type=int, default=10,
                       help='traced steps per training variant, after the '
@@ -717,6 +763,12 @@ def main():
   print(machine_line())
   print('train session %s' % thread_line(train_config))
   print('matmul sessions %s' % thread_line(matmul_session_config()))
+  on_gpu = bool(tf.config.list_physical_devices('GPU'))
+  mixed, mixed_line = mixed_precision_rows(
+      args.mixed_precision, on_gpu, cifar10_precision.cpu_bf16_feature(),
+      cifar10_precision.gpu_capability() if on_gpu else None)
+  if mixed_line:
+    print(mixed_line)
   print('data: %s' % (args.data_dir or 'synthetic'), flush=True)
   startup = [_startup_seconds(data_dir, os.path.join(scratch, 'start'))
              for _ in range(args.startup_runs)]
@@ -738,8 +790,19 @@ def main():
                      eval_config()),
       ClassifyVariant(data_dir, os.path.join(scratch, 'classify'),
                       min(num_test, 1000), batch),
-  ] + matmul_variants(args.matmul_sizes, args.matmul_products,
-                      args.matmul_max_gflop)
+  ]
+  if mixed:
+    variants += [
+        TrainScriptVariant(args.steps, data_dir,
+                           os.path.join(scratch, 'train_mixed'), batch,
+                           model_config(), mixed),
+        EvalVariant(data_dir, batch, num_test, mixed),
+        SessionVariant(_row_name('forward', mixed), eval_batches, batch,
+                       _build_forward(batch, mixed),
+                       FORWARD_FLOP_PER_EXAMPLE, eval_config()),
+    ]
+  variants += matmul_variants(args.matmul_sizes, args.matmul_products,
+                              args.matmul_max_gflop)
   assert variants[0].config is train_config
   for variant in variants:
     variant.warm_up()

@@ -51,15 +51,25 @@ def _gpu_kernel_problem(op):
       c.name: op.get_attr(c.name) for c in candidates[0].constraint})
 
 
-@pytest.fixture(scope='module', params=[False, True], ids=['fp32', 'fp16'])
+# (use_fp16, compute_dtype): the original's float16 variables, and
+# --mixed_precision on a GPU with bfloat16 and on one without.
+SETTINGS = {'fp32': (False, None), 'fp16': (True, None),
+            'mixed_bf16': (False, tf.bfloat16),
+            'mixed_fp16': (False, tf.float16)}
+
+
+@pytest.fixture(scope='module', params=sorted(SETTINGS))
 def graph(request, data_dir):
+  use_fp16, compute_dtype = SETTINGS[request.param]
   with tf.Graph().as_default() as g:
     with tf.device('/cpu:0'):  # As cifar10_train.run_training makes it.
       global_step = tf.train.get_or_create_global_step()
     batches = cifar10_multi_gpu_train.tower_input_batches(
-        data_dir, NUM_TOWERS, batch_size=8, use_fp16=request.param,
+        data_dir, NUM_TOWERS, batch_size=8, use_fp16=use_fp16,
         num_threads=1)
-    cifar10_multi_gpu_train.build_train_step(batches, global_step, 8, 'gpu')
+    cifar10_multi_gpu_train.build_train_step(batches, global_step, 8, 'gpu',
+                                             compute_dtype)
+  g.compute_dtype = compute_dtype
   return g
 
 
@@ -101,12 +111,41 @@ def test_shared_state_averaging_and_input_are_on_the_cpu(graph):
   for op in variables:  # weights, their averages, loss averages, global step
     assert _device(op) == CPU, op.name
   assert any(op.name.endswith('ExponentialMovingAverage') for op in variables)
-  for prefix in ('average_gradients/', 'moving_averages/', 'GradientDescent',
-                 'input_producer', 'data_augmentation/', 'shuffle_batch',
-                 'prefetch_queue/'):
+  prefixes = ['average_gradients/', 'moving_averages/', 'GradientDescent',
+              'input_producer', 'data_augmentation/', 'shuffle_batch',
+              'prefetch_queue/']
+  if graph.compute_dtype == tf.float16:
+    prefixes.append('loss_scale/')
+  for prefix in prefixes:
     ops = _ops(graph, prefix)
     assert ops, prefix
     assert {_device(op) for op in ops} == {CPU}, prefix
+
+
+def test_mixed_precision_computes_on_the_gpus_and_applies_float32(graph):
+  if graph.compute_dtype is None:
+    # Without the flag: no bfloat16 anywhere, and no loss scale.
+    assert not [op for op in graph.get_operations()
+                if op.node_def.attr['T'].type == tf.bfloat16.as_datatype_enum]
+    assert not _ops(graph, 'loss_scale')
+    return
+  reduced = [op for op in graph.get_operations()
+             if op.node_def.attr['T'].type == graph.compute_dtype.as_datatype_enum]
+  for op_type in ('Conv2D', 'Conv2DBackpropFilter', 'MatMul', 'BiasAddGrad',
+                  'MaxPool', 'Relu'):
+    found = [op for op in reduced if op.type == op_type]
+    assert len(found) >= NUM_TOWERS, op_type
+  # All of it in the towers, on their GPUs: none in the shared update.
+  assert {_device(op) for op in reduced} == {
+      '/device:GPU:%d' % i for i in range(NUM_TOWERS)}
+  for op in graph.get_operations():
+    if op.type in ('ResourceApplyGradientDescent', 'AssignMovingAvg', 'AddN'):
+      assert op.get_attr('T') == tf.float32, op.name
+  # The loss scale of float16 is kept out of the checkpoint.
+  local = [v.op.name for v in graph.get_collection(tf.GraphKeys.LOCAL_VARIABLES)]
+  assert ('loss_scale/scale' in local) == (graph.compute_dtype == tf.float16)
+  assert not [v for v in graph.get_collection(tf.GraphKeys.GLOBAL_VARIABLES)
+              if v.op.name.startswith('loss_scale')]
 
 
 def test_every_op_asked_on_a_gpu_has_a_gpu_kernel(graph):

@@ -1,0 +1,203 @@
+"""--mixed_precision: the dtype the model computes in, and float16's loss scale.
+
+With --mixed_precision=bf16 the convolutions, matrix products, bias adds,
+ReLUs and max pools run in a reduced-precision dtype while the variables,
+their moving averages, the LRN, the loss, the gradients as applied (and
+averaged over towers) and the checkpoints stay float32 (cifar10.inference
+casts each weight as it reads it). Which dtype, decided here once per run:
+
+  CPU with AVX512_BF16 or AMX   bfloat16
+  other CPUs                    float32, with one line saying why: there
+                                oneDNN emulates bfloat16, slower than float32
+  GPU of compute capability 8+  bfloat16 (A100, H100, ...)
+  older GPU                     float16 with a dynamic loss scale, since
+                                float16's range loses small gradients
+
+Nothing here is saved: a checkpoint trained with the flag is an ordinary
+float32 checkpoint, and the loss scale is a local variable that starts again
+on each run.
+"""
+
+import collections
+
+import tensorflow.compat.v1 as tf
+
+# /proc/cpuinfo flags of x86 CPUs whose oneDNN kernels compute in bfloat16
+# natively. AMX also needs the kernel's permission, which TF asks for.
+CPU_BF16_FLAGS = ('amx_bf16', 'avx512_bf16')
+
+# GPUs from this compute capability on (Ampere) have bfloat16 tensor cores.
+GPU_BF16_CAPABILITY = (8, 0)
+
+# The dynamic loss scale: its start, and how many overflow-free steps double
+# it (an overflow halves it at once).
+LOSS_SCALE_START = 2.0 ** 15
+LOSS_SCALE_GROWTH_STEPS = 2000
+
+LossScale = collections.namedtuple('LossScale', ['scale', 'good_steps'])
+LossScale.__doc__ = """The loss-scale variables, both local (never saved).
+
+  scale: float32 scalar, what the loss is multiplied by before the gradients.
+  good_steps: int64 scalar, steps since the scale last changed.
+"""
+
+
+def cpu_bf16_feature(cpuinfo=None):
+  """The CPU flag that gives native bfloat16 arithmetic, or None.
+
+  Args:
+    cpuinfo: str, text in the format of Linux's /proc/cpuinfo; None reads
+      that file (on systems without it, the answer is None).
+
+  Returns:
+    'amx_bf16' or 'avx512_bf16' (the first of CPU_BF16_FLAGS present on a
+    'flags' line), or None.
+  """
+  if cpuinfo is None:
+    try:
+      with open('/proc/cpuinfo') as f:
+        cpuinfo = f.read()
+    except OSError:
+      return None
+  present = set()
+  for line in cpuinfo.splitlines():
+    key, _, value = line.partition(':')
+    if key.strip() == 'flags':
+      present.update(value.split())
+  for flag in CPU_BF16_FLAGS:
+    if flag in present:
+      return flag
+  return None
+
+
+def gpu_capability():
+  """The lowest compute capability of the visible GPUs, e.g. (9, 0); None
+  without GPUs or where TensorFlow does not say."""
+  found = []
+  for gpu in tf.config.list_physical_devices('GPU'):
+    details = tf.config.experimental.get_device_details(gpu)
+    if details.get('compute_capability'):
+      found.append(tuple(details['compute_capability']))
+  return min(found) if found else None
+
+
+def choose(requested, on_gpu, cpu_feature, capability):
+  """The model's compute dtype for --mixed_precision, and the line to print.
+
+  Args:
+    requested: the flag's value, 'off' or 'bf16'.
+    on_gpu: bool, the model runs on GPUs.
+    cpu_feature: `cpu_bf16_feature()`'s answer for this CPU.
+    capability: `gpu_capability()`'s answer.
+
+  Returns:
+    (dtype, line): tf.bfloat16, tf.float16 or None (float32 throughout), and
+    the line saying so, None when the flag is off.
+  """
+  if requested == 'off':
+    return None, None
+  kept = 'variables, loss, gradients and checkpoints stay float32'
+  if on_gpu:
+    if capability and capability >= GPU_BF16_CAPABILITY:
+      return tf.bfloat16, ('Mixed precision: bfloat16 on the GPU (compute '
+                           'capability %d.%d); %s.' % (capability + (kept,)))
+    return tf.float16, (
+        'Mixed precision: float16 with dynamic loss scaling, since this GPU '
+        '(compute capability %s) has no fast bfloat16; %s.'
+        % ('%d.%d' % capability if capability else 'unknown', kept))
+  if cpu_feature:
+    return tf.bfloat16, ('Mixed precision: bfloat16 on the CPU (%s); %s.'
+                         % (cpu_feature, kept))
+  return None, ('--mixed_precision=bf16: this CPU has neither AVX512_BF16 '
+                'nor AMX, so bfloat16 would be emulated and slower than '
+                'float32: running in float32.')
+
+
+def compute_dtype_here(requested, on_gpu):
+  """`choose` for this machine; prints its line. For scripts' main()."""
+  dtype, line = choose(requested, on_gpu, cpu_bf16_feature(),
+                       gpu_capability() if on_gpu else None)
+  if line:
+    print(line, flush=True)
+  return dtype
+
+
+def needs_loss_scale(compute_dtype):
+  """bool: gradients computed in this dtype need a loss scale (float16)."""
+  return compute_dtype == tf.float16
+
+
+def dynamic_loss_scale(device='/cpu:0'):
+  """Creates the loss-scale variables, as local variables on `device`.
+
+  Call once per graph, outside any tower's variable scope.
+
+  Returns:
+    A LossScale.
+  """
+  local = [tf.GraphKeys.LOCAL_VARIABLES]
+  with tf.device(device), tf.variable_scope('loss_scale'):
+    scale = tf.get_variable('scale', [], tf.float32, trainable=False,
+                            collections=local,
+                            initializer=tf.constant_initializer(
+                                LOSS_SCALE_START))
+    good_steps = tf.get_variable('good_steps', [], tf.int64, trainable=False,
+                                 collections=local,
+                                 initializer=tf.zeros_initializer())
+  return LossScale(scale, good_steps)
+
+
+def compute_gradients(opt, loss, loss_scale=None):
+  """opt.compute_gradients of `loss`, of loss * scale when one is given.
+
+  The gradients of a scaled loss are scaled too: `apply_gradients` divides
+  them back. A float16 gradient under about 6e-8 would otherwise be 0.
+
+  Returns:
+    List of (gradient, variable) pairs.
+  """
+  if loss_scale is None:
+    return opt.compute_gradients(loss)
+  return opt.compute_gradients(loss * loss_scale.scale)
+
+
+def apply_gradients(opt, grads_and_vars, global_step, loss_scale=None):
+  """opt.apply_gradients, unscaling the gradients and adapting the scale.
+
+  With a loss scale, a step whose gradients overflowed (any Inf or NaN)
+  applies zero gradients, so the weights stay as they were, and halves the
+  scale; LOSS_SCALE_GROWTH_STEPS clean steps in a row double it.
+
+  Args:
+    opt: the optimizer (plain SGD: a zero gradient changes nothing).
+    grads_and_vars: list of (float32 gradient, variable) pairs, of the
+      scaled loss when loss_scale is given.
+    global_step: the int64 global step variable, incremented once.
+    loss_scale: a LossScale, or None.
+
+  Returns:
+    (train_op, grads_and_vars): the op that applies them, and the pairs as
+    applied (unscaled), for the gradient summaries.
+  """
+  if loss_scale is None:
+    return (opt.apply_gradients(grads_and_vars, global_step=global_step),
+            grads_and_vars)
+  with tf.name_scope('loss_scale/'):
+    inverse = 1.0 / loss_scale.scale
+    unscaled = [(g * inverse, v) for g, v in grads_and_vars]
+    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g))
+                            for g, _ in unscaled])
+    safe = [(tf.where(finite, g, tf.zeros_like(g)), v) for g, v in unscaled]
+  apply_op = opt.apply_gradients(safe, global_step=global_step)
+  with tf.control_dependencies([apply_op]), tf.name_scope('loss_scale/'):
+    good = tf.where(finite, loss_scale.good_steps + 1,
+                    tf.zeros([], tf.int64))
+    grow = good >= LOSS_SCALE_GROWTH_STEPS
+    scale = tf.where(finite,
+                     tf.where(grow, loss_scale.scale * 2, loss_scale.scale),
+                     tf.maximum(loss_scale.scale / 2, 1.0))
+    update = tf.group(
+        tf.assign(loss_scale.scale, scale),
+        tf.assign(loss_scale.good_steps,
+                  tf.where(grow, tf.zeros([], tf.int64), good)))
+  return tf.group(apply_op, update), safe

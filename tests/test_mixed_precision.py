@@ -1,0 +1,354 @@
+"""--mixed_precision=bf16: the model computes in bfloat16, the rest is float32.
+
+The CPU's support is detected from /proc/cpuinfo text (cifar10_precision);
+the graph is checked op by op; a checkpoint trained with the flag is an
+ordinary float32 one that evaluation reads with or without it; float16's loss
+scale skips overflowing steps. The script runs force the CPU's answer both
+ways (a driver patches the detection), so every machine checks both the
+bfloat16 run and the line that a CPU without it prints.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import cifar10
+import cifar10_eval
+import cifar10_precision
+import cifar10_train
+import synthetic
+from test_train import LINE
+from testutil import ROOT
+from testutil import run_script
+from testutil import script_env
+from testutil import session_config
+
+# /proc/cpuinfo 'flags' lines, shortened, of the machines the project runs on.
+ZEN3 = 'fpu vme sse sse2 avx avx2 fma bmi2 sha_ni vaes vpclmulqdq'
+ICE_LAKE = ZEN3 + ' avx512f avx512dq avx512bw avx512vl avx512_vnni'
+ZEN4 = ICE_LAKE + ' avx512_bf16 avx512_vbmi2'
+SAPPHIRE_RAPIDS = ZEN4 + ' amx_bf16 amx_tile amx_int8'
+REDUCED = (tf.bfloat16, tf.float16)
+
+
+def _cpuinfo(flags, processors=2):
+  return ''.join('processor\t: %d\nmodel name\t: A CPU\nflags\t\t: %s\n'
+                 'bugs\t\t: spectre_v1 avx512_bf16_typo\n\n' % (i, flags)
+                 for i in range(processors))
+
+
+@pytest.mark.parametrize('flags, expected', [
+    (ZEN3, None), (ICE_LAKE, None), (ZEN4, 'avx512_bf16'),
+    (SAPPHIRE_RAPIDS, 'amx_bf16'), ('', None)])
+def test_cpu_support_is_read_from_the_flags_line(flags, expected):
+  assert cifar10_precision.cpu_bf16_feature(_cpuinfo(flags)) == expected
+
+
+def test_cpu_support_of_text_without_flags_is_none():
+  assert cifar10_precision.cpu_bf16_feature('') is None
+  assert cifar10_precision.cpu_bf16_feature(
+      'Features\t: fp asimd bf16 i8mm\n') is None  # an ARM CPU: not tested
+
+
+def test_choice_and_its_line_for_each_machine():
+  choose = cifar10_precision.choose
+  assert choose('off', False, 'avx512_bf16', None) == (None, None)
+  assert choose('off', True, None, (9, 0)) == (None, None)
+
+  dtype, line = choose('bf16', False, 'avx512_bf16', None)
+  assert dtype == tf.bfloat16
+  assert line == ('Mixed precision: bfloat16 on the CPU (avx512_bf16); '
+                  'variables, loss, gradients and checkpoints stay float32.')
+
+  dtype, line = choose('bf16', False, None, None)
+  assert dtype is None
+  assert line == ('--mixed_precision=bf16: this CPU has neither AVX512_BF16 '
+                  'nor AMX, so bfloat16 would be emulated and slower than '
+                  'float32: running in float32.')
+
+  dtype, line = choose('bf16', True, None, (9, 0))
+  assert dtype == tf.bfloat16 and 'compute capability 9.0' in line
+  for capability in ((7, 0), (7, 5), None):
+    dtype, line = choose('bf16', True, 'avx512_bf16', capability)
+    assert dtype == tf.float16
+    assert 'float16 with dynamic loss scaling' in line
+
+
+def _variables_by_name():
+  return {v.op.name: (v.dtype.base_dtype, v.shape.as_list())
+          for v in tf.global_variables()}
+
+
+def _types(op):
+  """The dtypes of op's 'T' attribute (one, or a list); empty without one."""
+  if 'T' not in op.node_def.attr:
+    return set()
+  value = op.get_attr('T')
+  return set(value) if isinstance(value, list) else {value}
+
+
+def _reduced_ops(graph):
+  return [op for op in graph.get_operations() if _types(op) & set(REDUCED)]
+
+
+def _training_graph(compute_dtype, batch=4):
+  graph = tf.Graph()
+  with graph.as_default():
+    global_step = tf.train.get_or_create_global_step()
+    images = tf.zeros([batch, 24, 24, 3])
+    labels = tf.zeros([batch], tf.int32)
+    logits = cifar10.inference(images, compute_dtype)
+    loss = cifar10.loss(logits, labels)
+    cifar10.train(loss, global_step, batch,
+                  cifar10_precision.needs_loss_scale(compute_dtype))
+  return graph, logits, loss
+
+
+def test_reduced_precision_ops_appear_only_with_the_flag():
+  graph, logits, _ = _training_graph(None)
+  assert _reduced_ops(graph) == []
+  with graph.as_default():
+    float32_variables = _variables_by_name()
+
+  for dtype in REDUCED:
+    graph, logits, loss = _training_graph(dtype)
+    reduced = _reduced_ops(graph)
+    types = {op.type for op in reduced}
+    assert {'Conv2D', 'Conv2DBackpropFilter', 'Conv2DBackpropInput',
+            'MatMul', 'BiasAdd', 'Relu', 'MaxPool'} <= types, types
+    assert set().union(*map(_types, reduced)) == {dtype}
+    # Forward: 2 convolutions, 3 matrix products, each in the dtype.
+    forward = [op for op in reduced if not op.name.startswith('gradients')]
+    assert sorted(op.type for op in forward
+                  if op.type in ('Conv2D', 'MatMul')) == (
+                      ['Conv2D'] * 2 + ['MatMul'] * 3)
+    # The LRN, the loss and the update stay float32.
+    for op in graph.get_operations():
+      if (op.name.startswith(('norm1', 'norm2', 'cross_entropy', 'total_loss',
+                              'GradientDescent', 'ExponentialMovingAverage'))
+          and _types(op)):
+        assert _types(op) == {tf.float32}, op.name
+    assert logits.dtype == tf.float32 and loss.dtype == tf.float32
+    assert logits.op.name == 'softmax_linear/softmax_linear'
+    with graph.as_default():
+      # The same variables, names, shapes and dtypes: the same checkpoint.
+      assert _variables_by_name() == float32_variables
+      scale = [v.op.name for v in tf.local_variables()]
+    assert scale == (['loss_scale/scale', 'loss_scale/good_steps']
+                     if dtype == tf.float16 else [])
+
+
+def test_bfloat16_forward_pass_is_close_to_float32():
+  images = np.random.RandomState(0).normal(size=(16, 24, 24, 3))
+  outputs = []
+  for dtype in (None, tf.bfloat16):
+    with tf.Graph().as_default():
+      tf.set_random_seed(1)
+      logits = cifar10.inference(tf.constant(images, tf.float32), dtype)
+      # Larger weights than the initial ones, so that the logits differ.
+      scale = [v.assign(v * 4) for v in tf.trainable_variables()
+               if 'weights' in v.op.name]
+      with tf.Session(config=session_config()) as sess:
+        sess.run(tf.global_variables_initializer())
+        sess.run(scale)
+        outputs.append(sess.run(logits))
+  exact, reduced = outputs
+  assert np.abs(exact).max() > 0.1
+  # About 3 significant digits: close, and not identical (it computed in
+  # bfloat16).
+  assert np.abs(reduced - exact).max() < 0.05 * np.abs(exact).max()
+  assert not np.array_equal(reduced, exact)
+
+
+def _loss_scale_step(grads):
+  """One apply_gradients with a loss scale; returns the new weight, scale and
+  good steps, for gradients `grads` (of a scaled loss) of a weight 1.0."""
+  with tf.Graph().as_default():
+    global_step = tf.train.get_or_create_global_step()
+    weight = tf.get_variable('w', initializer=tf.ones([2]))
+    loss_scale = cifar10_precision.dynamic_loss_scale()
+    opt = tf.train.GradientDescentOptimizer(1.0)
+    train_op, applied = cifar10_precision.apply_gradients(
+        opt, [(tf.constant(grads, tf.float32), weight)], global_step,
+        loss_scale)
+    with tf.Session(config=session_config()) as sess:
+      sess.run([tf.global_variables_initializer(),
+                tf.local_variables_initializer()])
+      assert sess.run(loss_scale.scale) == cifar10_precision.LOSS_SCALE_START
+      sess.run(train_op)
+      first = sess.run([weight, loss_scale.scale, loss_scale.good_steps])
+      sess.run(loss_scale.good_steps.assign(
+          cifar10_precision.LOSS_SCALE_GROWTH_STEPS - 1))
+      sess.run(train_op)
+      second = sess.run([weight, loss_scale.scale, loss_scale.good_steps,
+                         global_step])
+  return first, second
+
+
+def test_loss_scale_unscales_and_grows_after_clean_steps():
+  start = cifar10_precision.LOSS_SCALE_START
+  (weight, scale, good), (weight2, scale2, good2, step) = _loss_scale_step(
+      [start, -2 * start])
+  np.testing.assert_allclose(weight, [0.0, 3.0])  # 1 - 1, 1 + 2
+  assert (scale, good) == (start, 1)
+  # The growth step is still unscaled by the old scale, then doubles it.
+  np.testing.assert_allclose(weight2, [-1.0, 5.0])
+  assert (scale2, good2, step) == (2 * start, 0, 2)
+
+
+def test_loss_scale_skips_an_overflowing_step_and_halves():
+  start = cifar10_precision.LOSS_SCALE_START
+  (weight, scale, good), (weight2, scale2, _, step) = _loss_scale_step(
+      [np.inf, 1.0])
+  np.testing.assert_allclose(weight, [1.0, 1.0])  # unchanged
+  assert (scale, good) == (start / 2, 0)
+  np.testing.assert_allclose(weight2, [1.0, 1.0])
+  assert scale2 == start / 4 and step == 2  # the step still counts
+
+
+def _checkpoint_contents(checkpoint):
+  reader = tf.train.load_checkpoint(checkpoint)
+  return {name: (reader.get_variable_to_dtype_map()[name], shape)
+          for name, shape in reader.get_variable_to_shape_map().items()}
+
+
+def test_bfloat16_checkpoint_is_float32_and_evaluates_both_ways(data_dir,
+                                                                tmp_path):
+  # Trained with and without the flag, each evaluated with and without it.
+  dirs = {}
+  for name, dtype in (('float32', None), ('bfloat16', tf.bfloat16)):
+    dirs[name] = str(tmp_path / name)
+    cifar10_train.train(data_dir, dirs[name], max_steps=3, batch_size=8,
+                        num_threads=1, save_checkpoint_secs=3600,
+                        compute_dtype=dtype)
+  checkpoints = {name: tf.train.latest_checkpoint(path)
+                 for name, path in dirs.items()}
+  contents = _checkpoint_contents(checkpoints['bfloat16'])
+  assert contents == _checkpoint_contents(checkpoints['float32'])
+  assert len(contents) == 25
+  assert {dtype for dtype, _ in contents.values()} == {tf.float32, tf.int64}
+  for name, checkpoint in checkpoints.items():
+    results = [cifar10_eval.eval_once(checkpoint, data_dir, num_examples=20,
+                                      batch_size=10,
+                                      session_config=session_config(),
+                                      compute_dtype=dtype)
+               for dtype in (None, tf.bfloat16)]
+    assert [r['global_step'] for r in results] == [3, 3], name
+    assert [r['num_examples'] for r in results] == [20, 20], name
+
+
+def _forced_driver(script, feature):
+  """Runs `script`'s own main with the CPU's bfloat16 support forced."""
+  return textwrap.dedent('''
+      import runpy, sys
+      sys.path.insert(0, %r)
+      import cifar10_console
+      cifar10_console.before_tensorflow()
+      import cifar10_precision
+      cifar10_precision.cpu_bf16_feature = lambda cpuinfo=None: %r
+      sys.argv[0] = %r
+      runpy.run_path(sys.argv[0], run_name='__main__')
+      ''' % (ROOT, feature, os.path.join(ROOT, script)))
+
+
+def _run_forced(script, feature, args):
+  return subprocess.run(
+      [sys.executable, '-c', _forced_driver(script, feature)] + args,
+      cwd=ROOT, env=script_env(), capture_output=True, text=True,
+      timeout=300)
+
+
+def _losses(stdout):
+  return [float(m.group(3)) for m in LINE.finditer(stdout)]
+
+
+def test_bfloat16_training_learns_a_batch_as_float32_does():
+  # One fixed batch of the synthetic colour images, 60 plain SGD steps at
+  # the original's learning rate (which makes the loss jump about); the
+  # cross-entropy starts at ln(10) = 2.30.
+  rng = np.random.RandomState(0)
+  labels = np.arange(32) % 10
+  images = synthetic.visible_label_images(labels, rng)[:, 4:28, 4:28]
+  images = (images - images.mean()) / images.std()
+  late = {}
+  for dtype in (None, tf.bfloat16):
+    with tf.Graph().as_default() as graph:
+      tf.set_random_seed(0)
+      global_step = tf.train.get_or_create_global_step()
+      logits = cifar10.inference(tf.constant(images, tf.float32), dtype)
+      train_op = cifar10.train(cifar10.loss(logits, tf.constant(labels)),
+                               global_step, 32)
+      cross_entropy = graph.get_tensor_by_name('cross_entropy:0')
+      with tf.Session(config=session_config()) as sess:
+        sess.run(tf.global_variables_initializer())
+        losses = [sess.run([train_op, cross_entropy])[1] for _ in range(60)]
+    assert losses[0] == pytest.approx(np.log(10), abs=0.05)
+    late[dtype] = np.mean(losses[-20:])
+  assert late[tf.bfloat16] < 0.75 * np.log(10), late
+  assert late[None] < 0.75 * np.log(10), late
+
+
+def test_training_script_with_the_flag_says_how_and_saves_float32(data_dir,
+                                                                   tmp_path):
+  train_dir = str(tmp_path / 'train')
+  result = _run_forced('cifar10_train.py', 'avx512_bf16', [
+      '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
+      '--batch_size=8', '--log_frequency=5', '--max_steps=10',
+      '--mixed_precision=bf16'])
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stdout.splitlines()[0] == (
+      'Mixed precision: bfloat16 on the CPU (avx512_bf16); variables, loss, '
+      'gradients and checkpoints stay float32.')
+  assert len(_losses(result.stdout)) == 2, result.stdout
+  assert re.search(r'^Done: step 10 reached', result.stdout, re.M)
+  assert result.stderr == ''
+  contents = _checkpoint_contents(tf.train.latest_checkpoint(train_dir))
+  assert {dtype for dtype, _ in contents.values()} == {tf.float32, tf.int64}
+
+
+def test_cpu_without_bfloat16_says_so_and_trains_in_float32(data_dir,
+                                                            tmp_path):
+  train_dir = str(tmp_path / 'train')
+  result = _run_forced('cifar10_train.py', None, [
+      '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
+      '--batch_size=8', '--max_steps=2', '--mixed_precision=bf16'])
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stdout.splitlines()[0] == (
+      '--mixed_precision=bf16: this CPU has neither AVX512_BF16 nor AMX, so '
+      'bfloat16 would be emulated and slower than float32: running in '
+      'float32.')
+  assert 'Mixed precision:' not in result.stdout
+  assert re.search(r'^Done: step 2 reached', result.stdout, re.M)
+
+
+def test_this_machine_prints_its_own_answer(data_dir, tmp_path):
+  # No driver: the script as a user runs it, on this CPU.
+  result = run_script('cifar10_eval.py', [
+      '--data_dir=%s' % data_dir, '--checkpoint_dir=%s' % tmp_path,
+      '--eval_dir=%s' % (tmp_path / 'eval'), '--run_once',
+      '--num_examples=20', '--mixed_precision=bf16'])
+  _, line = cifar10_precision.choose(
+      'bf16', bool(tf.config.list_physical_devices('GPU')),
+      cifar10_precision.cpu_bf16_feature(), cifar10_precision.gpu_capability())
+  assert line in result.stdout.splitlines(), result.stdout
+  # No checkpoint there: the usual error, after the line.
+  assert result.returncode == 1
+  assert 'No checkpoint file found' in result.stderr
+
+
+def test_use_fp16_and_mixed_precision_together_is_a_usage_error(data_dir,
+                                                                tmp_path):
+  result = run_script('cifar10_train.py', [
+      '--data_dir=%s' % data_dir, '--train_dir=%s' % tmp_path,
+      '--use_fp16', '--mixed_precision=bf16'])
+  assert result.returncode == 1
+  assert 'Traceback' not in result.stderr
+  assert ('--use_fp16 stores the variables in float16, --mixed_precision=bf16 '
+          'keeps them float32: drop one of the two') in result.stderr
+  assert os.listdir(tmp_path) == []
