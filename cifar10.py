@@ -303,8 +303,9 @@ def _lrn_float32(x, name):
   """`_lrn` computed in float32 whatever x's dtype, returned in x's dtype.
 
   In bfloat16 (8 significant bits) its denominator, 1 + alpha * a sum of
-  squares with alpha about 1e-4, rounds to 1 for most activations: the
-  normalization would mostly vanish.
+  squares with alpha about 1e-4, would move in steps of 1/128 near 1: coarser
+  than the normalization itself for most activations, whose alpha * sum is
+  under 1%.
   """
   if x.dtype.base_dtype == tf.float32:
     return _lrn(x, name)

@@ -23,7 +23,7 @@ from testutil import run_script
 sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
 
 VARIANTS = ['train', 'towers', 'towers2', 'bound', 'input', 'eval', 'forward',
-            'classify']
+            'classify', 'train_bf16', 'eval_bf16', 'forward_bf16']
 # The test's matrix products: small, so that a round stays short.
 MATMULS = ['matmul %d x%d' % (n, k) for n in (256, 512) for k in (1, 2)]
 ROW = re.compile(r'^(matmul \d+ x\d+|\w+) +([\d.]+|-) +(.*?) {2,}([\d.]+)?',
@@ -58,7 +58,7 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
   result = run_script('benchmarks/benchmark.py', [
       '--data_dir=%s' % data_dir, '--rounds=2', '--steps=3',
       '--batch_size=8', '--startup_runs=1', '--matmul_sizes=256,512',
-      '--matmul_products=1,2'], timeout=600)
+      '--matmul_products=1,2', '--mixed_precision=bf16'], timeout=600)
 
   assert result.returncode == 0, result.stderr[-3000:]
   out = result.stdout
@@ -105,6 +105,16 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
   for name in ('eval', 'classify'):
     assert re.match(r'\d\.\d\d of forward; [\d.]+ of ceiling$',
                     ratios[name])
+  # Each bfloat16 row against its float32 row, native or emulated.
+  for name in ('train', 'eval', 'forward'):
+    assert re.match(r'\d\.\d\d of %s; [\d.]+ of ceiling$' % name,
+                    ratios[name + '_bf16'])
+  if not tf.config.list_physical_devices('GPU'):
+    import cifar10_precision
+    feature = cifar10_precision.cpu_bf16_feature()
+    assert (('Mixed precision: bfloat16 on the CPU (%s);' % feature
+             if feature else 'bf16 rows: this CPU has neither AVX512_BF16 '
+             'nor AMX, so oneDNN emulates bfloat16') in out), out[:3000]
   assert re.match(r'[\d.]+ of ceiling$', ratios['bound'])
   assert re.match(r'[\d.]+ of ceiling$', ratios['forward'])
   assert ratios['input'] == '' and 'input' not in gflops
@@ -139,7 +149,7 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
       r'^(\w+) +step ([\d.]+) ms = input ([\d.]+) ms \(\d+%\) \+ compute '
       r'([\d.]+) ms \(\d+%\) \+ host ([\d.]+) ms \(\d+%: ', out, re.M)
   assert sorted(name for name, *_ in splits) == ['towers', 'towers2',
-                                                 'train'], out
+                                                 'train', 'train_bf16'], out
   for _, step, *parts in splits:
     assert sum(map(float, parts)) == pytest.approx(float(step), abs=0.2), out
 
@@ -393,3 +403,21 @@ def test_step_split_of_a_real_cpu_training_step_adds_up(data_dir, tmp_path):
     assert re.match(r'train +step [\d.]+ ms = input [\d.]+ ms \(\d+%\) \+ '
                     r'compute [\d.]+ ms \(\d+%\) \+ host [\d.]+ ms \(\d+%: ',
                     line), line
+
+
+def test_mixed_precision_rows_follow_the_scripts_except_emulation():
+  import tensorflow.compat.v1 as tf
+  import benchmark
+
+  assert benchmark.mixed_precision_rows('off', False, 'amx_bf16', None) == (
+      None, None)
+  dtype, line = benchmark.mixed_precision_rows('bf16', False, 'amx_bf16',
+                                               None)
+  assert dtype == tf.bfloat16 and line.startswith('Mixed precision: bfloat16')
+  # Where the scripts stay float32, the rows measure the emulation.
+  dtype, line = benchmark.mixed_precision_rows('bf16', False, None, None)
+  assert dtype == tf.bfloat16 and 'emulates bfloat16' in line
+  dtype, _ = benchmark.mixed_precision_rows('bf16', True, None, (7, 0))
+  assert dtype == tf.float16
+  assert benchmark._row_name('train', tf.float16) == 'train_fp16'  # pylint: disable=protected-access
+  assert benchmark._row_name('eval', None) == 'eval'  # pylint: disable=protected-access
