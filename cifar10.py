@@ -333,6 +333,9 @@ def inference(images, compute_dtype=None):
   """
   dtype = images.dtype.base_dtype
   compute = compute_dtype or dtype
+  if compute != dtype and dtype != tf.float32:
+    raise ValueError('mixed precision (compute_dtype %s) takes float32 '
+                     'images, got %s' % (compute.name, dtype.name))
 
   def read(var):
     return var if compute == dtype else tf.cast(var, compute)

@@ -421,11 +421,15 @@ def eval_once(checkpoint_path, data_dir, eval_dir=None, eval_data='test',
         % (datetime.now(), checkpoint_path, global_step, dtype.name,
            num_examples, eval_data), flush=True)
 
+  if compute_dtype is not None and dtype != tf.float32:
+    print('Note: %s holds %s weights (--use_fp16): --mixed_precision does '
+          'not apply, the model computes in %s.'
+          % (checkpoint_path, dtype.name, dtype.name), flush=True)
+    compute_dtype = None
   with tf.Graph().as_default() as graph:
     graph_ops = _build_eval_graph(eval_data, data_dir, batch_size,
                                   dtype == tf.float16, num_threads,
-                                  compute_dtype if dtype == tf.float32
-                                  else None)
+                                  compute_dtype)
     _check_restorable(reader, graph_ops['var_map'], checkpoint_path)
     saver = tf.train.Saver(graph_ops['var_map'])
     # The epoch counter of the single-pass input is a local variable.

@@ -130,7 +130,12 @@ def needs_loss_scale(compute_dtype):
 def dynamic_loss_scale(device='/cpu:0'):
   """Creates the loss-scale variables, as local variables on `device`.
 
-  Call once per graph, outside any tower's variable scope.
+  Call once per graph, outside any tower's variable scope. A scalar summary
+  'loss_scale' shows the scale in TensorBoard: one that keeps falling means
+  steps that overflow, and are skipped.
+
+  Args:
+    device: str, where the variables live (with the shared weights).
 
   Returns:
     A LossScale.
@@ -144,6 +149,7 @@ def dynamic_loss_scale(device='/cpu:0'):
     good_steps = tf.get_variable('good_steps', [], tf.int64, trainable=False,
                                  collections=local,
                                  initializer=tf.zeros_initializer())
+    tf.summary.scalar('loss_scale', scale)
   return LossScale(scale, good_steps)
 
 
@@ -153,8 +159,14 @@ def compute_gradients(opt, loss, loss_scale=None):
   The gradients of a scaled loss are scaled too: `apply_gradients` divides
   them back. A float16 gradient under about 6e-8 would otherwise be 0.
 
+  Args:
+    opt: a tf.train.Optimizer.
+    loss: float32 scalar tensor, the (tower's) total loss.
+    loss_scale: a LossScale, or None.
+
   Returns:
-    List of (gradient, variable) pairs.
+    List of (gradient, variable) pairs: float32 gradients of the float32
+    variables.
   """
   if loss_scale is None:
     return opt.compute_gradients(loss)
@@ -184,10 +196,12 @@ def apply_gradients(opt, grads_and_vars, global_step, loss_scale=None):
             grads_and_vars)
   with tf.name_scope('loss_scale/'):
     inverse = 1.0 / loss_scale.scale
-    unscaled = [(g * inverse, v) for g, v in grads_and_vars]
+    unscaled = [(None if g is None else g * inverse, v)
+                for g, v in grads_and_vars]
     finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g))
-                            for g, _ in unscaled])
-    safe = [(tf.where(finite, g, tf.zeros_like(g)), v) for g, v in unscaled]
+                            for g, _ in unscaled if g is not None])
+    safe = [(None if g is None else tf.where(finite, g, tf.zeros_like(g)), v)
+            for g, v in unscaled]
   apply_op = opt.apply_gradients(safe, global_step=global_step)
   with tf.control_dependencies([apply_op]), tf.name_scope('loss_scale/'):
     good = tf.where(finite, loss_scale.good_steps + 1,

@@ -317,6 +317,11 @@ def build_training_graph(global_step, data_dir, batch_size, use_fp16=False,
   """Builds single-device training: input pipeline, model, loss, train op.
 
   Args:
+    global_step: the int64 global step variable.
+    data_dir: folder holding `cifar-10-batches-bin/`.
+    batch_size: int, images per step.
+    use_fp16: bool, float16 variables and activations (the original's flag).
+    num_threads: int, input preprocessing threads.
     compute_dtype: None, or the mixed-precision dtype of cifar10.inference
       (float16 adds a loss scale).
 
@@ -520,6 +525,8 @@ def main(argv, train_fn=train, **train_kwargs):
   for name in ('save_checkpoint_steps', 'save_summaries_steps'):
     cifar10.check_flag_range(name, getattr(FLAGS, name), minimum=0)
   cifar10.check_flag_writable_dir('train_dir', FLAGS.train_dir)
+  # The model runs on a GPU when one is visible (TensorFlow's placement;
+  # the multi-tower script's --tower_device=cpu keeps it on CPU devices).
   on_gpu = (train_kwargs.get('tower_device', 'gpu') == 'gpu'
             and bool(tf.config.list_physical_devices('GPU')))
   compute_dtype = cifar10.mixed_precision_dtype(

@@ -614,6 +614,11 @@ def mixed_precision_rows(requested, on_gpu, cpu_feature, capability):
   As the scripts choose (cifar10_precision.choose), except that a CPU
   without native bfloat16 is measured in bfloat16 anyway.
 
+  Args:
+    requested: --mixed_precision, 'off' or 'bf16'.
+    on_gpu: bool, the variants run on a GPU.
+    cpu_feature, capability: as for cifar10_precision.choose.
+
   Returns:
     (dtype, line): (None, None) for --mixed_precision=off.
   """

@@ -23,7 +23,9 @@ from testutil import run_script
 sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
 
 VARIANTS = ['train', 'towers', 'towers2', 'bound', 'input', 'eval', 'forward',
-            'classify', 'train_bf16', 'eval_bf16', 'forward_bf16']
+            'classify']
+# --mixed_precision=bf16's rows, each against its float32 row.
+MIXED = ['train', 'eval', 'forward']
 # The test's matrix products: small, so that a round stays short.
 MATMULS = ['matmul %d x%d' % (n, k) for n in (256, 512) for k in (1, 2)]
 ROW = re.compile(r'^(matmul \d+ x\d+|\w+) +([\d.]+|-) +(.*?) {2,}([\d.]+)?',
@@ -95,9 +97,19 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
                    r"inter 0 \(TF's choice\)$", out, re.M), out[:2000]
 
   assert re.search(r'^round 2/2 done, RSS \d+ MiB$', out, re.M), out
+  # Named for the type this machine's rows compute in: bf16, or fp16 on a
+  # GPU without bfloat16.
+  import benchmark
+  import cifar10_precision
+  on_gpu = bool(tf.config.list_physical_devices('GPU'))
+  dtype, line = benchmark.mixed_precision_rows(
+      'bf16', on_gpu, cifar10_precision.cpu_bf16_feature(),
+      cifar10_precision.gpu_capability() if on_gpu else None)
+  assert line in out.splitlines(), out[:3000]
+  mixed = {benchmark._row_name(name, dtype): name for name in MIXED}  # pylint: disable=protected-access
   rows = {m.group(1): (m.group(3), m.group(4)) for m in ROW.finditer(out)
-          if m.group(1) in VARIANTS + MATMULS}
-  assert sorted(rows) == sorted(VARIANTS + MATMULS), out
+          if m.group(1) in VARIANTS + MATMULS + list(mixed)}
+  assert sorted(rows) == sorted(VARIANTS + MATMULS + list(mixed)), out
   ratios = {name: ratio for name, (ratio, _) in rows.items()}
   gflops = {name: float(g) for name, (_, g) in rows.items() if g}
   for name in ('train', 'towers', 'towers2'):
@@ -105,20 +117,14 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
   for name in ('eval', 'classify'):
     assert re.match(r'\d\.\d\d of forward; [\d.]+ of ceiling$',
                     ratios[name])
-  # Each bfloat16 row against its float32 row, native or emulated.
-  for name in ('train', 'eval', 'forward'):
+  # Each mixed-precision row against its float32 row, native or emulated.
+  for row, name in mixed.items():
     assert re.match(r'\d\.\d\d of %s; [\d.]+ of ceiling$' % name,
-                    ratios[name + '_bf16'])
-  if not tf.config.list_physical_devices('GPU'):
-    import cifar10_precision
-    feature = cifar10_precision.cpu_bf16_feature()
-    assert (('Mixed precision: bfloat16 on the CPU (%s);' % feature
-             if feature else 'bf16 rows: this CPU has neither AVX512_BF16 '
-             'nor AMX, so oneDNN emulates bfloat16') in out), out[:3000]
+                    ratios[row])
   assert re.match(r'[\d.]+ of ceiling$', ratios['bound'])
   assert re.match(r'[\d.]+ of ceiling$', ratios['forward'])
   assert ratios['input'] == '' and 'input' not in gflops
-  assert sorted(gflops) == sorted(set(VARIANTS + MATMULS) - {'input'}), out
+  assert sorted(gflops) == sorted(set(rows) - {'input'}), out
 
   # The ceiling: the best of the matrix products, the one row marked so.
   ceiling = CEILING.search(out)
@@ -148,8 +154,8 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
   splits = re.findall(
       r'^(\w+) +step ([\d.]+) ms = input ([\d.]+) ms \(\d+%\) \+ compute '
       r'([\d.]+) ms \(\d+%\) \+ host ([\d.]+) ms \(\d+%: ', out, re.M)
-  assert sorted(name for name, *_ in splits) == ['towers', 'towers2',
-                                                 'train', 'train_bf16'], out
+  assert sorted(name for name, *_ in splits) == sorted(
+      ['towers', 'towers2', 'train', benchmark._row_name('train', dtype)]), out  # pylint: disable=protected-access
   for _, step, *parts in splits:
     assert sum(map(float, parts)) == pytest.approx(float(step), abs=0.2), out
 

@@ -182,11 +182,14 @@ def test_wait_for_addresses_is_bounded_and_names_the_address():
 # --- The worker graph --------------------------------------------------------
 
 
-def test_worker_graph_placement_and_checkpoint_names(data_dir):
+@pytest.mark.parametrize('compute_dtype', [None, tf.bfloat16],
+                         ids=['float32', 'mixed_bf16'])
+def test_worker_graph_placement_and_checkpoint_names(data_dir, compute_dtype):
   cluster = {'ps': ['h0:1', 'h1:1'], 'worker': ['h2:1', 'h3:1']}
   with tf.Graph().as_default() as graph:
     built = dist.build_worker_graph(cluster, 1, data_dir, batch_size=8,
-                                    sync_replicas=True, num_threads=1)
+                                    sync_replicas=True, num_threads=1,
+                                    compute_dtype=compute_dtype)
     variables = tf.global_variables()
     # Run by the session hooks in training; unused here, which TF would
     # report at exit.
@@ -200,6 +203,12 @@ def test_worker_graph_placement_and_checkpoint_names(data_dir):
     if op.type in ('RandomShuffleQueueV2', 'FixedLengthRecordReaderV2',
                    'Conv2D', 'SaveV2', 'RestoreV2'):
       assert op.device == '/job:worker/task:1/device:CPU:0', op.name
+  # --mixed_precision: the worker's convolutions in bfloat16, the variables
+  # on the ps tasks float32.
+  convs = [op for op in graph.get_operations() if op.type == 'Conv2D']
+  assert len(convs) == 2
+  assert {op.get_attr('T') for op in convs} == {compute_dtype or tf.float32}
+  assert {v.dtype.base_dtype for v in variables} == {tf.float32, tf.int64}
   # The chief's checkpoint holds each weight's moving average under the name
   # cifar10_eval.py restores from.
   with tf.Graph().as_default():

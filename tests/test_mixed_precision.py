@@ -23,6 +23,7 @@ import cifar10_eval
 import cifar10_precision
 import cifar10_train
 import synthetic
+from test_eval import _save_checkpoint
 from test_train import LINE
 from testutil import ROOT
 from testutil import run_script
@@ -241,6 +242,77 @@ def test_bfloat16_checkpoint_is_float32_and_evaluates_both_ways(data_dir,
                for dtype in (None, tf.bfloat16)]
     assert [r['global_step'] for r in results] == [3, 3], name
     assert [r['num_examples'] for r in results] == [20, 20], name
+  # Each resumes in training the other way round.
+  for name, dtype in (('float32', tf.bfloat16), ('bfloat16', None)):
+    stats = cifar10_train.train(data_dir, dirs[name], max_steps=5,
+                                batch_size=8, num_threads=1,
+                                save_checkpoint_secs=3600,
+                                compute_dtype=dtype)
+    assert stats['global_step'] == 5, name
+    assert _checkpoint_contents(tf.train.latest_checkpoint(dirs[name])) == (
+        contents)
+
+
+def test_eval_graph_computes_in_bfloat16_and_predicts_as_float32(data_dir):
+  with tf.Graph().as_default() as graph:
+    cifar10_eval._build_eval_graph('test', data_dir, 10, False, 1,  # pylint: disable=protected-access
+                                   tf.bfloat16)
+  convs = [op for op in graph.get_operations() if op.type == 'Conv2D']
+  assert [op.get_attr('T') for op in convs] == [tf.bfloat16] * 2
+
+
+@pytest.mark.parametrize('dtype', [tf.float32, tf.float16])
+def test_eval_with_the_flag_predicts_what_the_weights_say(data_dir, tmp_path,
+                                                          capsys, dtype):
+  # Averaged weights that predict class 3 for every image: 2 of the 20 test
+  # records are 3s.
+  path = str(tmp_path / 'model.ckpt')
+  _save_checkpoint(path, 7, raw_class=5, shadow_class=3, dtype=dtype)
+  result = cifar10_eval.eval_once(path + '-7', data_dir, num_examples=20,
+                                  batch_size=10,
+                                  session_config=session_config(),
+                                  compute_dtype=tf.bfloat16)
+  assert result['true_count'] == 2
+  assert result['confusion'][:, 3].sum() == 20
+  note = ('Note: %s-7 holds float16 weights (--use_fp16): --mixed_precision '
+          'does not apply, the model computes in float16.' % path)
+  assert (note in capsys.readouterr().out) == (dtype == tf.float16)
+
+
+def test_float16_step_scales_the_loss_and_moves_the_weights_as_float32():
+  rng = np.random.RandomState(0)
+  labels = np.arange(32) % 10
+  images = synthetic.visible_label_images(labels, rng)[:, 4:28, 4:28]
+  images = (images - images.mean()) / images.std()
+  start, moved = None, {}
+  for dtype in (None, tf.float16):
+    with tf.Graph().as_default():
+      global_step = tf.train.get_or_create_global_step()
+      logits = cifar10.inference(tf.constant(images, tf.float32), dtype)
+      train_op = cifar10.train(cifar10.loss(logits, tf.constant(labels)),
+                               global_step, 32,
+                               loss_scaling=dtype == tf.float16)
+      weights = {v.op.name: v for v in tf.trainable_variables()}
+      with tf.Session(config=session_config()) as sess:
+        sess.run([tf.global_variables_initializer(),
+                  tf.local_variables_initializer()])
+        if start is None:
+          start = sess.run(weights)
+        # The same start for both.
+        sess.run([var.assign(start[name]) for name, var in weights.items()])
+        sess.run(train_op)
+        moved[dtype] = {name: value - start[name]
+                        for name, value in sess.run(weights).items()}
+        if dtype == tf.float16:
+          scale = sess.run(tf.local_variables())
+  # Unscaled: each weight moved as in float32, to float16's precision (a
+  # missing scale would leave the gradients 32,768 times too small, a
+  # missing unscaling as many times too large).
+  for name, delta in moved[None].items():
+    assert np.abs(delta).max() > 0, name
+    np.testing.assert_allclose(moved[tf.float16][name], delta,
+                               atol=0.1 * np.abs(delta).max(), err_msg=name)
+  assert scale == [cifar10_precision.LOSS_SCALE_START, 1]
 
 
 def _forced_driver(script, feature):
@@ -260,8 +332,9 @@ def _forced_driver(script, feature):
 def _run_forced(script, feature, args):
   return subprocess.run(
       [sys.executable, '-c', _forced_driver(script, feature)] + args,
-      cwd=ROOT, env=script_env(), capture_output=True, text=True,
-      timeout=300)
+      # The CPU's answer decides only where no GPU is visible.
+      cwd=ROOT, env=script_env(CUDA_VISIBLE_DEVICES=''), capture_output=True,
+      text=True, timeout=300)
 
 
 def _losses(stdout):
