@@ -343,11 +343,13 @@ class TrainScriptVariant(Variant):
 
   def measure(self):
     # Redirected once a window, not once a step: the loop stays as it is.
-    with contextlib.redirect_stdout(self._log):
+    # In the graph: the script's checkpoint hook saves every 10 minutes, and
+    # its saver builds its save ops there (outside, in eager mode, it fails).
+    with contextlib.redirect_stdout(self._log), self.graph.as_default():
       super(TrainScriptVariant, self).measure()
 
   def warm_up(self):
-    with contextlib.redirect_stdout(self._log):
+    with contextlib.redirect_stdout(self._log), self.graph.as_default():
       super(TrainScriptVariant, self).warm_up()
 
   def step(self):
@@ -366,7 +368,7 @@ class TrainScriptVariant(Variant):
     in seconds since the epoch around the run call."""
     options = tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE)
     metadata = tf.RunMetadata()
-    with contextlib.redirect_stdout(self._log):
+    with contextlib.redirect_stdout(self._log), self.graph.as_default():
       start = time.time()
       self.sess.run(self.train_op, options=options, run_metadata=metadata)
       end = time.time()
