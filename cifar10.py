@@ -401,14 +401,12 @@ def inference(images, compute_dtype=None):
                                           dtype=dtype)
     biases = _variable_on_cpu('biases', [NUM_CLASSES],
                               tf.constant_initializer(0.0), dtype)
-    if compute == dtype:
-      softmax_linear = tf.add(tf.matmul(local4, weights), biases,
-                              name=scope.name)
-    else:
-      # The cast back takes the original's op name, and so its summary tag.
-      softmax_linear = tf.cast(
-          tf.matmul(local4, read(weights)) + read(biases), dtype,
-          name=scope.name)
+    # In mixed precision the cast back takes the original's op name, and so
+    # its summary tag.
+    softmax_linear = tf.add(tf.matmul(local4, read(weights)), read(biases),
+                            name=scope.name if compute == dtype else None)
+    if compute != dtype:
+      softmax_linear = tf.cast(softmax_linear, dtype, name=scope.name)
     _activation_summary(softmax_linear)
 
   return softmax_linear
@@ -722,29 +720,6 @@ def data_line(data_dir, files, records=None):
         [os.path.join(batches_dir, name) for name in files])
   return 'Data: %s, %d file%s, %d records (checked).' % (
       batches_dir, len(files), 's' if len(files) > 1 else '', records)
-
-
-def mixed_precision_dtype(mixed_precision, use_fp16, on_gpu):
-  """--mixed_precision's compute dtype here, after printing its line.
-
-  For a script's main(), before any graph is built.
-
-  Args:
-    mixed_precision: the flag's value, 'off' or 'bf16'.
-    use_fp16: --use_fp16, which stores the variables themselves in float16.
-    on_gpu: bool, the model will run on GPUs.
-
-  Returns:
-    None (no mixed precision), tf.bfloat16 or tf.float16.
-
-  Raises:
-    app.UsageError: both flags given.
-  """
-  if use_fp16 and mixed_precision != 'off':
-    raise app.UsageError(
-        '--use_fp16 stores the variables in float16, --mixed_precision=%s '
-        'keeps them float32: drop one of the two' % mixed_precision)
-  return cifar10_precision.compute_dtype_here(mixed_precision, on_gpu)
 
 
 def check_flag_range(name, value, minimum=None, maximum=None):

@@ -66,6 +66,7 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 import cifar10_input
+import cifar10_precision
 import cifar10_resume
 import cifar10_summaries
 import cifar10_train
@@ -709,8 +710,8 @@ def main(argv):
     print('SyncReplicas enabled: replicas_to_aggregate=%d; '
           'total_num_replicas=%d' % (replicas, len(cluster['worker'])))
   # Workers compute on their CPUs (worker_device): float16 never arises.
-  compute_dtype = cifar10.mixed_precision_dtype(
-      FLAGS.mixed_precision, FLAGS.use_fp16, on_gpu=False)
+  compute_dtype = cifar10_precision.compute_dtype_here(
+      FLAGS.mixed_precision, on_gpu=False, use_fp16=FLAGS.use_fp16)
   print('Worker %d: waiting up to %d s for the ps tasks.'
         % (task_index, FLAGS.startup_wait_secs), flush=True)
   try:

@@ -43,6 +43,7 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 import cifar10_input
+import cifar10_precision
 import cifar10_picture
 import cifar10_resume
 
@@ -578,9 +579,8 @@ def main(argv):
   except ValueError as e:  # cifar10.DataError is one too
     sys.exit(ERROR_FORMAT % str(e).replace('num_examples=', '--num_examples='))
   # Eval runs where TensorFlow places it: on a GPU when there is one.
-  compute_dtype = cifar10.mixed_precision_dtype(
-      FLAGS.mixed_precision, False,
-      bool(tf.config.list_physical_devices('GPU')))
+  compute_dtype = cifar10_precision.compute_dtype_here(
+      FLAGS.mixed_precision, bool(tf.config.list_physical_devices('GPU')))
   try:
     evaluate(data_dir=FLAGS.data_dir, checkpoint_dir=FLAGS.checkpoint_dir,
              eval_dir=FLAGS.eval_dir, eval_data=FLAGS.eval_data,

@@ -20,6 +20,7 @@ on each run.
 
 import collections
 
+from absl import app
 import tensorflow.compat.v1 as tf
 
 # /proc/cpuinfo flags of x86 CPUs whose oneDNN kernels compute in bfloat16
@@ -42,16 +43,16 @@ LossScale.__doc__ = """The loss-scale variables, both local (never saved).
 """
 
 
-def cpu_bf16_feature(cpuinfo=None):
-  """The CPU flag that gives native bfloat16 arithmetic, or None.
+def cpu_flags(cpuinfo=None):
+  """The CPU's feature flags, from the 'flags' lines of /proc/cpuinfo.
 
   Args:
     cpuinfo: str, text in the format of Linux's /proc/cpuinfo; None reads
-      that file (on systems without it, the answer is None).
+      that file.
 
   Returns:
-    'amx_bf16' or 'avx512_bf16' (the first of CPU_BF16_FLAGS present on a
-    'flags' line), or None.
+    A set of str, the flags of all 'flags' lines; None when there is no such
+    line (or no such file).
   """
   if cpuinfo is None:
     try:
@@ -59,11 +60,25 @@ def cpu_bf16_feature(cpuinfo=None):
         cpuinfo = f.read()
     except OSError:
       return None
-  present = set()
+  present = None
   for line in cpuinfo.splitlines():
     key, _, value = line.partition(':')
     if key.strip() == 'flags':
-      present.update(value.split())
+      present = (present or set()) | set(value.split())
+  return present
+
+
+def cpu_bf16_feature(cpuinfo=None):
+  """The CPU flag that gives native bfloat16 arithmetic, or None.
+
+  Args:
+    cpuinfo: as for `cpu_flags`; without flags the answer is None.
+
+  Returns:
+    'amx_bf16' or 'avx512_bf16' (the first of CPU_BF16_FLAGS present on a
+    'flags' line), or None.
+  """
+  present = cpu_flags(cpuinfo) or set()
   for flag in CPU_BF16_FLAGS:
     if flag in present:
       return flag
@@ -113,8 +128,25 @@ def choose(requested, on_gpu, cpu_feature, capability):
                 'float32: running in float32.')
 
 
-def compute_dtype_here(requested, on_gpu):
-  """`choose` for this machine; prints its line. For scripts' main()."""
+def compute_dtype_here(requested, on_gpu, use_fp16=False):
+  """`choose` for this machine; prints its line. For a script's main(),
+  before any graph is built.
+
+  Args:
+    requested: --mixed_precision, 'off' or 'bf16'.
+    on_gpu: bool, the model will run on GPUs.
+    use_fp16: --use_fp16, which stores the variables themselves in float16.
+
+  Returns:
+    None (no mixed precision), tf.bfloat16 or tf.float16.
+
+  Raises:
+    app.UsageError: both flags given.
+  """
+  if use_fp16 and requested != 'off':
+    raise app.UsageError(
+        '--use_fp16 stores the variables in float16, --mixed_precision=%s '
+        'keeps them float32: drop one of the two' % requested)
   dtype, line = choose(requested, on_gpu, cpu_bf16_feature(),
                        gpu_capability() if on_gpu else None)
   if line:

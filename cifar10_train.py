@@ -529,8 +529,8 @@ def main(argv, train_fn=train, **train_kwargs):
   # the multi-tower script's --tower_device=cpu keeps it on CPU devices).
   on_gpu = (train_kwargs.get('tower_device', 'gpu') == 'gpu'
             and bool(tf.config.list_physical_devices('GPU')))
-  compute_dtype = cifar10.mixed_precision_dtype(
-      FLAGS.mixed_precision, FLAGS.use_fp16, on_gpu)
+  compute_dtype = cifar10_precision.compute_dtype_here(
+      FLAGS.mixed_precision, on_gpu, FLAGS.use_fp16)
   try:
     cifar10.maybe_download_and_extract(FLAGS.data_dir, FLAGS.data_url,
                                        FLAGS.data_md5,

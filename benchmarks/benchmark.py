@@ -137,7 +137,8 @@ def machine_line(cpuinfo=None, cpu_count=None, usable_cores=None,
 
   Args (each None: read from this machine and process):
     cpuinfo: the text of /proc/cpuinfo; its first 'model name' is the CPU
-      (else platform.processor()), its first 'flags' line the features.
+      (else platform.processor()), its 'flags' lines the features
+      (cifar10_precision.cpu_flags).
     cpu_count: os.cpu_count().
     usable_cores: the cores this process may run on
       (len(os.sched_getaffinity(0))); printed when not cpu_count.
@@ -159,15 +160,14 @@ def machine_line(cpuinfo=None, cpu_count=None, usable_cores=None,
   if tf_version is None:
     tf_version = tf.__version__
 
-  model, flags = None, None
+  model = None
   for line in cpuinfo.splitlines():
     key, _, value = line.partition(':')
-    key = key.strip()
-    if key == 'model name' and model is None and value.strip():
+    if key.strip() == 'model name' and value.strip():
       model = value.strip()
-    elif key == 'flags' and flags is None:
-      flags = set(value.split())
+      break
   model = model or platform.processor() or 'unknown CPU'
+  flags = cifar10_precision.cpu_flags(cpuinfo)
 
   cores = '%s cores' % ('?' if cpu_count is None else cpu_count)
   if usable_cores is not None and usable_cores != cpu_count:
