@@ -333,14 +333,15 @@ def inference(images, compute_dtype=None):
   """
   dtype = images.dtype.base_dtype
   compute = compute_dtype or dtype
-  if compute != dtype and dtype != tf.float32:
+  mixed = compute != dtype
+  if mixed and dtype != tf.float32:
     raise ValueError('mixed precision (compute_dtype %s) takes float32 '
                      'images, got %s' % (compute.name, dtype.name))
 
   def read(var):
-    return var if compute == dtype else tf.cast(var, compute)
+    return tf.cast(var, compute) if mixed else var
 
-  if compute != dtype:
+  if mixed:
     images = tf.cast(images, compute)
 
   with tf.variable_scope('conv1') as scope:
@@ -404,8 +405,8 @@ def inference(images, compute_dtype=None):
     # In mixed precision the cast back takes the original's op name, and so
     # its summary tag.
     softmax_linear = tf.add(tf.matmul(local4, read(weights)), read(biases),
-                            name=scope.name if compute == dtype else None)
-    if compute != dtype:
+                            name=None if mixed else scope.name)
+    if mixed:
       softmax_linear = tf.cast(softmax_linear, dtype, name=scope.name)
     _activation_summary(softmax_linear)
 

@@ -96,6 +96,12 @@ def gpu_capability():
   return min(found) if found else None
 
 
+def this_machine(on_gpu):
+  """(cpu_bf16_feature(), gpu_capability() when on_gpu else None): the
+  machine's side of `choose`."""
+  return cpu_bf16_feature(), gpu_capability() if on_gpu else None
+
+
 def choose(requested, on_gpu, cpu_feature, capability):
   """The model's compute dtype for --mixed_precision, and the line to print.
 
@@ -147,8 +153,7 @@ def compute_dtype_here(requested, on_gpu, use_fp16=False):
     raise app.UsageError(
         '--use_fp16 stores the variables in float16, --mixed_precision=%s '
         'keeps them float32: drop one of the two' % requested)
-  dtype, line = choose(requested, on_gpu, cpu_bf16_feature(),
-                       gpu_capability() if on_gpu else None)
+  dtype, line = choose(requested, on_gpu, *this_machine(on_gpu))
   if line:
     print(line, flush=True)
   return dtype

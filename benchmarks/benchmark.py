@@ -772,8 +772,7 @@ def main():
   print('matmul sessions %s' % thread_line(matmul_session_config()))
   on_gpu = bool(tf.config.list_physical_devices('GPU'))
   mixed, mixed_line = mixed_precision_rows(
-      args.mixed_precision, on_gpu, cifar10_precision.cpu_bf16_feature(),
-      cifar10_precision.gpu_capability() if on_gpu else None)
+      args.mixed_precision, on_gpu, *cifar10_precision.this_machine(on_gpu))
   if mixed_line:
     print(mixed_line)
   print('data: %s' % (args.data_dir or 'synthetic'), flush=True)
