@@ -26,13 +26,8 @@ class's name).
 import os
 import sys
 
-# As in cifar10_train.py, set before TensorFlow loads: oneDNN's CPU kernels.
-os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
-
-# Run as a script, TensorFlow loads without its start-up noise (cifar10_console).
-if __name__ == '__main__':
-  import cifar10_console  # pylint: disable=g-import-not-at-top
-  cifar10_console.before_tensorflow()
+from cifar10_support import startup
+startup.before_tensorflow(__name__)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
@@ -42,11 +37,14 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 import cifar10_input
-import cifar10_resume
+from cifar10_support import checkpoints
+from cifar10_support import console
+from cifar10_support import run_flags
+from cifar10_support import sessions
 
 FLAGS = flags.FLAGS
 
-cifar10.define_checkpoint_dir_flag()
+run_flags.define_checkpoint_dir_flag()
 flags.DEFINE_string('checkpoint_path', '',
                     'One checkpoint to use instead, e.g. '
                     '/tmp/cifar10_train/model.ckpt-100000.')
@@ -123,20 +121,20 @@ def find_checkpoint(checkpoint_dir, checkpoint_path=''):
   Raises:
     ClassifyError: no checkpoint, a damaged one, or one of another model.
   """
-  path = checkpoint_path or tf.train.latest_checkpoint(checkpoint_dir)
+  path = checkpoint_path or checkpoints.newest(checkpoint_dir)
   if not path:
     raise ClassifyError(
         'no checkpoint in --checkpoint_dir=%s: point it at the --train_dir '
         'of a training run, or give --checkpoint_path' % checkpoint_dir)
-  reader, problem = cifar10_resume.verified_reader(path)
-  if problem:
-    raise ClassifyError('cannot read checkpoint %s: %s' % (path, problem))
-  dtypes = reader.get_variable_to_dtype_map()
-  if 'conv1/weights/ExponentialMovingAverage' not in dtypes:
-    raise ClassifyError(
-        'checkpoint %s holds no CIFAR-10 model with moving averages (no '
-        'conv1/weights/ExponentialMovingAverage)' % path)
-  return path, dtypes['conv1/weights']
+  try:
+    reader, dtype, _ = checkpoints.open_model(path)
+  except checkpoints.CheckpointError as e:
+    raise ClassifyError(str(e)) from None
+  averages = checkpoints.MODEL_PROBE + checkpoints.AVERAGE_SUFFIX
+  if not reader.has_tensor(averages):
+    raise ClassifyError('checkpoint %s holds no moving averages of the '
+                        'weights (no %s)' % (path, averages))
+  return path, dtype
 
 
 def image_files(arguments):
@@ -287,10 +285,10 @@ def export(checkpoint, export_dir, dtype=tf.float32):
 
 
 def main(argv):
-  cifar10.configure_logging()
-  cifar10.check_flag_range('top_k', FLAGS.top_k, minimum=1,
-                           maximum=cifar10.NUM_CLASSES)
-  cifar10.check_flag_range('batch_size', FLAGS.batch_size, minimum=1)
+  console.quiet_python_logs()
+  run_flags.check_flag_range('top_k', FLAGS.top_k, minimum=1,
+                             maximum=cifar10.NUM_CLASSES)
+  run_flags.check_flag_range('batch_size', FLAGS.batch_size, minimum=1)
   if len(argv) < 2 and not FLAGS.export_dir:
     raise app.UsageError('Give the pictures to classify (files or '
                          'directories), or --export_dir')
@@ -309,9 +307,8 @@ def main(argv):
   results, unreadable = [], []
   if files:
     results, unreadable = classify(
-        files, checkpoint, dtype, FLAGS.batch_size, cifar10.session_config(
-            optimize_graph=False,
-            threads=(FLAGS.num_intra_threads, FLAGS.num_inter_threads)))
+        files, checkpoint, dtype, FLAGS.batch_size,
+        sessions.eval_config(run_flags.threads(FLAGS)))
   for path, probabilities in results:
     print(format_line(path, probabilities, FLAGS.top_k))
   sys.stdout.flush()

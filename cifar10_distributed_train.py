@@ -43,21 +43,12 @@ their own; stop them (Ctrl-C or kill) when the workers are done.
 
 import contextlib
 from datetime import datetime
-import json
 import os
-import signal
-import socket
 import sys
 import time
 
-# As in cifar10_train, which this script imports only after TensorFlow:
-# oneDNN's CPU kernels, read once when TensorFlow loads, train faster.
-os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
-
-# Run as a script, TensorFlow loads without its start-up noise (cifar10_console).
-if __name__ == '__main__':
-  import cifar10_console  # pylint: disable=g-import-not-at-top
-  cifar10_console.before_tensorflow()
+from cifar10_support import startup
+startup.before_tensorflow(__name__)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
@@ -66,10 +57,17 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 import cifar10_input
-import cifar10_precision
-import cifar10_resume
-import cifar10_summaries
-import cifar10_train
+import cifar10_train  # its flags and log format
+from cifar10_support import checkpoints
+from cifar10_support import clusters
+from cifar10_support import console
+from cifar10_support import download
+from cifar10_support import precision
+from cifar10_support import run_flags
+from cifar10_support import sessions
+from cifar10_support import signals
+from cifar10_support import summaries
+from cifar10_support import train_dirs
 
 FLAGS = flags.FLAGS
 
@@ -120,182 +118,9 @@ class ClusterError(RuntimeError):
   """Another task stopped, or left state behind; the message says which."""
 
 
-def parse_hosts(value, flag_name):
-  """Splits a comma-separated 'host:port' list.
-
-  Args:
-    value: str, e.g. 'ps0.example.com:2222,10.0.0.2:2222'.
-    flag_name: str, where the list came from (for the error message).
-
-  Returns:
-    A list of 'host:port' strings, spaces stripped.
-
-  Raises:
-    ValueError: naming the flag and the bad entry, for an empty list, an
-      empty entry, a missing host, or a port that is not in 1..65535.
-  """
-  if not value or not value.strip():
-    raise ValueError('%s is empty: give a comma-separated list of host:port, '
-                     'e.g. localhost:2222,localhost:2223' % flag_name)
-  hosts = [entry.strip() for entry in value.split(',')]
-  for entry in hosts:
-    host, _, port = entry.rpartition(':')
-    if not entry:
-      raise ValueError('%s has an empty entry in %r: remove the extra comma'
-                       % (flag_name, value))
-    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-      raise ValueError('%s entry %r is not host:port with a port in 1..65535 '
-                       '(in %r)' % (flag_name, entry, value))
-  return hosts
-
-
-def cluster_from_tf_config(tf_config):
-  """Reads the cluster and this task from a TF_CONFIG JSON string.
-
-  Returns:
-    (ps_hosts, worker_hosts, job_name, task_index): two lists of 'host:port',
-    'ps' or 'worker', and an int.
-
-  Raises:
-    ValueError: for malformed JSON, missing or unsupported jobs, or a bad task.
-  """
-  try:
-    config = json.loads(tf_config)
-  except ValueError as e:
-    raise ValueError('TF_CONFIG is not valid JSON (%s): %r' % (e, tf_config))
-  cluster = config.get('cluster') if isinstance(config, dict) else None
-  task = config.get('task') if isinstance(config, dict) else None
-  if not isinstance(cluster, dict) or not isinstance(task, dict):
-    raise ValueError('TF_CONFIG needs a "cluster" and a "task" object, e.g. '
-                     '{"cluster": {"ps": ["h0:2222"], "worker": ["h1:2222"]}, '
-                     '"task": {"type": "worker", "index": 0}}; got %r'
-                     % tf_config)
-  extra = sorted(set(cluster) - {'ps', 'worker'})
-  if extra:
-    raise ValueError('TF_CONFIG cluster has job(s) %s; this script knows only '
-                     '"ps" and "worker" (worker 0 is the chief: list a chief '
-                     'as the first worker)' % ', '.join(extra))
-  hosts = {}
-  for job in ('ps', 'worker'):
-    if not isinstance(cluster.get(job), list):
-      raise ValueError('TF_CONFIG cluster needs a "%s" list of host:port' % job)
-    hosts[job] = parse_hosts(','.join(map(str, cluster[job])),
-                             'TF_CONFIG cluster "%s"' % job)
-  job_name, task_index = task.get('type'), task.get('index', 0)
-  if job_name not in ('ps', 'worker') or not isinstance(task_index, int):
-    raise ValueError('TF_CONFIG task must be {"type": "ps" or "worker", '
-                     '"index": <int>}; got %r' % (task,))
-  return hosts['ps'], hosts['worker'], job_name, task_index
-
-
-def resolve_cluster(job_name, task_index, ps_hosts, worker_hosts, tf_config):
-  """Picks the cluster from the flags, else from TF_CONFIG, and checks it.
-
-  Args:
-    job_name: 'ps', 'worker' or None (the --job_name flag).
-    task_index: int (the --task_index flag).
-    ps_hosts, worker_hosts: str, comma-separated host:port lists (flags).
-    tf_config: str or None, the TF_CONFIG environment variable.
-
-  Returns:
-    (cluster, job_name, task_index): cluster is a dict {'ps': [host:port...],
-    'worker': [host:port...]}.
-
-  Raises:
-    ValueError: naming the flag or variable at fault: no cluster given, a
-      malformed host list, an address listed twice, or a task index out of
-      range.
-  """
-  if job_name or ps_hosts or worker_hosts or not tf_config:
-    if not job_name:
-      raise ValueError('--job_name is required (ps or worker), unless the '
-                       'cluster comes from the TF_CONFIG environment variable')
-    cluster = {'ps': parse_hosts(ps_hosts, '--ps_hosts'),
-               'worker': parse_hosts(worker_hosts, '--worker_hosts')}
-    source = '--task_index'
-  else:
-    ps, workers, job_name, task_index = cluster_from_tf_config(tf_config)
-    cluster = {'ps': ps, 'worker': workers}
-    source = 'TF_CONFIG task index'
-  addresses = cluster['ps'] + cluster['worker']
-  repeated = sorted(set(a for a in addresses if addresses.count(a) > 1))
-  if repeated:
-    raise ValueError('Address(es) %s listed more than once in the cluster: '
-                     'every task needs its own host:port' % ', '.join(repeated))
-  num_tasks = len(cluster[job_name])
-  if not 0 <= task_index < num_tasks:
-    raise ValueError('%s=%d is out of range for job "%s", which has %d '
-                     'task(s): use 0..%d' % (source, task_index, job_name,
-                                             num_tasks, num_tasks - 1))
-  return cluster, job_name, task_index
-
-
-def wait_for_addresses(tasks, wait_secs, poll_secs=0.5):
-  """Waits until every task's address accepts TCP connections.
-
-  Args:
-    tasks: dict from a task name ('/job:ps/task:0') to its 'host:port'.
-    wait_secs: number, how long to keep trying.
-    poll_secs: number, pause between attempts.
-
-  Raises:
-    TimeoutError: naming each task and address that did not answer in time.
-  """
-  deadline = time.time() + wait_secs
-  pending = dict(tasks)
-  errors = {}
-  while True:
-    for name, address in sorted(pending.items()):
-      host, _, port = address.rpartition(':')
-      try:
-        socket.create_connection((host.strip('[]'), int(port)),
-                                 timeout=max(poll_secs, 1)).close()
-        del pending[name]
-      except OSError as e:
-        errors[name] = e
-    if not pending:
-      return
-    if time.time() >= deadline:
-      raise TimeoutError(
-          'No answer after %s s from %s. Is that task started, with this '
-          'address in its --ps_hosts/--worker_hosts, and is the port open? '
-          '(--startup_wait_secs sets the wait)' % (wait_secs, '; '.join(
-              '%s at %s (%s)' % (name, pending[name], errors[name])
-              for name in sorted(pending))))
-    time.sleep(poll_secs)
-
-
 def worker_device(task_index):
   """Where a worker's own ops run: its CPU (no GPUs are placed here)."""
   return '/job:worker/task:%d/cpu:0' % task_index
-
-
-def session_config(task_index, operation_timeout_secs,
-                   log_device_placement=False):
-  """The worker's session config: see only the ps tasks and itself.
-
-  Without device_filters, a session waits for every task of the cluster at
-  start, and synchronous training could hang at the end; the timeout bounds
-  any op that still blocks (tf2_notes.md section 11). Its thread counts are
-  the server's (`server_config`): a distributed session takes none of its
-  own.
-  """
-  return tf.ConfigProto(
-      device_filters=['/job:ps', '/job:worker/task:%d' % task_index],
-      operation_timeout_in_ms=int(operation_timeout_secs * 1000),
-      log_device_placement=log_device_placement)
-
-
-def server_config(threads=(None, None)):
-  """The tf.train.Server's config: the thread counts of every op it runs.
-
-  Args:
-    threads: (--num_intra_threads, --num_inter_threads); None in either
-      place for cifar10.thread_settings' rule for a cluster task.
-  """
-  intra, inter = cifar10.threads_here(threads, cluster_task=True)
-  return tf.ConfigProto(intra_op_parallelism_threads=intra,
-                        inter_op_parallelism_threads=inter)
 
 
 def _sync_train_op(total_loss, global_step, batch_size, replicas_to_aggregate,
@@ -311,7 +136,7 @@ def _sync_train_op(total_loss, global_step, batch_size, replicas_to_aggregate,
   """
   lr = cifar10.learning_rate(global_step, batch_size,
                              num_towers=replicas_to_aggregate)
-  loss_averages_op = cifar10._add_loss_summaries(total_loss)  # pylint: disable=protected-access
+  loss_averages_op = cifar10.add_loss_summaries(total_loss)
   variable_averages = tf.train.ExponentialMovingAverage(
       cifar10.MOVING_AVERAGE_DECAY, global_step)
   opt = tf.train.SyncReplicasOptimizer(
@@ -493,7 +318,7 @@ def _monitored_session(target, cluster, task_index, hooks, config, train_dir,
   """The chief's session (initialises or restores, saves) or another's.
 
   Args:
-    restore_plan: the chief's cifar10_resume.RestorePlan, or None.
+    restore_plan: the chief's checkpoints.RestorePlan, or None.
     Others: as for `train`.
 
   Returns:
@@ -502,12 +327,12 @@ def _monitored_session(target, cluster, task_index, hooks, config, train_dir,
   if task_index == 0:
     # Restores on the chief's CPU, from its own disk, as its saver saves.
     with tf.device(worker_device(task_index)):
-      scaffold = cifar10_resume.restoring_scaffold(restore_plan)
+      scaffold = checkpoints.restoring_scaffold(restore_plan)
     # After the NaN check, as in cifar10_train, so a diverged step is never
     # saved.
     # The global step moves with every worker's updates: re-read each run.
     hooks = hooks + [
-        cifar10_summaries.SummaryHook(train_dir, save_summaries_steps,
+        summaries.SummaryHook(train_dir, save_summaries_steps,
                                       max_steps, own_steps=False),
         tf.train.CheckpointSaverHook(
             train_dir, scaffold=scaffold, save_steps=save_checkpoint_steps,
@@ -575,26 +400,25 @@ def train(target, cluster, task_index, data_dir, train_dir,
       op blocked for operation_timeout_secs (another task stopped or hangs).
     ClusterError: synchronous training found its token queue closed (the
       chief stopped, or the ps tasks are left over from an earlier run).
-    cifar10_train.DivergedError: the loss became NaN; the chief does not save
+    train_dirs.DivergedError: the loss became NaN; the chief does not save
       that step.
-    cifar10_resume.ResumeError: the chief's newest checkpoint is of another
+    checkpoints.ResumeError: the chief's newest checkpoint is of another
       model, or every checkpoint is damaged.
-    cifar10_lock.TrainDirBusyError: another trainer holds the chief's
+    train_dirs.TrainDirBusyError: another trainer holds the chief's
       train_dir.
-    cifar10_train.DiskFullError: the chief's disk filled up while saving.
+    train_dirs.DiskFullError: the chief's disk filled up while saving.
   """
   is_chief = task_index == 0
-  checkpoint = plan = None
+  start = plan = None
   with contextlib.ExitStack() as claimed:
-    if is_chief:
-      checkpoint = claimed.enter_context(
-          cifar10_train.claim_train_dir(train_dir, fresh_start))
-    with tf.Graph().as_default(), cifar10_train._stop_requests() as stop_signals:  # pylint: disable=protected-access
+    if is_chief:  # Only the chief reads and writes train_dir.
+      start = claimed.enter_context(train_dirs.claim(train_dir, fresh_start))
+    with tf.Graph().as_default(), signals.stop_requests() as stop_signals:
       graph = build_worker_graph(cluster, task_index, data_dir, batch_size,
                                  use_fp16, sync_replicas, replicas_to_aggregate,
                                  num_threads, compute_dtype)
       if is_chief:
-        plan = cifar10_train.plan_resume(checkpoint, train_dir)
+        plan = start.restore_plan()
       logger = _WorkerLoggerHook(task_index, graph['loss'],
                                  graph['global_step'], batch_size,
                                  log_frequency)
@@ -603,10 +427,9 @@ def train(target, cluster, task_index, data_dir, train_dir,
       if sync_replicas:
         hooks += [graph['sync_optimizer'].make_session_run_hook(is_chief),
                   _ReleaseTokensHook(graph['release_op'])]
-      config = session_config(task_index, operation_timeout_secs,
-                              log_device_placement)
-      # Only the chief writes to train_dir.
-      full_disk = (cifar10_train.stop_on_full_disk(train_dir) if is_chief
+      config = sessions.worker_config(task_index, operation_timeout_secs,
+                                      log_device_placement)
+      full_disk = (start.stop_on_full_disk() if is_chief
                    else contextlib.nullcontext())
       try:
         with full_disk, _monitored_session(
@@ -627,8 +450,8 @@ def train(target, cluster, task_index, data_dir, train_dir,
         raise ClusterError(_CLOSED_QUEUE) from None
       except tf.train.NanLossDuringTrainingError:
         if is_chief:
-          raise cifar10_train._diverged(logger.global_step, train_dir) from None  # pylint: disable=protected-access
-        raise cifar10_train.DivergedError(
+          raise start.diverged(logger.global_step) from None
+        raise train_dirs.DivergedError(
             'Model diverged with loss = NaN at global step %s; the chief keeps '
             'the last good checkpoint.' % logger.global_step) from None
   if sync_replicas and not stop_signals and logger.global_step < max_steps:
@@ -637,7 +460,7 @@ def train(target, cluster, task_index, data_dir, train_dir,
                        % (logger.global_step, max_steps, _CLOSED_QUEUE))
   if stop_signals:
     print('Worker %d: received %s: stopped at global step %d.'
-          % (task_index, signal.Signals(stop_signals[0]).name,
+          % (task_index, signals.name(stop_signals[0]),
              logger.global_step), flush=True)
   print('Worker %d: stopped at global step %d after %d steps of its own.'
         % (task_index, logger.global_step, logger.local_steps), flush=True)
@@ -651,24 +474,23 @@ def _check_flags():
   """Usage errors for flag values that no task could run with."""
   for name in ('max_steps', 'batch_size', 'log_frequency', 'startup_wait_secs',
                'operation_timeout_secs', 'save_checkpoint_secs'):
-    cifar10.check_flag_range(name, getattr(FLAGS, name), minimum=1)
+    run_flags.check_flag_range(name, getattr(FLAGS, name), minimum=1)
   for name in ('save_checkpoint_steps', 'save_summaries_steps'):
-    cifar10.check_flag_range(name, getattr(FLAGS, name), minimum=0)
+    run_flags.check_flag_range(name, getattr(FLAGS, name), minimum=0)
   if FLAGS.replicas_to_aggregate != -1:
     if not FLAGS.sync_replicas:
       raise app.UsageError('--replicas_to_aggregate only applies with '
                            '--sync_replicas')
-    cifar10.check_flag_range('replicas_to_aggregate',
-                             FLAGS.replicas_to_aggregate, minimum=1)
+    run_flags.check_flag_range('replicas_to_aggregate',
+                               FLAGS.replicas_to_aggregate, minimum=1)
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError('Unexpected arguments: %s' % ' '.join(argv[1:]))
-  cifar10.configure_logging()
+  run_flags.check_no_arguments(argv)
+  console.quiet_python_logs()
   _check_flags()
   try:
-    cluster, job_name, task_index = resolve_cluster(
+    cluster, job_name, task_index = clusters.resolve_cluster(
         FLAGS.job_name, FLAGS.task_index, FLAGS.ps_hosts, FLAGS.worker_hosts,
         os.environ.get('TF_CONFIG'))
   except ValueError as e:
@@ -677,7 +499,7 @@ def main(argv):
                                       FLAGS.worker_hosts):
     print('Cluster flags given: ignoring the TF_CONFIG environment variable.')
   if job_name == 'worker' and task_index == 0:
-    cifar10.check_flag_writable_dir('train_dir', FLAGS.train_dir)
+    run_flags.check_flag_writable_dir('train_dir', FLAGS.train_dir)
   print('PS hosts are: %s' % ','.join(cluster['ps']))
   print('Worker hosts are: %s' % ','.join(cluster['worker']))
   print('This task: /job:%s/task:%d' % (job_name, task_index), flush=True)
@@ -685,8 +507,8 @@ def main(argv):
   try:
     server = tf.train.Server(
         tf.train.ClusterSpec(cluster), job_name=job_name,
-        task_index=task_index, config=server_config(
-            (FLAGS.num_intra_threads, FLAGS.num_inter_threads)))
+        task_index=task_index,
+        config=sessions.server_config(run_flags.threads(FLAGS)))
   except tf.errors.OpError as e:
     sys.exit('Could not start the server of /job:%s/task:%d at %s (is the '
              'port in use?): %s' % (job_name, task_index,
@@ -710,18 +532,16 @@ def main(argv):
     print('SyncReplicas enabled: replicas_to_aggregate=%d; '
           'total_num_replicas=%d' % (replicas, len(cluster['worker'])))
   # Workers compute on their CPUs (worker_device): float16 never arises.
-  compute_dtype = cifar10_precision.compute_dtype_here(
+  compute_dtype = precision.compute_dtype_here(
       FLAGS.mixed_precision, on_gpu=False, use_fp16=FLAGS.use_fp16)
   print('Worker %d: waiting up to %d s for the ps tasks.'
         % (task_index, FLAGS.startup_wait_secs), flush=True)
   try:
-    wait_for_addresses({'/job:ps/task:%d' % i: address
-                        for i, address in enumerate(cluster['ps'])},
-                       FLAGS.startup_wait_secs)
-    cifar10.maybe_download_and_extract(FLAGS.data_dir, FLAGS.data_url,
-                                       FLAGS.data_md5,
-                                       files=cifar10_input.TRAIN_FILES)
-    print(cifar10.data_line(FLAGS.data_dir, cifar10_input.TRAIN_FILES))
+    clusters.wait_for_addresses({'/job:ps/task:%d' % i: address
+                                 for i, address in enumerate(cluster['ps'])},
+                                FLAGS.startup_wait_secs)
+    download.prepare(FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5,
+                     cifar10_input.TRAIN_FILES)
     stats = train(
         server.target, cluster, task_index, data_dir=FLAGS.data_dir,
         train_dir=FLAGS.train_dir, max_steps=FLAGS.max_steps,
@@ -735,10 +555,10 @@ def main(argv):
         save_checkpoint_steps=FLAGS.save_checkpoint_steps or None,
         save_summaries_steps=FLAGS.save_summaries_steps,
         compute_dtype=compute_dtype)
-  except (TimeoutError, ClusterError) + cifar10_train.RUN_ERRORS as e:
+  except (TimeoutError, ClusterError) + train_dirs.RUN_ERRORS as e:
     sys.exit('Worker %d: %s' % (task_index, e))
   if stats['signal']:
-    sys.exit(128 + stats['signal'])
+    sys.exit(signals.exit_status(stats['signal']))
 
 
 if __name__ == '__main__':

@@ -27,13 +27,8 @@ import os
 import sys
 import time
 
-# The CPU kernels cifar10_train.py chooses; see there.
-os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
-
-# Run as a script, TensorFlow loads without its start-up noise (cifar10_console).
-if __name__ == '__main__':
-  import cifar10_console  # pylint: disable=g-import-not-at-top
-  cifar10_console.before_tensorflow()
+from cifar10_support import startup
+startup.before_tensorflow(__name__)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
@@ -43,9 +38,13 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 import cifar10_input
-import cifar10_precision
-import cifar10_picture
-import cifar10_resume
+from cifar10_support import checkpoints
+from cifar10_support import console
+from cifar10_support import download
+from cifar10_support import eval_report
+from cifar10_support import precision
+from cifar10_support import run_flags
+from cifar10_support import sessions
 
 FLAGS = flags.FLAGS
 
@@ -53,7 +52,7 @@ flags.DEFINE_string('eval_dir', '/tmp/cifar10_eval',
                     'Directory where to write event logs.')
 flags.DEFINE_enum('eval_data', 'test', ['test', 'train_eval'],
                   "Either 'test' or 'train_eval'.")
-cifar10.define_checkpoint_dir_flag()
+run_flags.define_checkpoint_dir_flag()
 flags.DEFINE_integer('eval_interval_secs', 60 * 5, 'How often to run the eval.',
                      lower_bound=1)
 flags.DEFINE_integer('num_examples', 10000, 'Number of examples to run.',
@@ -63,25 +62,9 @@ flags.DEFINE_boolean('run_once', False, 'Whether to run eval only once.')
 PRECISION_FORMAT = '%s: precision @ 1 = %.3f'
 ERROR_FORMAT = 'cifar10_eval.py: error: %s'
 
-# The class names of CIFAR-10's labels 0..9 (batches.meta.txt).
-CLASS_NAMES = cifar10_input.CLASS_NAMES
-
-# Pixels per confusion-matrix cell in the TensorBoard image.
-CONFUSION_CELL_PIXELS = 24
-# Colour of a cell holding a whole row (white is an empty cell).
-CONFUSION_FULL_RGB = np.array([8, 48, 107])
-
-
-class CheckpointError(ValueError):
-  """A checkpoint that cannot be evaluated: none yet, or the wrong contents."""
-
-
-class CheckpointUnreadableError(CheckpointError):
-  """A listed checkpoint whose files are missing, incomplete or damaged.
-
-  Training prunes old checkpoints and writes new ones while evaluation runs,
-  so periodic evaluation skips such a checkpoint and waits for the next.
-  """
+# Raised for a checkpoint that cannot be evaluated (checkpoints.py).
+CheckpointError = checkpoints.CheckpointError
+CheckpointUnreadableError = checkpoints.CheckpointUnreadableError
 
 
 def check_eval_args(data_dir, eval_data, num_examples, batch_size):
@@ -93,12 +76,12 @@ def check_eval_args(data_dir, eval_data, num_examples, batch_size):
   Raises:
     ValueError: naming the setting or file and the expected value.
   """
-  filenames = [os.path.join(data_dir, cifar10.BATCHES_DIR, name)
+  filenames = [os.path.join(data_dir, download.BATCHES_DIR, name)
                for name in cifar10_input.eval_files(eval_data)]
-  for name, value in (('num_examples', num_examples),
-                      ('batch_size', batch_size)):
-    if not isinstance(value, int) or value < 1:
-      raise ValueError('%s must be a positive integer, got %r' % (name, value))
+  if not isinstance(num_examples, int) or num_examples < 1:
+    raise ValueError('num_examples must be a positive integer, got %r'
+                     % (num_examples,))
+  cifar10_input.check_batch_size(batch_size)
   num_records = cifar10_input.check_data_files(filenames)
   if num_examples > num_records:
     raise ValueError(
@@ -106,63 +89,6 @@ def check_eval_args(data_dir, eval_data, num_examples, batch_size):
         'counted once, so use num_examples=%d or fewer'
         % (num_examples, num_records, ', '.join(filenames), num_records))
   return num_records
-
-
-def _open_checkpoint(checkpoint_path):
-  """Reads a checkpoint's index; the weights' dtype and the global step.
-
-  Returns:
-    (reader, dtype of the weights, global step as an int).
-  """
-  # Every value is read back (checksums included), so a damaged .index or
-  # .data file is skipped here rather than failing the restore.
-  reader, problem = cifar10_resume.verified_reader(checkpoint_path)
-  if problem:
-    raise CheckpointUnreadableError(
-        'cannot read checkpoint %s (pruned by training, not completely '
-        'written, or damaged): %s' % (checkpoint_path, problem))
-  dtypes = reader.get_variable_to_dtype_map()
-  if 'conv1/weights' not in dtypes:
-    raise CheckpointError(
-        'checkpoint %s does not hold the CIFAR-10 model (no conv1/weights); '
-        'point --checkpoint_dir at a cifar10_train.py --train_dir'
-        % checkpoint_path)
-  if reader.has_tensor('global_step'):
-    global_step = int(reader.get_tensor('global_step'))
-  else:  # Not saved by a training script: take it from the name, if there.
-    suffix = checkpoint_path.rsplit('-', 1)[-1]
-    global_step = int(suffix) if suffix.isdigit() else 0
-  return reader, dtypes['conv1/weights'], global_step
-
-
-def _check_restorable(reader, var_map, checkpoint_path):
-  """Checks that the checkpoint has every value the eval graph restores.
-
-  Args:
-    reader: the checkpoint's reader.
-    var_map: dict, checkpoint key -> eval graph variable.
-    checkpoint_path: for the messages.
-
-  Raises:
-    CheckpointError: naming what is missing or of the wrong shape.
-  """
-  shapes = reader.get_variable_to_shape_map()
-  missing = sorted(key for key in var_map if key not in shapes)
-  if missing:
-    raw_names = [var_map[key].op.name for key in missing]
-    if all(name in shapes for name in raw_names):
-      raise CheckpointError(
-          'checkpoint %s has no moving averages of the weights (no %s): '
-          'evaluation uses the averaged weights, which cifar10_train.py '
-          'saves; this checkpoint was written without them'
-          % (checkpoint_path, missing[0]))
-    raise CheckpointError('checkpoint %s does not match the CIFAR-10 model: '
-                          'missing %s' % (checkpoint_path, ', '.join(missing)))
-  for key, var in sorted(var_map.items()):
-    if shapes[key] != var.shape.as_list():
-      raise CheckpointError('checkpoint %s holds %s with shape %s; the model '
-                            'needs %s' % (checkpoint_path, key, shapes[key],
-                                          var.shape.as_list()))
 
 
 def _build_eval_graph(eval_data, data_dir, batch_size, use_fp16, num_threads,
@@ -223,19 +149,6 @@ def _build_eval_graph(eval_data, data_dir, batch_size, use_fp16, num_threads,
           'confusion_summaries': confusion_summaries}
 
 
-def default_session_config(threads=(None, None)):
-  """The evaluation session's tf.ConfigProto (see cifar10.session_config).
-
-  Args:
-    threads: (intra-op, inter-op) thread counts; None in either place for
-      cifar10.thread_settings' rule.
-  """
-  config = cifar10.session_config(optimize_graph=False, threads=threads)
-  # Take GPU memory as needed, leaving the rest to a training job.
-  config.gpu_options.allow_growth = True
-  return config
-
-
 def _count(sess, graph_ops, num_examples):
   """Runs batches until exactly num_examples examples are counted.
 
@@ -265,105 +178,6 @@ def _count(sess, graph_ops, num_examples):
   return tuple(np.concatenate(parts[k]) for k in fetches) + (summary,)
 
 
-def _per_class(correct, predictions, labels):
-  """Per-class counts and the confusion matrix.
-
-  Returns:
-    per_class: list over classes of dicts with 'name', 'examples', 'correct',
-      'precision' (None for a class without examples).
-    confusion: int64 array [NUM_CLASSES, NUM_CLASSES]; rows are true
-      classes, columns predicted classes.
-  """
-  n = cifar10.NUM_CLASSES
-  confusion = np.zeros([n, n], np.int64)
-  np.add.at(confusion, (labels, predictions), 1)
-  examples = np.bincount(labels, minlength=n)
-  hits = np.bincount(labels, weights=correct, minlength=n).astype(np.int64)
-  per_class = []
-  for c in range(n):
-    per_class.append({'name': CLASS_NAMES[c], 'examples': int(examples[c]),
-                      'correct': int(hits[c]),
-                      'precision': (float(hits[c]) / examples[c]
-                                    if examples[c] else None)})
-  return per_class, confusion
-
-
-TABLE_HEADER = ('class', 'examples', 'correct', 'precision @ 1',
-                'most confused with')
-
-
-def _table_rows(per_class, confusion):
-  """The per-class table's rows: five strings per class, as TABLE_HEADER."""
-  rows = []
-  for c, row in enumerate(per_class):
-    wrong = confusion[c].copy()
-    wrong[c] = 0
-    confused = ('%s (%d)' % (CLASS_NAMES[wrong.argmax()], wrong.max())
-                if wrong.max() else '-')
-    precision = ('%.3f' % row['precision'] if row['precision'] is not None
-                 else '-')
-    rows.append((row['name'], str(row['examples']), str(row['correct']),
-                 precision, confused))
-  return rows
-
-
-def format_table(per_class, confusion):
-  """The per-class table printed after the precision line, as one string."""
-  line = '%-12s %8s %8s %14s  %s'
-  return '\n'.join(line % cells for cells in
-                   [TABLE_HEADER] + _table_rows(per_class, confusion))
-
-
-def _markdown_table(header, rows):
-  """A markdown table (TensorBoard's Text dashboard renders it) of strings."""
-  lines = ['| %s |' % ' | '.join(cells) for cells in [header] + rows]
-  lines.insert(1, '|---' * len(header) + '|')
-  return '\n'.join(lines)
-
-
-def per_class_markdown(per_class, confusion):
-  """The same table as markdown, for TensorBoard's Text dashboard."""
-  return _markdown_table(TABLE_HEADER, _table_rows(per_class, confusion))
-
-
-def confusion_image(confusion, cell=CONFUSION_CELL_PIXELS):
-  """Renders the confusion matrix for TensorBoard, with the class names.
-
-  Each row (true class, airplane at the top) is normalized by its count, so a
-  cell's colour runs from white (none of that class) to dark blue (all of
-  it); columns are the predicted classes, airplane on the left. Grey lines
-  frame the cells. The class names stand left of the rows and above the
-  columns (read bottom to top), with the titles 'true' and 'predicted'.
-
-  Args:
-    confusion: int array [10, 10], rows true classes, columns predicted.
-    cell: int, pixels from one cell to the next; the text is 2x for 24 up.
-
-  Returns:
-    uint8 array [1, height, width, 3]: the 10 * cell + 1 pixels square grid
-    inside a white margin of text (cifar10_picture.label_grid).
-  """
-  totals = np.maximum(confusion.sum(axis=1, keepdims=True), 1)
-  fraction = confusion / totals
-  rgb = 255 - fraction[..., None] * (255 - CONFUSION_FULL_RGB)
-  pixels = np.pad(np.kron(rgb, np.ones([cell, cell, 1])),
-                  [(0, 1), (0, 1), (0, 0)])
-  # Light grey lines around the cells.
-  pixels[::cell, :, :] = 200
-  pixels[:, ::cell, :] = 200
-  return cifar10_picture.label_grid(
-      pixels, cell, CLASS_NAMES, CLASS_NAMES, 'true', 'predicted',
-      scale=max(1, cell // 12))[None]
-
-
-def confusion_markdown(confusion):
-  """The confusion matrix as a markdown table of counts (TensorBoard Text)."""
-  return _markdown_table(
-      ('true \\ predicted',) + tuple(CLASS_NAMES),
-      [['**%s**' % name] + [str(v) for v in counts]
-       for name, counts in zip(CLASS_NAMES, confusion)])
-
-
 def _write_summaries(writer, result, graph_summary, sess, graph_ops):
   summary = tf.Summary()
   summary.ParseFromString(graph_summary)
@@ -374,10 +188,12 @@ def _write_summaries(writer, result, graph_summary, sess, graph_ops):
                         simple_value=row['precision'])
   writer.add_summary(summary, result['global_step'])
   writer.add_summary(sess.run(graph_ops['confusion_summaries'], {
-      graph_ops['confusion_input']: confusion_image(result['confusion']),
-      graph_ops['confusion_text']: confusion_markdown(result['confusion']),
-      graph_ops['per_class_text']: per_class_markdown(result['per_class'],
-                                                      result['confusion'])}),
+      graph_ops['confusion_input']: eval_report.confusion_image(
+          result['confusion']),
+      graph_ops['confusion_text']: eval_report.confusion_markdown(
+          result['confusion']),
+      graph_ops['per_class_text']: eval_report.per_class_markdown(
+          result['per_class'], result['confusion'])}),
                      result['global_step'])
   writer.flush()
 
@@ -417,7 +233,7 @@ def eval_once(checkpoint_path, data_dir, eval_dir=None, eval_data='test',
     CheckpointUnreadableError: its files are missing or incomplete.
   """
   check_eval_args(data_dir, eval_data, num_examples, batch_size)
-  reader, dtype, global_step = _open_checkpoint(checkpoint_path)
+  reader, dtype, global_step = checkpoints.open_model(checkpoint_path)
   print('%s: evaluating %s (global step %d, %s weights) on %d %s examples'
         % (datetime.now(), checkpoint_path, global_step, dtype.name,
            num_examples, eval_data), flush=True)
@@ -431,14 +247,15 @@ def eval_once(checkpoint_path, data_dir, eval_dir=None, eval_data='test',
     graph_ops = _build_eval_graph(eval_data, data_dir, batch_size,
                                   dtype == tf.float16, num_threads,
                                   compute_dtype)
-    _check_restorable(reader, graph_ops['var_map'], checkpoint_path)
+    checkpoints.check_averages_restorable(reader, graph_ops['var_map'],
+                                          checkpoint_path)
     saver = tf.train.Saver(graph_ops['var_map'])
     # The epoch counter of the single-pass input is a local variable.
     init_local = tf.local_variables_initializer()
     writer = tf.summary.FileWriterCache.get(eval_dir) if eval_dir else None
     graph.finalize()
 
-    with tf.Session(config=session_config or default_session_config()) as sess:
+    with tf.Session(config=session_config or sessions.eval_config()) as sess:
       try:
         saver.restore(sess, checkpoint_path)
       except tf.errors.OpError as e:
@@ -457,33 +274,30 @@ def eval_once(checkpoint_path, data_dir, eval_dir=None, eval_data='test',
         coord.join(threads, stop_grace_period_secs=10)
 
       true_count = int(correct.sum())
-      per_class, confusion = _per_class(correct, predictions, labels)
+      per_class, confusion = eval_report.count_per_class(correct, predictions,
+                                                         labels)
       result = {'checkpoint': checkpoint_path, 'global_step': global_step,
                 'num_examples': num_examples, 'true_count': true_count,
                 'precision': true_count / num_examples,
                 'per_class': per_class, 'confusion': confusion}
       print(PRECISION_FORMAT % (datetime.now(), result['precision']))
-      print(format_table(per_class, confusion), flush=True)
+      print(eval_report.format_table(per_class, confusion), flush=True)
       if writer:
         _write_summaries(writer, result, graph_summary, sess, graph_ops)
   return result
 
 
 def _newest_checkpoint(checkpoint_dir):
-  """The newest checkpoint listed in checkpoint_dir, and what identifies it.
+  """The newest checkpoint in checkpoint_dir, and what identifies it.
 
   Returns:
     (path, identity), or (None, None) when there is none. The identity
     includes the index file's modification time, so a checkpoint rewritten
     under the same name (training restarted) counts as new.
   """
-  try:
-    state = tf.train.get_checkpoint_state(checkpoint_dir)
-  except ValueError:  # A 'checkpoint' file naming no checkpoint.
-    state = None
-  if not state or not state.model_checkpoint_path:
+  path = checkpoints.newest(checkpoint_dir)
+  if path is None:
     return None, None
-  path = state.model_checkpoint_path
   try:
     mtime = tf.io.gfile.stat(path + '.index').mtime_nsec
   except tf.errors.OpError:
@@ -559,36 +373,32 @@ def evaluate(data_dir, checkpoint_dir, eval_dir, eval_data='test',
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError('Unexpected arguments: %s' % ' '.join(argv[1:]))
-  cifar10.configure_logging()
-  cifar10.check_flag_range('batch_size', FLAGS.batch_size, minimum=1)
-  cifar10.check_flag_writable_dir('eval_dir', FLAGS.eval_dir)
+  run_flags.check_no_arguments(argv)
+  console.quiet_python_logs()
+  run_flags.check_flag_range('batch_size', FLAGS.batch_size, minimum=1)
+  run_flags.check_flag_writable_dir('eval_dir', FLAGS.eval_dir)
   if FLAGS.use_fp16:
     print('Note: --use_fp16 is not needed here; the model takes the dtype '
           'of the weights in each checkpoint.')
+  files = cifar10_input.eval_files(FLAGS.eval_data)
   try:
-    cifar10.maybe_download_and_extract(
-        FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5,
-        files=cifar10_input.eval_files(FLAGS.eval_data))
+    download.maybe_download_and_extract(FLAGS.data_dir, FLAGS.data_url,
+                                        FLAGS.data_md5, files=files)
     records = check_eval_args(FLAGS.data_dir, FLAGS.eval_data,
                               FLAGS.num_examples, FLAGS.batch_size)
-    print(cifar10.data_line(FLAGS.data_dir,
-                            cifar10_input.eval_files(FLAGS.eval_data),
-                            records))
-  except ValueError as e:  # cifar10.DataError is one too
+    print(download.data_line(FLAGS.data_dir, files, records))
+  except ValueError as e:  # cifar10_input.DataError is one too
     sys.exit(ERROR_FORMAT % str(e).replace('num_examples=', '--num_examples='))
   # Eval runs where TensorFlow places it: on a GPU when there is one.
-  compute_dtype = cifar10_precision.compute_dtype_here(
-      FLAGS.mixed_precision, bool(tf.config.list_physical_devices('GPU')))
+  compute_dtype = precision.compute_dtype_here(FLAGS.mixed_precision,
+                                               sessions.has_gpu())
   try:
     evaluate(data_dir=FLAGS.data_dir, checkpoint_dir=FLAGS.checkpoint_dir,
              eval_dir=FLAGS.eval_dir, eval_data=FLAGS.eval_data,
              num_examples=FLAGS.num_examples, batch_size=FLAGS.batch_size,
              run_once=FLAGS.run_once,
              eval_interval_secs=FLAGS.eval_interval_secs,
-             session_config=default_session_config(
-                 (FLAGS.num_intra_threads, FLAGS.num_inter_threads)),
+             session_config=sessions.eval_config(run_flags.threads(FLAGS)),
              compute_dtype=compute_dtype)
   except CheckpointError as e:
     sys.exit(ERROR_FORMAT % e)

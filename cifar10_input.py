@@ -13,6 +13,8 @@ import os
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+from cifar10_support import fast_ops
+
 # Images are cropped from 32x32 to this size; the model is built for it.
 IMAGE_SIZE = 24
 
@@ -171,59 +173,20 @@ def _read_chunk(filename_queue):
   return _decode(values)
 
 
-# Both pipelines preprocess channel planes, as the records store them, and
-# make the finished 24x24 floats channels-last at the end: per-channel means
-# and broadcasts run several times faster over contiguous planes than over
-# interleaved channels, and a float32 transpose of the crop costs a fifth of
-# a uint8 one of the whole image (benchmarks/README.md, change 16).
-def distort(planes, offsets, flips, deltas, factors):
-  """The training distortions, with their random draws given, per image.
-
-  The same arithmetic as tf.image's random_crop, random_flip_left_right,
-  random_brightness, random_contrast and per_image_standardization applied
-  one image at a time, but over a whole chunk of images in a few ops.
-
-  Args:
-    planes: uint8 or float32 tensor of [n, 3, 32, 32], values 0-255: each
-      image's red, green and blue planes, as the records store them.
-    offsets: int32 tensor of [n, 2], each crop's top-left corner (row,
-      column), in 0..32 - IMAGE_SIZE.
-    flips: bool tensor of [n], True to mirror the crop left-right.
-    deltas: float32 tensor of [n], brightness added to every pixel.
-    factors: float32 tensor of [n], contrast factor: each channel's
-      deviations from its mean are scaled by it.
-
-  Returns:
-    float32 tensor of [n, IMAGE_SIZE, IMAGE_SIZE, 3] (height, width, RGB),
-    each image with mean 0 and standard deviation 1.
-  """
-  steps = tf.range(IMAGE_SIZE)
-  rows = offsets[:, :1] + steps
-  cols = offsets[:, 1:] + tf.where_v2(flips[:, None], steps[::-1], steps)
-  # Rows are gathered as whole 32-pixel lines, before the cast (a quarter of
-  # the bytes). Columns are gathered as lines too, after swapping the last
-  # two axes: picking single pixels is several times slower. The brightness
-  # is added before that swap: Grappler swaps a transpose with a cast just
-  # before it, and would transpose uint8, several times slower than float32.
-  crops = tf.cast(tf.gather(planes, rows, axis=2, batch_dims=1), tf.float32)
-  crops += deltas[:, None, None, None]
-  crops = tf.gather(tf.transpose(crops, [0, 1, 3, 2]), cols, axis=2,
-                    batch_dims=1)  # [n, 3, column, row]
-  means = tf.reduce_mean(crops, axis=[2, 3], keepdims=True)
-  crops = (crops - means) * factors[:, None, None, None] + means
-  crops = tf.image.per_image_standardization(crops)  # layout-agnostic
-  return tf.transpose(crops, [0, 3, 2, 1])
-
-
 def _random_distort(planes):
-  """`distort` with the original's random draws, independent per image."""
+  """The original's random distortions, drawn independently per image.
+
+  fast_ops.distort computes what tf.image's per-image ops compute, over the
+  whole chunk at once.
+  """
   n = tf.shape(planes)[0]
   offsets = tf.random.uniform([n, 2], maxval=HEIGHT - IMAGE_SIZE + 1,
                               dtype=tf.int32)
   flips = tf.random.uniform([n]) < 0.5
   deltas = tf.random.uniform([n], -63.0, 63.0)
   factors = tf.random.uniform([n], 0.2, 1.8)
-  return distort(planes, offsets, flips, deltas, factors)
+  return fast_ops.distort(planes, offsets, flips, deltas, factors,
+                          IMAGE_SIZE)
 
 
 def _generate_image_and_label_batch(images, labels, min_queue_examples,
@@ -262,7 +225,9 @@ def _generate_image_and_label_batch(images, labels, min_queue_examples,
       label_batch, [-1 if allow_smaller_final_batch else batch_size])
 
 
-def _check_batch_size(batch_size):
+def check_batch_size(batch_size):
+  """Raises ValueError unless batch_size is a positive int: every pipeline's
+  check, and evaluation's before it builds a graph."""
   if not isinstance(batch_size, int) or batch_size < 1:
     raise ValueError('batch_size must be a positive integer, got %r'
                      % (batch_size,))
@@ -287,7 +252,7 @@ def distorted_inputs(data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS):
   Raises:
     ValueError: if a data file is missing or malformed, or batch_size < 1.
   """
-  _check_batch_size(batch_size)
+  check_batch_size(batch_size)
   filenames = [os.path.join(data_dir, f) for f in TRAIN_FILES]
   num_records = check_data_files(filenames)
 
@@ -383,7 +348,7 @@ def inputs(eval_data, data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS,
     ValueError: on a bad eval_data or batch_size, or a missing or malformed
       data file.
   """
-  _check_batch_size(batch_size)
+  check_batch_size(batch_size)
   filenames = [os.path.join(data_dir, f) for f in eval_files(eval_data)]
   num_records = check_data_files(filenames)
 

@@ -28,17 +28,10 @@ the last tower's, with the same tags as single-device training.
 """
 
 import collections
-import os
 import re
 
-# As in cifar10_train.py, set before TensorFlow loads: oneDNN's CPU kernels
-# (benchmarks/README.md). TF_ENABLE_ONEDNN_OPTS=0 in the environment wins.
-os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
-
-# Run as a script, TensorFlow loads without its start-up noise (cifar10_console).
-if __name__ == '__main__':
-  import cifar10_console  # pylint: disable=g-import-not-at-top
-  cifar10_console.before_tensorflow()
+from cifar10_support import startup
+startup.before_tensorflow(__name__)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
@@ -46,10 +39,13 @@ from absl import flags
 import tensorflow.compat.v1 as tf
 
 import cifar10
-import cifar10_gpus
 import cifar10_input
-import cifar10_precision
-import cifar10_train
+import cifar10_train  # its flags, and the training session it runs
+from cifar10_support import console
+from cifar10_support import gpus
+from cifar10_support import precision
+from cifar10_support import run_flags
+from cifar10_support import sessions
 
 FLAGS = flags.FLAGS
 
@@ -85,35 +81,6 @@ TrainStep.__doc__ = """What `build_train_step` returns.
   tower_grads: one list of (gradient, variable) per tower.
   summaries: the summary tensors to write (merge them for the summary op).
 """
-
-
-def session_config(num_towers, tower_device, log_device_placement=False,
-                   threads=(None, None)):
-  """The session configuration the towers need.
-
-  Args:
-    num_towers: int, number of towers.
-    tower_device: 'cpu' gives the session num_towers CPU devices and no soft
-      placement, so that every tower really runs on its own device and a
-      misplaced op is an error rather than a silent fold onto CPU:0. 'gpu'
-      keeps soft placement: queue and string ops have no GPU kernels, and
-      towers on GPUs that are not there fall back to the CPU.
-    log_device_placement: bool, log where each op runs.
-    threads: (intra-op, inter-op) thread counts, as cifar10.session_config;
-      by its rule, two or more towers keep TensorFlow's inter-op pool so
-      that they overlap.
-
-  Returns:
-    A tf.ConfigProto.
-  """
-  if tower_device == 'cpu':
-    return cifar10.session_config(
-        threads=threads, num_towers=num_towers,
-        device_count={'CPU': num_towers}, allow_soft_placement=False,
-        log_device_placement=log_device_placement)
-  return cifar10.session_config(threads=threads, num_towers=num_towers,
-                                allow_soft_placement=True,
-                                log_device_placement=log_device_placement)
 
 
 def prefetch_queue(tensors, capacity):
@@ -203,7 +170,7 @@ def build_towers(opt, tower_batches, tower_device, compute_dtype=None,
       [batch, 24, 24, 3] and labels [batch].
     tower_device: 'gpu' or 'cpu'; tower i runs on /<tower_device>:i.
     compute_dtype: None, or cifar10.inference's mixed-precision dtype.
-    loss_scale: a cifar10_precision.LossScale for float16, or None; the
+    loss_scale: a precision.LossScale for float16, or None; the
       towers' gradients are then of the scaled loss.
 
   Returns:
@@ -223,7 +190,7 @@ def build_towers(opt, tower_batches, tower_device, compute_dtype=None,
         logits = cifar10.inference(images, compute_dtype)
         tower_losses.append(cifar10.loss(logits, labels, scope=scope))
         tf.get_variable_scope().reuse_variables()
-        tower_grads.append(cifar10_precision.compute_gradients(
+        tower_grads.append(precision.compute_gradients(
             opt, tower_losses[-1], loss_scale))
   return tower_grads, tower_losses, scope
 
@@ -233,7 +200,7 @@ def _retag(summary, tag):
   values = summary.op.inputs[1]
   if summary.op.type == 'ScalarSummary':
     return tf.raw_ops.ScalarSummary(tags=tag, values=values)
-  if summary.op.type == 'TensorSummaryV2':  # cifar10.histogram_summary
+  if summary.op.type == 'TensorSummaryV2':  # fast_ops.histogram_summary
     return tf.raw_ops.TensorSummaryV2(
         tag=tag, tensor=values,
         serialized_summary_metadata=summary.op.inputs[2])
@@ -303,8 +270,8 @@ def build_train_step(tower_batches, global_step, batch_size,
   num_towers = len(tower_batches)
   lr = cifar10.learning_rate(global_step, batch_size, num_towers)
   opt = tf.train.GradientDescentOptimizer(lr)
-  loss_scale = (cifar10_precision.dynamic_loss_scale()
-                if cifar10_precision.needs_loss_scale(compute_dtype) else None)
+  loss_scale = (precision.dynamic_loss_scale()
+                if precision.needs_loss_scale(compute_dtype) else None)
   tower_grads, tower_losses, last_scope = build_towers(
       opt, tower_batches, tower_device, compute_dtype, loss_scale)
 
@@ -312,14 +279,14 @@ def build_train_step(tower_batches, global_step, batch_size,
     # Built once, outside the reused variable scope, for the last tower; in
     # its name scope so that the tags match single-device training's.
     with tf.name_scope(last_scope):
-      loss_averages_op = cifar10._add_loss_summaries(  # pylint: disable=protected-access
+      loss_averages_op = cifar10.add_loss_summaries(
           tower_losses[-1], tf.get_collection('losses', last_scope))
     # Name scopes only group ops for TensorBoard's graph (the top level held
     # 20 AddN/truediv, 10 cond and 11 VarIsInitializedOp nodes); variable
     # names come from variable scopes and summary tags are set before this.
     with tf.name_scope('average_gradients'):
       grads = average_gradients(tower_grads)
-    apply_gradient_op, grads = cifar10_precision.apply_gradients(
+    apply_gradient_op, grads = precision.apply_gradients(
         opt, grads, global_step, loss_scale)
     cifar10.add_weight_and_gradient_summaries(grads)
     with tf.name_scope('moving_averages'):
@@ -357,12 +324,13 @@ def train(data_dir, train_dir, num_towers=1, tower_device='gpu',
 
   Args:
     num_towers: int, model replicas, one per device.
-    tower_device: 'gpu' or 'cpu', see `session_config`.
+    tower_device: 'gpu' or 'cpu', see sessions.training_config.
     batch_size: int, images per tower per step.
-    config: the session's tf.ConfigProto, e.g. cifar10_gpus.split_config's
+    config: the session's tf.ConfigProto, e.g. gpus.split_config's
       (its thread counts are set from `threads`); None for
-      `session_config(num_towers, tower_device)`.
-    threads: (intra-op, inter-op) thread counts, see `session_config`.
+      sessions.training_config's.
+    threads: (intra-op, inter-op) thread counts, see
+      sessions.training_config.
     others: as for `cifar10_train.train`.
 
   Returns:
@@ -386,9 +354,9 @@ def train(data_dir, train_dir, num_towers=1, tower_device='gpu',
 
   return cifar10_train.run_training(
       build, train_dir, max_steps, batch_size, log_frequency, fresh_start,
-      (cifar10.set_threads(config, threads, num_towers) if config else
-       session_config(num_towers, tower_device, log_device_placement,
-                      threads)),
+      (sessions.set_threads(config, threads, num_towers) if config else
+       sessions.training_config(threads, num_towers, tower_device,
+                                log_device_placement)),
       save_checkpoint_secs, save_summaries_steps, num_towers,
       save_checkpoint_steps=save_checkpoint_steps)
 
@@ -399,15 +367,15 @@ def split_gpus_config(num_towers, tower_device, tower_mb=0,
 
   Raises:
     app.UsageError: one line, for --tower_device=cpu or a split that does
-      not fit (see cifar10_gpus.split_config).
+      not fit (see gpus.split_config).
   """
   if tower_device != 'gpu':
     raise app.UsageError(
         '--split_gpus splits GPUs and --tower_device=cpu puts the towers on '
         'CPU devices: drop one of the two')
   visible = len(tf.config.list_physical_devices('GPU'))
-  config = cifar10_gpus.split_config(num_towers, visible,
-                                     cifar10_gpus.card_memory_mb(), tower_mb,
+  config = gpus.split_config(num_towers, visible,
+                                     gpus.card_memory_mb(), tower_mb,
                                      log_device_placement)
   devices = config.gpu_options.experimental.virtual_devices
   print('--split_gpus: %d GPU(s) split into %d virtual GPUs of %d MB, one per '
@@ -416,17 +384,24 @@ def split_gpus_config(num_towers, tower_device, tower_mb=0,
 
 
 def main(argv):
-  # Checked first: the shared main creates --train_dir.
-  cifar10.check_flag_range('num_gpus', FLAGS.num_gpus, minimum=1)
-  cifar10.check_flag_range('split_gpu_memory_mb', FLAGS.split_gpu_memory_mb,
-                           minimum=0)
+  run_flags.check_no_arguments(argv)
+  console.quiet_python_logs()
+  run_flags.check_flag_range('num_gpus', FLAGS.num_gpus, minimum=1)
+  run_flags.check_flag_range('split_gpu_memory_mb', FLAGS.split_gpu_memory_mb,
+                             minimum=0)
   config = None
   if FLAGS.split_gpus:
     config = split_gpus_config(FLAGS.num_gpus, FLAGS.tower_device,
                                FLAGS.split_gpu_memory_mb,
                                FLAGS.log_device_placement)
-  cifar10_train.main(argv, train_fn=train, num_towers=FLAGS.num_gpus,
-                     tower_device=FLAGS.tower_device, config=config)
+  cifar10_train.check_flags(FLAGS)
+  # --tower_device=cpu keeps the towers on CPU devices even beside a GPU.
+  on_gpu = FLAGS.tower_device == 'gpu' and sessions.has_gpu()
+  compute_dtype = precision.compute_dtype_here(
+      FLAGS.mixed_precision, on_gpu, FLAGS.use_fp16)
+  cifar10_train.run_or_exit(train, FLAGS, num_towers=FLAGS.num_gpus,
+                            tower_device=FLAGS.tower_device, config=config,
+                            compute_dtype=compute_dtype)
 
 
 if __name__ == '__main__':

@@ -14,24 +14,13 @@ The original's figures (theirs, not measured here): about 86 percent precision @
 100K steps, 0.25-0.35 sec/batch on a Tesla K40m. Ours are in README.md.
 """
 
-import contextlib
 from datetime import datetime
-import errno
 import os
-import signal
 import sys
-import threading
 import time
 
-# Set before TensorFlow loads, which reads it once: oneDNN's CPU kernels train
-# this model about 1.6x faster than the default ones (benchmarks/README.md).
-# TF_ENABLE_ONEDNN_OPTS=0 in the environment turns them off.
-os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
-
-# Run as a script, TensorFlow loads without its start-up noise (cifar10_console).
-if __name__ == '__main__':
-  import cifar10_console  # pylint: disable=g-import-not-at-top
-  cifar10_console.before_tensorflow()
+from cifar10_support import startup
+startup.before_tensorflow(__name__)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
@@ -40,10 +29,15 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 import cifar10_input
-import cifar10_lock
-import cifar10_precision
-import cifar10_resume
-import cifar10_summaries
+from cifar10_support import checkpoints
+from cifar10_support import console
+from cifar10_support import download
+from cifar10_support import precision
+from cifar10_support import run_flags
+from cifar10_support import sessions
+from cifar10_support import signals
+from cifar10_support import summaries
+from cifar10_support import train_dirs
 
 FLAGS = flags.FLAGS
 
@@ -69,10 +63,6 @@ flags.DEFINE_integer('save_checkpoint_steps', 0,
                      'instead of every --save_checkpoint_secs.')
 
 LOG_FORMAT = '%s: step %d, loss = %.2f (%.1f examples/sec; %.3f sec/batch)'
-
-
-class DivergedError(RuntimeError):
-  """The loss became NaN; the message names the last good checkpoint."""
 
 
 class _LoggerHook(tf.train.SessionRunHook):
@@ -134,183 +124,6 @@ class _SaveAnnouncer(tf.train.CheckpointSaverListener):
                                           global_step_value), flush=True)
 
 
-class DiskFullError(RuntimeError):
-  """The disk of train_dir filled up; the message names the directory."""
-
-
-# What stops a training run with one line and exit status 1: each script's
-# main catches these (and its own).
-RUN_ERRORS = (cifar10.DataError, DivergedError, DiskFullError,
-              cifar10_lock.TrainDirLockError, cifar10_resume.ResumeError)
-
-
-@contextlib.contextmanager
-def claim_train_dir(train_dir, fresh_start):
-  """Locks train_dir for this run and says where training starts from.
-
-  Holds cifar10_lock's lock until the block ends, so a second trainer on the
-  same directory stops at once. With fresh_start, deletes everything in
-  train_dir but the lock file. Damaged checkpoints are skipped (one line
-  each), never deleted.
-
-  Yields:
-    The path of the newest checkpoint in train_dir that restores, or None.
-
-  Raises:
-    cifar10_lock.TrainDirBusyError: another trainer holds train_dir.
-    cifar10_resume.NoRestorableCheckpointError: every listed checkpoint is
-      damaged.
-  """
-  tf.io.gfile.makedirs(train_dir)
-  with cifar10_lock.train_dir_lock(train_dir):
-    if fresh_start:
-      print('--fresh_start: deleting the contents of %s' % train_dir)
-      for name in tf.io.gfile.listdir(train_dir):
-        path = os.path.join(train_dir, name.rstrip('/'))
-        if name == cifar10_lock.LOCK_NAME:
-          continue
-        if tf.io.gfile.isdir(path):
-          tf.io.gfile.rmtree(path)
-        else:
-          tf.io.gfile.remove(path)
-    checkpoint = cifar10_resume.newest_restorable(train_dir)
-    if checkpoint is None:
-      print('No checkpoint in %s: training from step 0.' % train_dir)
-    else:
-      print('Resuming from checkpoint %s at step %d (--fresh_start trains '
-            'from scratch).' % (checkpoint, checkpoint_step(checkpoint)))
-    yield checkpoint
-
-
-def checkpoint_step(checkpoint):
-  """The global step in a checkpoint's name ('.../model.ckpt-300' -> 300)."""
-  return int(checkpoint.rsplit('-', 1)[-1]) if checkpoint else 0
-
-
-def _remove_interrupted_saves(train_dir):
-  """Removes the temporary directories of saves cut short.
-
-  The saver writes each checkpoint there first and the index only ever
-  names complete ones, so these are never read, only left behind (by a
-  kill, or a full disk).
-  """
-  for partial in tf.io.gfile.glob(os.path.join(train_dir, 'model.ckpt-*_temp')):
-    print('Removing %s, an interrupted save.' % partial)
-    tf.io.gfile.rmtree(partial)
-
-
-@contextlib.contextmanager
-def stop_on_full_disk(train_dir):
-  """Turns running out of space in train_dir into one DiskFullError.
-
-  Also removes the half-written save, to give back its space. The
-  checkpoint index is only rewritten after a complete save, so it still
-  names the last complete checkpoint. Other errors pass unchanged.
-
-  Raises:
-    DiskFullError: naming train_dir and the checkpoint a new run resumes
-      from.
-  """
-  try:
-    yield
-  except (tf.errors.OpError, OSError) as e:
-    if isinstance(e, OSError):
-      full = e.errno in (errno.ENOSPC, errno.EDQUOT)
-    else:
-      full = ('No space left on device' in e.message or
-              'Disk quota exceeded' in e.message)
-    if not full:
-      raise
-    _remove_interrupted_saves(train_dir)
-    try:
-      checkpoint = cifar10_resume.newest_restorable(train_dir,
-                                                    report=lambda line: None)
-    except cifar10_resume.ResumeError:
-      checkpoint = None
-    kept = ('the newest complete checkpoint, %s, is intact and a new run '
-            'resumes from it' % checkpoint if checkpoint else
-            'no complete checkpoint had been written yet')
-    raise DiskFullError(
-        'the disk of --train_dir=%s is full (no space left on device while '
-        'writing to it): training stopped; %s. Free some space, then run the '
-        'same command again.' % (train_dir, kept)) from None
-
-
-def plan_resume(checkpoint, train_dir):
-  """Checks that `checkpoint` fits the graph just built; readies train_dir.
-
-  Call it inside the training graph, once built. Prints what starts fresh
-  (state of another trainer's that this one has not). Only then, so that a
-  refused run leaves train_dir as it was, it removes the temporary
-  directories of saves cut short.
-
-  Args:
-    checkpoint: the path `claim_train_dir` gave, or None.
-    train_dir: the training directory.
-
-  Returns:
-    The cifar10_resume.RestorePlan, or None when there is no checkpoint.
-
-  Raises:
-    cifar10_resume.CheckpointMismatchError: the checkpoint is of another
-      model; train_dir is untouched.
-  """
-  plan = None
-  if checkpoint is not None:
-    plan = cifar10_resume.plan_restore(checkpoint)
-    line = cifar10_resume.fresh_line(plan)
-    if line:
-      print(line)
-  _remove_interrupted_saves(train_dir)
-  return plan
-
-
-@contextlib.contextmanager
-def _stop_requests():
-  """Turns SIGINT and SIGTERM into a request to stop after the current step.
-
-  Stopping through the training loop, rather than by an exception, lets the
-  session end normally, which writes the final checkpoint. The first signal
-  restores the previous handlers, so a second one stops at once, without it.
-
-  Yields:
-    A list that receives the number of each signal caught.
-  """
-  received = []
-  if threading.current_thread() is not threading.main_thread():
-    yield received  # Only the main thread may handle signals.
-    return
-  previous = {signum: signal.getsignal(signum) or signal.SIG_DFL
-              for signum in (signal.SIGINT, signal.SIGTERM)}
-
-  def handler(signum, unused_frame):
-    # Only records it: printing here could re-enter a print in progress.
-    received.append(signum)
-    for old_signum, old_handler in previous.items():
-      signal.signal(old_signum, old_handler)
-
-  for signum in previous:
-    signal.signal(signum, handler)
-  try:
-    yield received
-  finally:
-    for signum, old_handler in previous.items():
-      signal.signal(signum, old_handler)
-
-
-def _diverged(step, train_dir):
-  checkpoint = tf.train.latest_checkpoint(train_dir)
-  if checkpoint is None:
-    kept = 'no checkpoint had been written yet'
-  else:
-    kept = ('the last good checkpoint, %s, is left intact and a new run '
-            'resumes from it' % checkpoint)
-  return DivergedError(
-      'Model diverged with loss = NaN at step %d: training stopped without '
-      'saving that step; %s. Lower the learning rate or check the data.'
-      % (step, kept))
-
-
 def build_training_graph(global_step, data_dir, batch_size, use_fp16=False,
                          num_threads=cifar10_input.NUM_PREPROCESS_THREADS,
                          compute_dtype=None):
@@ -333,7 +146,7 @@ def build_training_graph(global_step, data_dir, batch_size, use_fp16=False,
       data_dir, batch_size, use_fp16=use_fp16, num_threads=num_threads)
   loss = cifar10.loss(cifar10.inference(images, compute_dtype), labels)
   return (cifar10.train(loss, global_step, batch_size,
-                        cifar10_precision.needs_loss_scale(compute_dtype)),
+                        precision.needs_loss_scale(compute_dtype)),
           loss, None)
 
 
@@ -361,9 +174,10 @@ def train(data_dir, train_dir, max_steps=100000, batch_size=128,
     save_checkpoint_steps: int, steps between checkpoints; when set, instead
       of save_checkpoint_secs.
     threads: (intra-op, inter-op) thread counts; None in either place for
-      cifar10.thread_settings' rule, 0 for TensorFlow's choice.
+      sessions.thread_settings' rule, 0 for TensorFlow's choice.
     compute_dtype: None (float32), or tf.bfloat16 or tf.float16 for mixed
-      precision (cifar10_precision); the checkpoints are float32 either way.
+      precision (cifar10_support.precision); the checkpoints are float32
+      either way.
 
   Returns:
     A dict with 'global_step' (int, where training stopped), 'loss' (float,
@@ -373,10 +187,10 @@ def train(data_dir, train_dir, max_steps=100000, batch_size=128,
     early, after a final checkpoint; None otherwise).
 
   Raises:
-    DivergedError: if the loss became NaN. That step is not saved, so the
+    train_dirs.DivergedError: if the loss became NaN. That step is not saved, so the
       newest checkpoint is the last good one.
-    cifar10.DataError: if a data file is missing or malformed.
-    cifar10_resume.CheckpointMismatchError: if the newest checkpoint in
+    cifar10_input.DataError: if a data file is missing or malformed.
+    checkpoints.CheckpointMismatchError: if the newest checkpoint in
       train_dir is of another model (train_dir is left as it was).
   """
   def build(global_step):
@@ -385,8 +199,8 @@ def train(data_dir, train_dir, max_steps=100000, batch_size=128,
 
   return run_training(
       build, train_dir, max_steps, batch_size, log_frequency, fresh_start,
-      cifar10.session_config(threads=threads,
-                             log_device_placement=log_device_placement),
+      sessions.training_config(threads,
+                               log_device_placement=log_device_placement),
       save_checkpoint_secs, save_summaries_steps,
       save_checkpoint_steps=save_checkpoint_steps)
 
@@ -407,8 +221,8 @@ def monitored_session(train_dir, loss, global_step, batch_size, max_steps,
     loss: the scalar total-loss tensor.
     global_step: the int64 global step variable.
     summary_op: the summaries to write, or None for every one in the graph.
-    restore_plan: the cifar10_resume.RestorePlan to resume from (see
-      `plan_resume`); None starts from the initial values.
+    restore_plan: the checkpoints.RestorePlan to resume from (see
+      train_dirs.Start.restore_plan); None starts from the initial values.
     Others: as for `run_training`.
 
   Returns:
@@ -417,8 +231,8 @@ def monitored_session(train_dir, loss, global_step, batch_size, max_steps,
   """
   logger = _LoggerHook(loss, global_step, batch_size, log_frequency,
                        num_towers)
-  scaffold = cifar10_resume.restoring_scaffold(restore_plan,
-                                              summary_op=summary_op)
+  scaffold = checkpoints.restoring_scaffold(restore_plan,
+                                            summary_op=summary_op)
   # Our own saver, after the NaN check: the session's built-in one runs
   # before all our hooks and would save the diverged step.
   saver = tf.train.CheckpointSaverHook(
@@ -429,7 +243,7 @@ def monitored_session(train_dir, loss, global_step, batch_size, max_steps,
            tf.train.NanTensorHook(loss),
            logger,
            # After the NaN check: a diverged step's summaries are not written.
-           cifar10_summaries.SummaryHook(train_dir, save_summaries_steps,
+           summaries.SummaryHook(train_dir, save_summaries_steps,
                                          max_steps, summary_op),
            saver]
   # No checkpoint_dir: the scaffold restores, from any trainer's checkpoint.
@@ -450,8 +264,8 @@ def run_training(build, train_dir, max_steps, batch_size, log_frequency,
   """Builds a training graph and runs it up to global step `max_steps`.
 
   Shared by the single- and multi-tower scripts: resumes from the newest
-  checkpoint in train_dir, stops on a NaN loss, logs every log_frequency
-  steps, and writes checkpoints and summaries to train_dir.
+  checkpoint in train_dir, stops on a NaN loss or a signal, logs every
+  log_frequency steps, and writes checkpoints and summaries to train_dir.
 
   Args:
     build: function(global_step) building the graph in a fresh default graph
@@ -467,25 +281,24 @@ def run_training(build, train_dir, max_steps, batch_size, log_frequency,
     The dict `train` returns.
 
   Raises:
-    DivergedError, cifar10_resume.CheckpointMismatchError: as for `train`.
+    As `train`.
   """
-  with claim_train_dir(train_dir, fresh_start) as checkpoint:
-    start_step = checkpoint_step(checkpoint)
-    if start_step >= max_steps:
+  with train_dirs.claim(train_dir, fresh_start) as start:
+    if start.step >= max_steps:
       print('Checkpoint step %d is already at --max_steps=%d: nothing to '
-            'train.' % (start_step, max_steps))
-      return {'global_step': start_step, 'loss': None,
+            'train.' % (start.step, max_steps))
+      return {'global_step': start.step, 'loss': None,
               'examples_per_sec': None, 'signal': None}
 
-    with tf.Graph().as_default(), _stop_requests() as stop_signals:
+    with tf.Graph().as_default(), signals.stop_requests() as stop_signals:
       with tf.device('/cpu:0'):
         global_step = tf.train.get_or_create_global_step()
       train_op, loss, summary_op = build(global_step)
-      plan = plan_resume(checkpoint, train_dir)
+      plan = start.restore_plan()
 
       try:
         # Creating the session writes the first checkpoint.
-        with stop_on_full_disk(train_dir):
+        with start.stop_on_full_disk():
           mon_sess, logger = monitored_session(
               train_dir, loss, global_step, batch_size, max_steps,
               log_frequency, config, summary_op, save_checkpoint_secs,
@@ -494,65 +307,79 @@ def run_training(build, train_dir, max_steps, batch_size, log_frequency,
             while not mon_sess.should_stop() and not stop_signals:
               mon_sess.run(train_op)
       except tf.train.NanLossDuringTrainingError:
-        raise _diverged(logger.step, train_dir) from None
+        raise start.diverged(logger.step) from None
 
+  final = tf.train.latest_checkpoint(train_dir)
   if stop_signals:
     print('Received %s: stopped at step %d; final checkpoint %s.'
-          % (signal.Signals(stop_signals[0]).name, logger.step,
-             tf.train.latest_checkpoint(train_dir)), flush=True)
+          % (signals.name(stop_signals[0]), logger.step, final), flush=True)
   else:
     print('Done: step %d reached (--max_steps); final checkpoint %s.'
-          % (logger.step, tf.train.latest_checkpoint(train_dir)), flush=True)
+          % (logger.step, final), flush=True)
   return {'global_step': logger.step, 'loss': logger.last_loss,
           'examples_per_sec': logger.last_examples_per_sec,
           'signal': stop_signals[0] if stop_signals else None}
 
 
-def main(argv, train_fn=train, **train_kwargs):
-  """Trains as the flags say; other scripts pass their own train_fn.
+def check_flags(flag_values):
+  """Usage errors for the training flags every trainer shares.
 
-  Args:
-    argv: the command line left after the flags.
-    train_fn: called with the common flags as `train`'s arguments, plus
-      train_kwargs (the calling script's own flags).
+  For a trainer's main(), before anything is written: it creates
+  --train_dir if needed.
   """
-  if len(argv) > 1:
-    raise app.UsageError('Unexpected arguments: %s' % ' '.join(argv[1:]))
-  cifar10.configure_logging()
   for name in ('max_steps', 'batch_size', 'log_frequency',
                'save_checkpoint_secs'):
-    cifar10.check_flag_range(name, getattr(FLAGS, name), minimum=1)
+    run_flags.check_flag_range(name, getattr(flag_values, name), minimum=1)
   for name in ('save_checkpoint_steps', 'save_summaries_steps'):
-    cifar10.check_flag_range(name, getattr(FLAGS, name), minimum=0)
-  cifar10.check_flag_writable_dir('train_dir', FLAGS.train_dir)
-  # The model runs on a GPU when one is visible (TensorFlow's placement;
-  # the multi-tower script's --tower_device=cpu keeps it on CPU devices).
-  on_gpu = (train_kwargs.get('tower_device', 'gpu') == 'gpu'
-            and bool(tf.config.list_physical_devices('GPU')))
-  compute_dtype = cifar10_precision.compute_dtype_here(
-      FLAGS.mixed_precision, on_gpu, FLAGS.use_fp16)
+    run_flags.check_flag_range(name, getattr(flag_values, name), minimum=0)
+  run_flags.check_flag_writable_dir('train_dir', flag_values.train_dir)
+
+
+def train_args(flag_values):
+  """The arguments of `train` that every trainer's flags give, as a dict."""
+  return dict(
+      data_dir=flag_values.data_dir, train_dir=flag_values.train_dir,
+      max_steps=flag_values.max_steps, batch_size=flag_values.batch_size,
+      use_fp16=flag_values.use_fp16, log_frequency=flag_values.log_frequency,
+      log_device_placement=flag_values.log_device_placement,
+      fresh_start=flag_values.fresh_start,
+      save_checkpoint_secs=flag_values.save_checkpoint_secs,
+      save_checkpoint_steps=flag_values.save_checkpoint_steps or None,
+      save_summaries_steps=flag_values.save_summaries_steps,
+      threads=run_flags.threads(flag_values))
+
+
+def run_or_exit(train_fn, flag_values, **kwargs):
+  """Gets the data, trains, and ends the process as the run ended.
+
+  A run error (bad data, NaN, full disk, busy or unusable train_dir) exits
+  with one line and status 1; a run stopped by a signal, after its final
+  checkpoint, with the shell's status for that signal.
+
+  Args:
+    train_fn: `train`, or another trainer's, called with `train_args` of
+      flag_values and kwargs.
+    flag_values: the parsed flags.
+    **kwargs: the trainer's own arguments.
+  """
   try:
-    cifar10.maybe_download_and_extract(FLAGS.data_dir, FLAGS.data_url,
-                                       FLAGS.data_md5,
-                                       files=cifar10_input.TRAIN_FILES)
-    print(cifar10.data_line(FLAGS.data_dir, cifar10_input.TRAIN_FILES))
-    stats = train_fn(
-        data_dir=FLAGS.data_dir, train_dir=FLAGS.train_dir,
-        max_steps=FLAGS.max_steps, batch_size=FLAGS.batch_size,
-        use_fp16=FLAGS.use_fp16, log_frequency=FLAGS.log_frequency,
-        log_device_placement=FLAGS.log_device_placement,
-        fresh_start=FLAGS.fresh_start,
-        save_checkpoint_secs=FLAGS.save_checkpoint_secs,
-        save_checkpoint_steps=FLAGS.save_checkpoint_steps or None,
-        save_summaries_steps=FLAGS.save_summaries_steps,
-        threads=(FLAGS.num_intra_threads, FLAGS.num_inter_threads),
-        compute_dtype=compute_dtype, **train_kwargs)
-  except RUN_ERRORS as e:
+    download.prepare(flag_values.data_dir, flag_values.data_url,
+                     flag_values.data_md5, cifar10_input.TRAIN_FILES)
+    stats = train_fn(**train_args(flag_values), **kwargs)
+  except train_dirs.RUN_ERRORS as e:
     sys.exit('%s: %s' % (os.path.basename(sys.argv[0]), e))
   if stats['signal']:
-    # The shell's convention for "stopped by a signal", so that a chain like
-    # `train && eval` stops too; the checkpoint is already written.
-    sys.exit(128 + stats['signal'])
+    sys.exit(signals.exit_status(stats['signal']))
+
+
+def main(argv):
+  run_flags.check_no_arguments(argv)
+  console.quiet_python_logs()
+  check_flags(FLAGS)
+  # The model runs on a GPU when one is visible (TensorFlow's placement).
+  compute_dtype = precision.compute_dtype_here(
+      FLAGS.mixed_precision, sessions.has_gpu(), FLAGS.use_fp16)
+  run_or_exit(train, FLAGS, compute_dtype=compute_dtype)
 
 
 if __name__ == '__main__':

@@ -81,9 +81,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, 'tests'))
-# The same kernels the scripts choose (see cifar10_train.py).
-os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+# The same kernels the scripts choose.
+from cifar10_support import startup  # pylint: disable=g-import-not-at-top
+startup.choose_cpu_kernels()
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np
@@ -94,8 +95,10 @@ import cifar10_classify
 import cifar10_eval
 import cifar10_input
 import cifar10_multi_gpu_train
-import cifar10_precision
 import cifar10_train
+from cifar10_support import download
+from cifar10_support import precision
+from cifar10_support import sessions
 import step_time
 import synthetic
 
@@ -138,7 +141,7 @@ def machine_line(cpuinfo=None, cpu_count=None, usable_cores=None,
   Args (each None: read from this machine and process):
     cpuinfo: the text of /proc/cpuinfo; its first 'model name' is the CPU
       (else platform.processor()), its 'flags' lines the features
-      (cifar10_precision.cpu_flags).
+      (precision.cpu_flags).
     cpu_count: os.cpu_count().
     usable_cores: the cores this process may run on
       (len(os.sched_getaffinity(0))); printed when not cpu_count.
@@ -167,7 +170,7 @@ def machine_line(cpuinfo=None, cpu_count=None, usable_cores=None,
       model = value.strip()
       break
   model = model or platform.processor() or 'unknown CPU'
-  flags = cifar10_precision.cpu_flags(cpuinfo)
+  flags = precision.cpu_flags(cpuinfo)
 
   cores = '%s cores' % ('?' if cpu_count is None else cpu_count)
   if usable_cores is not None and usable_cores != cpu_count:
@@ -214,7 +217,7 @@ def thread_line(config):
     pool of one thread "threads: intra 0 (TF's choice), inter 1 (one op at a
     time) from session_inter_op_thread_pool [1 thread, global 'name']".
   """
-  intra, inter = cifar10.config_threads(config)
+  intra, inter = sessions.config_threads(config)
   text = 'threads: intra %s, inter %s' % (
       "0 (TF's choice)" if intra == 0 else '%d' % intra, _inter_op_text(inter))
   pools = config.session_inter_op_thread_pool
@@ -239,7 +242,7 @@ def thread_line(config):
 def _random_data_dir(root, seed=0):
   """Full-size synthetic CIFAR-10 files: 5 x 10000 train, 10000 test."""
   rng = np.random.RandomState(seed)
-  batches = os.path.join(root, cifar10.BATCHES_DIR)
+  batches = os.path.join(root, download.BATCHES_DIR)
   os.makedirs(batches, exist_ok=True)
   for name in synthetic.TRAIN_FILES + [synthetic.TEST_FILE]:
     labels = rng.randint(0, 10, 10000)
@@ -407,8 +410,8 @@ class TowersVariant(TrainScriptVariant):
           batches, global_step, batch_size, tower_device='cpu')
       self.train_op = step.train_op
       self._start(train_dir, step.loss, global_step, batch_size,
-                  cifar10_multi_gpu_train.session_config(
-                      num_towers, 'cpu', threads=THREADS['model']),
+                  sessions.training_config(THREADS['model'], num_towers,
+                                           'cpu'),
                   tf.summary.merge(step.summaries), num_towers)
 
 
@@ -488,7 +491,7 @@ class ClassifyVariant(Variant):
     super(ClassifyVariant, self).__init__('classify', 1, num_files,
                                           FORWARD_FLOP_PER_EXAMPLE)
     self.batch_size = batch_size
-    path = os.path.join(data_dir, cifar10.BATCHES_DIR,
+    path = os.path.join(data_dir, download.BATCHES_DIR,
                         cifar10_input.TEST_FILES[0])
     pixels = synthetic.read_records(path)[1][:num_files]
     os.makedirs(scratch)
@@ -530,18 +533,18 @@ THREADS = {'model': (None, None)}
 
 def model_config():
   """The training sessions' tf.ConfigProto, as cifar10_train.py makes it."""
-  return cifar10.session_config(threads=THREADS['model'])
+  return sessions.training_config(THREADS['model'])
 
 
 def eval_config():
   """The evaluation sessions' tf.ConfigProto, as cifar10_eval.py makes it."""
-  return cifar10_eval.default_session_config(THREADS['model'])
+  return sessions.eval_config(THREADS['model'])
 
 
 def matmul_session_config():
   """TF's default tf.ConfigProto: the process's inter-op pool, one thread a
   core, so that independent products run side by side (not
-  cifar10.session_config's one op at a time)."""
+  sessions.training_config's one op at a time)."""
   return tf.ConfigProto()
 
 
@@ -613,18 +616,18 @@ def _row_name(name, compute_dtype):
 def mixed_precision_rows(requested, on_gpu, cpu_feature, capability):
   """The compute dtype of the mixed-precision rows, and the line about them.
 
-  As the scripts choose (cifar10_precision.choose), except that a CPU
+  As the scripts choose (precision.choose), except that a CPU
   without native bfloat16 is measured in bfloat16 anyway.
 
   Args:
     requested: --mixed_precision, 'off' or 'bf16'.
     on_gpu: bool, the variants run on a GPU.
-    cpu_feature, capability: as for cifar10_precision.choose.
+    cpu_feature, capability: as for precision.choose.
 
   Returns:
     (dtype, line): (None, None) for --mixed_precision=off.
   """
-  dtype, line = cifar10_precision.choose(requested, on_gpu, cpu_feature,
+  dtype, line = precision.choose(requested, on_gpu, cpu_feature,
                                          capability)
   if requested != 'off' and dtype is None:
     return tf.bfloat16, (
@@ -726,7 +729,7 @@ def main():
                       '100-step summary interval keeps summaries counted)')
   parser.add_argument('--batch_size', type=int, default=128)
   parser.add_argument('--num_intra_threads', type=int, default=None,
-                      help='as the scripts take it (cifar10.session_config); '
+                      help='as the scripts take it (sessions.session_config); '
                       'unset: the rule')
   parser.add_argument('--num_inter_threads', type=int, default=None,
                       help='as the scripts take it; unset: the rule')
@@ -761,7 +764,7 @@ def main():
   batch = args.batch_size
   # 10,000 in the real test set; fewer in a small data dir (the test's).
   num_test = cifar10_input.check_data_files([os.path.join(
-      data_dir, cifar10.BATCHES_DIR, cifar10_input.TEST_FILES[0])])
+      data_dir, download.BATCHES_DIR, cifar10_input.TEST_FILES[0])])
   eval_batches = -(-num_test // batch)
 
   # The configuration the `train` variant's session is given, below.
@@ -772,7 +775,7 @@ def main():
   print('matmul sessions %s' % thread_line(matmul_session_config()))
   on_gpu = bool(tf.config.list_physical_devices('GPU'))
   mixed, mixed_line = mixed_precision_rows(
-      args.mixed_precision, on_gpu, *cifar10_precision.this_machine(on_gpu))
+      args.mixed_precision, on_gpu, *precision.this_machine(on_gpu))
   if mixed_line:
     print(mixed_line)
   print('data: %s' % (args.data_dir or 'synthetic'), flush=True)

@@ -15,6 +15,7 @@ import sys
 import time
 
 import pytest
+from cifar10_support import precision
 
 from testutil import ROOT
 from testutil import run_script
@@ -87,7 +88,7 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
         'yes' if flag in info[1] else 'no'
         for flag in ('avx512f', 'avx512_bf16', 'amx_tile')]
   if not tf.config.list_physical_devices('GPU'):
-    # cifar10.session_config on a CPU-only machine: one op at a time.
+    # sessions.session_config on a CPU-only machine: one op at a time.
     assert re.search(
         r"^train session threads: intra 0 \(TF's choice\), inter 1 \(one op "
         r"at a time\) from session_inter_op_thread_pool \[1 thread, global "
@@ -100,11 +101,10 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
   # Named for the type this machine's rows compute in: bf16, or fp16 on a
   # GPU without bfloat16.
   import benchmark
-  import cifar10_precision
   on_gpu = bool(tf.config.list_physical_devices('GPU'))
   dtype, line = benchmark.mixed_precision_rows(
-      'bf16', on_gpu, cifar10_precision.cpu_bf16_feature(),
-      cifar10_precision.gpu_capability() if on_gpu else None)
+      'bf16', on_gpu, precision.cpu_bf16_feature(),
+      precision.gpu_capability() if on_gpu else None)
   assert line in out.splitlines(), out[:3000]
   mixed = {benchmark._row_name(name, dtype): name for name in MIXED}  # pylint: disable=protected-access
   rows = {m.group(1): (m.group(3), m.group(4)) for m in ROW.finditer(out)
@@ -308,7 +308,7 @@ def test_matmul_products_run_side_by_side():
     side_by_side = [_matmul_intervals(variant.sess, variant.fetch)
                     for _ in range(10)]
     with variant.graph.as_default(), tf.Session(
-        config=benchmark.cifar10.session_config(threads=(None, 1))) as sess:
+        config=benchmark.sessions.session_config(threads=(None, 1))) as sess:
       sess.run(tf.global_variables_initializer())
       serial = [_matmul_intervals(sess, variant.fetch) for _ in range(5)]
   finally:
@@ -377,7 +377,7 @@ def test_step_split_of_a_real_cpu_training_step_adds_up(data_dir, tmp_path):
   import testutil
 
   # The script's session configuration, with a bound on a starved dequeue.
-  config = benchmark.cifar10.session_config(
+  config = benchmark.sessions.session_config(
       operation_timeout_in_ms=testutil.OP_TIMEOUT_MS)
   variant = benchmark.TrainScriptVariant(1, data_dir, str(tmp_path), 8,
                                          config)

@@ -12,8 +12,8 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from cifar10_support import console
 
-import cifar10_console
 from testutil import ROOT, run_script, script_env
 
 DATE = r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}'
@@ -122,8 +122,8 @@ def test_a_nan_loss_still_shows_its_message(data_dir, tmp_path):
   driver = textwrap.dedent('''
       import sys
       sys.path.insert(0, %r)
-      import cifar10_console
-      cifar10_console.before_tensorflow()
+      from cifar10_support import startup
+      startup.before_tensorflow('__main__')
       from absl import app
       import cifar10
       import cifar10_train
@@ -147,8 +147,8 @@ def test_only_known_noise_is_dropped_from_the_import():
   driver = textwrap.dedent('''
       import os, sys
       sys.path.insert(0, %r)
-      import cifar10_console
-      with cifar10_console._filtered_stderr(cifar10_console._IMPORT_NOISE):
+      from cifar10_support import console
+      with console._filtered_stderr(console._IMPORT_NOISE):
         os.write(2, b'WARNING: All log messages before absl::InitializeLog() '
                     b'is called are written to STDERR\\n')
         os.write(2, b'I0000 00:00:17.1 1 port.cc:153] oneDNN custom ops\\n')
@@ -166,15 +166,15 @@ def test_only_known_noise_is_dropped_from_the_import():
 
 
 def test_cpp_log_level_hides_errors_only_without_a_driver():
-  assert cifar10_console.default_cpp_level(driver_present=True) == '2'
-  assert cifar10_console.default_cpp_level(driver_present=False) == '3'
+  assert console.default_cpp_level(driver_present=True) == '2'
+  assert console.default_cpp_level(driver_present=False) == '3'
 
 
 def test_python_filter_drops_known_notices_and_keeps_real_warnings():
   def kept(message):
     record = logging.LogRecord('tensorflow', logging.WARNING, 'x.py', 1,
                                message, None, None)
-    return cifar10_console._NOISE_FILTER.filter(record)
+    return console._NOISE_FILTER.filter(record)
 
   assert not kept('From x.py:297: string_input_producer (from tensorflow.'
                   'python.training.input) is deprecated and will be removed '

@@ -18,6 +18,7 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 import cifar10_distributed_train as dist
+from cifar10_support import clusters
 import testutil
 
 # Worker lines: the original format behind the worker's index.
@@ -61,7 +62,7 @@ def _start(args, log_path, tf_config=None):
 
 
 def test_parse_hosts():
-  assert dist.parse_hosts(' a.example.com:2222, 10.0.0.2:1 ,[::1]:65535',
+  assert clusters.parse_hosts(' a.example.com:2222, 10.0.0.2:1 ,[::1]:65535',
                           '--ps_hosts') == ['a.example.com:2222',
                                             '10.0.0.2:1', '[::1]:65535']
 
@@ -77,11 +78,11 @@ def test_parse_hosts():
 ])
 def test_malformed_host_lists_are_named(value, message):
   with pytest.raises(ValueError, match=message):
-    dist.parse_hosts(value, '--ps_hosts')
+    clusters.parse_hosts(value, '--ps_hosts')
 
 
 def test_resolve_cluster_from_flags():
-  cluster, job, index = dist.resolve_cluster(
+  cluster, job, index = clusters.resolve_cluster(
       'worker', 1, 'h0:1', 'h1:1,h2:1', tf_config='{"ignored": true}')
   assert cluster == {'ps': ['h0:1'], 'worker': ['h1:1', 'h2:1']}
   assert (job, index) == ('worker', 1)
@@ -96,21 +97,21 @@ def test_resolve_cluster_from_flags():
 ])
 def test_task_index_out_of_range(job, index, message):
   with pytest.raises(ValueError, match=message):
-    dist.resolve_cluster(job, index, 'h0:1', 'h1:1,h2:1', None)
+    clusters.resolve_cluster(job, index, 'h0:1', 'h1:1,h2:1', None)
 
 
 def test_address_listed_twice_and_missing_job_name():
   with pytest.raises(ValueError, match=r'h1:1 listed more than once'):
-    dist.resolve_cluster('ps', 0, 'h1:1', 'h1:1,h2:1', None)
+    clusters.resolve_cluster('ps', 0, 'h1:1', 'h1:1,h2:1', None)
   with pytest.raises(ValueError, match=r'--job_name is required'):
-    dist.resolve_cluster(None, 0, '', '', None)
+    clusters.resolve_cluster(None, 0, '', '', None)
 
 
 def test_resolve_cluster_from_tf_config():
   tf_config = json.dumps({'cluster': {'ps': ['h0:1'],
                                       'worker': ['h1:1', 'h2:1']},
                           'task': {'type': 'worker', 'index': 1}})
-  cluster, job, index = dist.resolve_cluster(None, 0, '', '', tf_config)
+  cluster, job, index = clusters.resolve_cluster(None, 0, '', '', tf_config)
   assert cluster == {'ps': ['h0:1'], 'worker': ['h1:1', 'h2:1']}
   assert (job, index) == ('worker', 1)
 
@@ -132,7 +133,7 @@ def test_resolve_cluster_from_tf_config():
 ])
 def test_bad_tf_config_is_named(tf_config, message):
   with pytest.raises(ValueError, match=message):
-    dist.resolve_cluster(None, 0, '', '', tf_config)
+    clusters.resolve_cluster(None, 0, '', '', tf_config)
 
 
 @pytest.mark.parametrize('args,message', [
@@ -165,11 +166,11 @@ def test_wait_for_addresses_is_bounded_and_names_the_address():
   listening.listen()
   try:
     good = '127.0.0.1:%d' % listening.getsockname()[1]
-    dist.wait_for_addresses({'/job:ps/task:0': good}, wait_secs=5)
+    clusters.wait_for_addresses({'/job:ps/task:0': good}, wait_secs=5)
     bad = '127.0.0.1:%d' % _free_ports(1)[0]
     start = time.time()
     with pytest.raises(TimeoutError) as raised:
-      dist.wait_for_addresses({'/job:ps/task:0': good, '/job:ps/task:1': bad},
+      clusters.wait_for_addresses({'/job:ps/task:0': good, '/job:ps/task:1': bad},
                               wait_secs=1, poll_secs=0.2)
   finally:
     listening.close()

@@ -17,8 +17,8 @@ import time
 import pytest
 
 import cifar10
-import cifar10_download
 import cifar10_input
+from cifar10_support import download
 import synthetic
 import testutil
 
@@ -115,10 +115,10 @@ def test_http_download_verified_extracted_and_done_once(tmp_path, server,
   assert ('Successfully downloaded cifar-10-binary.tar.gz %d bytes.'
           % len(body)) in out
   assert_extracted_like(tmp_path, source)
-  assert cifar10_download.file_md5(
+  assert download.file_md5(
       str(tmp_path / 'cifar-10-binary.tar.gz')) == md5
   assert sorted(os.listdir(str(tmp_path))) == [
-      cifar10_download.LOCK_NAME, 'cifar-10-batches-bin',
+      download.LOCK_NAME, 'cifar-10-batches-bin',
       'cifar-10-binary.tar.gz']
   # Complete now: a second call neither downloads nor prints.
   fetch(tmp_path, server.url, md5)
@@ -182,14 +182,14 @@ def test_bad_download_is_never_taken_for_the_archive(tmp_path, server, archive,
   server.plan = [how, how]
   if '%d' in reason:
     reason %= (len(body) // 2, len(body))
-  with pytest.raises(cifar10.DataError) as e:
+  with pytest.raises(cifar10_input.DataError) as e:
     fetch(tmp_path, server.url, archive[2], attempts=2)
   message = str(e.value)
   assert message.startswith('Could not download %s: %s' % (server.url, reason))
   assert '(2 attempts)' in message
   assert 'put cifar-10-binary.tar.gz' in message
   assert server.requests == 2
-  assert sorted(os.listdir(str(tmp_path))) == [cifar10_download.LOCK_NAME]
+  assert sorted(os.listdir(str(tmp_path))) == [download.LOCK_NAME]
 
 
 def test_file_url_and_plain_path_are_used_in_place(tmp_path, archive):
@@ -203,8 +203,8 @@ def test_file_url_and_plain_path_are_used_in_place(tmp_path, archive):
 
 def test_offline_without_archive_says_where_to_put_it(tmp_path, capsys):
   url = closed_port_url()
-  with pytest.raises(cifar10.DataError) as e:
-    fetch(tmp_path, url, cifar10.DATA_MD5, attempts=3)
+  with pytest.raises(cifar10_input.DataError) as e:
+    fetch(tmp_path, url, download.DATA_MD5, attempts=3)
   message = str(e.value)
   assert message.startswith('Could not download %s: ' % url)
   assert ('put cifar-10-binary.tar.gz (the binary version, 170052171 bytes) '
@@ -213,7 +213,7 @@ def test_offline_without_archive_says_where_to_put_it(tmp_path, capsys):
           in message)
   # No connection at all is not retried: one message, not three.
   assert 'Download attempt' not in capsys.readouterr().out
-  with pytest.raises(cifar10.DataError, match='names no file'):
+  with pytest.raises(cifar10_input.DataError, match='names no file'):
     fetch(tmp_path, 'file://' + str(tmp_path / 'nowhere.tar.gz'), '')
 
 
@@ -291,14 +291,14 @@ def test_unsafe_members_are_refused(tmp_path, add_member, expected):
   bad = str(tmp_path / 'bad.tar.gz')
   _tar_with(bad, add_member)
   data_dir = tmp_path / 'data'
-  with pytest.raises(cifar10.DataError) as e:
+  with pytest.raises(cifar10_input.DataError) as e:
     fetch(data_dir, bad, '')
   assert str(e.value) == 'Refusing to extract %s: %s%s' % (
       bad, expected, '; the CIFAR-10 archive has none.' if 'link' in expected
       else '.')
   assert not (tmp_path / 'escaped.bin').exists()
   assert not (data_dir / 'escaped.bin').exists()
-  assert sorted(os.listdir(str(data_dir))) == [cifar10_download.LOCK_NAME]
+  assert sorted(os.listdir(str(data_dir))) == [download.LOCK_NAME]
 
 
 @pytest.mark.parametrize('cut', ['garbage', 'half'])
@@ -307,7 +307,7 @@ def test_unreadable_archive_is_reported(tmp_path, archive, cut):
   body = archive[1]
   bad.write_bytes(b'not a tar' * 100 if cut == 'garbage'
                   else body[:len(body) // 2])
-  with pytest.raises(cifar10.DataError) as e:
+  with pytest.raises(cifar10_input.DataError) as e:
     fetch(tmp_path / 'data', str(bad), '')
   assert str(e.value).startswith('Could not extract %s (' % bad)
   assert 'it is truncated or not a .tar.gz; delete it' in str(e.value)
@@ -317,7 +317,7 @@ def test_unreadable_archive_is_reported(tmp_path, archive, cut):
 def test_unwritable_data_dir_is_reported(tmp_path):
   (tmp_path / 'file').write_text('a file, not a directory')
   data_dir = tmp_path / 'file' / 'data'
-  with pytest.raises(cifar10.DataError) as e:
+  with pytest.raises(cifar10_input.DataError) as e:
     fetch(data_dir, closed_port_url(), '')
   assert str(e.value).startswith(
       'Cannot write to data directory %s (NotADirectoryError' % data_dir)
@@ -339,7 +339,7 @@ def test_concurrent_runs_download_once_and_never_see_partial_files(
   def watch():
     while not done.is_set():
       if os.path.isdir(batches):
-        problem = cifar10_download.batches_problem(batches)
+        problem = download.batches_problem(batches)
         if problem:
           seen_partial.append(problem)
 
@@ -363,7 +363,7 @@ def test_incomplete_dir_without_archive_names_both_problems(tmp_path):
   batches = tmp_path / 'cifar-10-batches-bin'
   batches.mkdir()
   url = closed_port_url()
-  with pytest.raises(cifar10.DataError) as e:
+  with pytest.raises(cifar10_input.DataError) as e:
     fetch(tmp_path, url, '')
   assert str(e.value).startswith(
       'Failed to find file: %s (expected a CIFAR-10 binary file'

@@ -15,6 +15,8 @@ import tensorflow.compat.v1 as tf
 import cifar10
 import cifar10_eval
 import cifar10_train
+from cifar10_support import eval_report
+from cifar10_support import train_dirs
 from testutil import run_script
 from testutil import session_config
 
@@ -34,7 +36,7 @@ def train_dir(data_dir, tmp_path_factory):
     cifar10_train.train(data_dir, train_dir, **settings)
     collapsed = _eval_once(tf.train.latest_checkpoint(train_dir), data_dir,
                            num_examples=20, batch_size=10)['precision'] < 0.5
-  except cifar10_train.DivergedError:
+  except train_dirs.DivergedError:
     collapsed = True
   if collapsed:
     # The original's learning rate of 0.1 on 100 easy records diverged in 1
@@ -126,7 +128,7 @@ def test_script_run_once_after_training(data_dir, train_dir, tmp_path):
   assert 'model.ckpt-%d (global step %d' % (TRAIN_STEPS, TRAIN_STEPS) in (
       result.stdout)
   table = result.stdout.split('most confused with\n')[1].splitlines()[:10]
-  assert [line.split()[0] for line in table] == list(cifar10_eval.CLASS_NAMES)
+  assert [line.split()[0] for line in table] == list(eval_report.CLASS_NAMES)
   # Synthetic test file: 20 records, two of each class.
   assert [int(line.split()[1]) for line in table] == [2] * 10
   assert (eval_dir / 'keep.txt').exists()
@@ -379,7 +381,7 @@ def test_confusion_image_shows_row_fractions():
   confusion[1, 0] = 2
   confusion[1, 1] = 2
 
-  image = cifar10_eval.confusion_image(confusion, cell=4)
+  image = eval_report.confusion_image(confusion, cell=4)
 
   assert image.ndim == 4 and image.dtype == np.uint8
   assert image.shape[0] == 1 and image.shape[3] == 3
@@ -387,7 +389,7 @@ def test_confusion_image_shows_row_fractions():
   # labels; its first grey pixel is its top-left corner.
   top, left = np.argwhere((image[0] == 200).all(axis=-1))[0]
   grid = image[0, top:top + 41, left:left + 41]
-  assert list(grid[2, 2]) == list(cifar10_eval.CONFUSION_FULL_RGB)
+  assert list(grid[2, 2]) == list(eval_report.CONFUSION_FULL_RGB)
   assert list(grid[6, 2]) == list(grid[6, 6])  # half and half
   assert list(grid[2, 6]) == [255, 255, 255]
   assert list(grid[0, 0]) == [200, 200, 200]  # grid line

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import cifar10
 import cifar10_input
+from cifar10_support import fast_ops
+from cifar10_support import sessions
 import synthetic
 from testutil import session_config
 
@@ -234,9 +235,9 @@ def test_distort_matches_tf_image_ops_one_image_at_a_time(dtype):
   factors = rng.uniform(0.2, 1.8, 6).astype(np.float32)
   with tf.Graph().as_default():
     planes = np.transpose(images, [0, 3, 1, 2])  # as the records store them
-    batched = cifar10_input.distort(tf.constant(planes), tf.constant(offsets),
-                                    tf.constant(flips), tf.constant(deltas),
-                                    tf.constant(factors))
+    batched = fast_ops.distort(tf.constant(planes), tf.constant(offsets),
+                               tf.constant(flips), tf.constant(deltas),
+                               tf.constant(factors), cifar10_input.IMAGE_SIZE)
     one_by_one = []
     for i in range(6):
       image = tf.image.crop_to_bounding_box(images[i].astype(np.float32),
@@ -268,7 +269,7 @@ def test_pipelines_transpose_floats_only_after_grappler(tmp_path, pipeline):
     filenames, batcher = tf.get_collection(tf.GraphKeys.QUEUE_RUNNERS)
     options = tf.RunOptions(output_partition_graphs=True, timeout_in_ms=30000)
     metadata = tf.RunMetadata()
-    with tf.Session(config=cifar10.session_config()) as sess:
+    with tf.Session(config=sessions.session_config()) as sess:
       sess.run(tf.local_variables_initializer())
       coord = tf.train.Coordinator()
       # Only the file names are fed: one chunk is read, preprocessed and

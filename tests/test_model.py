@@ -5,6 +5,8 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import cifar10
+from cifar10_support import fast_ops
+from cifar10_support import sessions
 from testutil import session_config
 
 EXPECTED_SHAPES = {
@@ -169,7 +171,8 @@ def test_lrn_matches_tf_nn_lrn_and_its_gradient(dtype, tolerance):
   weights = rng.normal(size=x_value.shape).astype(np.float32)
   with tf.Graph().as_default():
     x = tf.constant(x_value)
-    ours = cifar10._lrn(tf.cast(x, dtype), name='norm')  # pylint: disable=protected-access
+    ours = fast_ops.lrn(tf.cast(x, dtype), 4, bias=1.0, alpha=0.001 / 9.0,
+                        beta=0.75, name='norm')
     reference = tf.nn.lrn(x, 4, bias=1.0, alpha=0.001 / 9.0, beta=0.75)
     grads = [tf.gradients(tf.reduce_sum(tf.cast(y, tf.float32) * weights), x)[0]
              for y in (ours, reference)]
@@ -188,8 +191,8 @@ def test_histogram_summary_buckets_tag_and_format():
   values = np.concatenate([np.zeros(40), np.arange(1, 30) * 0.1 + 0.05, [3.0]])
   with tf.Graph().as_default():
     tf.constant(0.0, name='conv1/weights')  # the name the tag must dodge
-    summary = cifar10.histogram_summary('conv1/weights', tf.constant(values))
-    flat = cifar10.histogram_summary('biases', tf.fill([7], 0.1))
+    summary = fast_ops.histogram_summary('conv1/weights', tf.constant(values))
+    flat = fast_ops.histogram_summary('biases', tf.fill([7], 0.1))
     with tf.Session(config=session_config()) as sess:
       parsed = [tf.Summary.FromString(s) for s in sess.run([summary, flat])]
   # Tagged and named like tf.summary.histogram: the op's unique name.
@@ -198,7 +201,7 @@ def test_histogram_summary_buckets_tag_and_format():
   value = parsed[0].value[0]
   assert value.metadata.plugin_data.plugin_name == 'histograms'
   buckets = tf.make_ndarray(value.tensor)
-  assert buckets.shape == (cifar10.HISTOGRAM_BUCKETS, 3)
+  assert buckets.shape == (fast_ops.HISTOGRAM_BUCKETS, 3)
   # Equal-width buckets from the minimum to the maximum, all values counted.
   np.testing.assert_allclose(buckets[:, 0], np.arange(30) * 0.1)
   np.testing.assert_allclose(buckets[:, 1], np.arange(1, 31) * 0.1)
@@ -210,18 +213,18 @@ def test_histogram_summary_buckets_tag_and_format():
 
 
 def test_session_config_follows_the_thread_rule_and_skips_rewrites():
-  config = cifar10.session_config(log_device_placement=True,
+  config = sessions.session_config(log_device_placement=True,
                                   operation_timeout_in_ms=5)
   assert config.log_device_placement
   assert config.operation_timeout_in_ms == 5
-  short = cifar10.session_config(optimize_graph=False)
+  short = sessions.session_config(optimize_graph=False)
   if tf.config.list_physical_devices('GPU'):
     assert not config.session_inter_op_thread_pool
     assert not short.graph_options.rewrite_options.disable_meta_optimizer
   else:
     # The thread counts follow the rule for this machine (test_threads.py).
-    assert cifar10.config_threads(config) == cifar10.thread_settings(
-        cifar10.usable_cores(), has_gpu=False)
+    assert sessions.config_threads(config) == sessions.thread_settings(
+        sessions.usable_cores(), gpu=False)
     assert not config.graph_options.rewrite_options.disable_meta_optimizer
     assert short.graph_options.rewrite_options.disable_meta_optimizer
     assert short.session_inter_op_thread_pool == config.session_inter_op_thread_pool

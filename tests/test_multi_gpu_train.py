@@ -10,9 +10,10 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import cifar10
-import cifar10_gpus
 import cifar10_multi_gpu_train as multi
 import cifar10_train
+from cifar10_support import gpus
+from cifar10_support import sessions
 from test_train import LINE, _event_tags, _event_values, _histogram_tags
 from testutil import OP_TIMEOUT_MS, run_script
 
@@ -24,7 +25,7 @@ COMPUTE_OPS = re.compile('Conv2D|MatMul|Relu|LRN|MaxPool|SoftmaxCrossEntropy')
 
 
 def _config(num_towers):
-  config = multi.session_config(num_towers, 'cpu')
+  config = sessions.training_config(num_towers=num_towers, tower_device='cpu')
   config.operation_timeout_in_ms = OP_TIMEOUT_MS
   return config
 
@@ -289,8 +290,8 @@ def test_num_gpus_below_one_is_a_usage_error(tmp_path):
 def test_one_cpu_tower_runs_ops_one_at_a_time_and_several_side_by_side():
   if tf.config.list_physical_devices('GPU'):
     pytest.skip('the one-op-at-a-time pool is for machines without a GPU')
-  one = multi.session_config(1, 'cpu')
-  two = multi.session_config(2, 'cpu')
+  one = sessions.training_config(num_towers=1, tower_device='cpu')
+  two = sessions.training_config(num_towers=2, tower_device='cpu')
   assert [p.num_threads for p in one.session_inter_op_thread_pool] == [1]
   # Towers on virtual CPUs must overlap, so TF's default pools.
   assert not two.session_inter_op_thread_pool
@@ -306,16 +307,16 @@ def _limits(config):
 
 def test_split_config_gives_every_tower_a_virtual_gpu():
   # One 80 GB card, four towers: 90% of it shared evenly.
-  config = cifar10_gpus.split_config(4, 1, 81559)
+  config = gpus.split_config(4, 1, 81559)
   assert _limits(config) == [[18350.0] * 4]
   assert config.allow_soft_placement
   # Two cards, three towers: the first card takes the extra one.
-  assert _limits(cifar10_gpus.split_config(3, 2, 16000)) == [[7200.0] * 2,
-                                                             [7200.0]]
+  assert _limits(gpus.split_config(3, 2, 16000)) == [[7200.0] * 2,
+                                                 [7200.0]]
   # A size given for each: as given, card memory unknown or not.
-  assert _limits(cifar10_gpus.split_config(4, 1, None, tower_mb=2048)) == [
+  assert _limits(gpus.split_config(4, 1, None, tower_mb=2048)) == [
       [2048.0] * 4]
-  assert cifar10_gpus.towers_per_gpu(8, 3) == [3, 3, 2]
+  assert gpus.towers_per_gpu(8, 3) == [3, 3, 2]
 
 
 @pytest.mark.parametrize('args, message', [
@@ -333,7 +334,7 @@ def test_split_config_gives_every_tower_a_virtual_gpu():
 ])
 def test_split_that_cannot_work_is_one_usage_line(args, message):
   with pytest.raises(app.UsageError) as e:
-    cifar10_gpus.split_config(*args)
+    gpus.split_config(*args)
   assert str(e.value).startswith(message)
 
 

@@ -1,14 +1,14 @@
-"""Tests for cifar10_picture.py and the labelled confusion-matrix image."""
+"""Tests for picture.py and the labelled confusion-matrix image."""
 
 import itertools
 
 import numpy as np
 import pytest
 
-import cifar10_eval
-import cifar10_picture
+from cifar10_support import eval_report
+from cifar10_support import picture
 
-NAMES = cifar10_eval.CLASS_NAMES
+NAMES = eval_report.CLASS_NAMES
 TITLES = ('true', 'predicted')
 GREY = [200, 200, 200]
 WHITE = [255, 255, 255]
@@ -41,18 +41,18 @@ def _grid(image, cell, n=10):
   return rows[0], columns[0]
 
 
-def _diagonal_image(cell=cifar10_eval.CONFUSION_CELL_PIXELS):
-  return cifar10_eval.confusion_image(np.diag(np.arange(1, 11)), cell)[0]
+def _diagonal_image(cell=eval_report.CONFUSION_CELL_PIXELS):
+  return eval_report.confusion_image(np.diag(np.arange(1, 11)), cell)[0]
 
 
 def test_font_has_a_glyph_for_every_letter_of_the_labels():
   letters = set(''.join(NAMES + TITLES))
-  glyphs = cifar10_picture._GLYPHS  # pylint: disable=protected-access
+  glyphs = picture._GLYPHS  # pylint: disable=protected-access
 
   assert letters <= set(glyphs)
   for letter, rows in glyphs.items():
-    assert len(rows) == cifar10_picture.GLYPH_HEIGHT, letter
-    assert {len(row) for row in rows} == {cifar10_picture.GLYPH_WIDTH}, letter
+    assert len(rows) == picture.GLYPH_HEIGHT, letter
+    assert {len(row) for row in rows} == {picture.GLYPH_WIDTH}, letter
     assert set(''.join(rows)) == {'.', '#'}, letter
   # No two letters look alike.
   assert len(set(glyphs.values())) == len(glyphs)
@@ -61,52 +61,52 @@ def test_font_has_a_glyph_for_every_letter_of_the_labels():
 @pytest.mark.parametrize('text,scale', [('cat', 1), ('cat', 2),
                                         ('automobile', 2), ('predicted', 3)])
 def test_text_pixels_size_follows_letter_count_and_scale(text, scale):
-  mask = cifar10_picture.text_pixels(text, scale)
+  mask = picture.text_pixels(text, scale)
 
   assert mask.dtype == bool
   assert mask.shape == (9 * scale, (6 * len(text) - 1) * scale)
   # Every letter has ink, and each font pixel is a whole scale x scale block.
   for i in range(len(text)):
     assert mask[:, i * 6 * scale:(i * 6 + 5) * scale].any()
-  assert np.array_equal(mask, np.kron(cifar10_picture.text_pixels(text),
+  assert np.array_equal(mask, np.kron(picture.text_pixels(text),
                                       np.ones([scale, scale], bool)))
 
 
 def test_text_pixels_refuses_letters_the_font_lacks():
   with pytest.raises(ValueError, match="'C'"):
-    cifar10_picture.text_pixels('Cat')
+    picture.text_pixels('Cat')
 
 
 def test_different_names_render_different_masks():
-  masks = [cifar10_picture.text_pixels(name, 2) for name in NAMES + TITLES]
+  masks = [picture.text_pixels(name, 2) for name in NAMES + TITLES]
 
   for a, b in itertools.combinations(masks, 2):
     assert a.shape != b.shape or not np.array_equal(a, b)
   # Same length, different letters.
-  assert not np.array_equal(*[cifar10_picture.text_pixels(name)
+  assert not np.array_equal(*[picture.text_pixels(name)
                               for name in ('bird', 'deer')])
 
 
 def test_confusion_image_colours_each_cell_by_its_row_fraction():
-  cell = cifar10_eval.CONFUSION_CELL_PIXELS
+  cell = eval_report.CONFUSION_CELL_PIXELS
   confusion = np.diag(np.arange(1, 11))
   confusion[1, :2] = [3, 3]  # half and half
   confusion[9] = 0  # a class with no examples
 
-  image = cifar10_eval.confusion_image(confusion)
+  image = eval_report.confusion_image(confusion)
 
   assert image.dtype == np.uint8 and image.ndim == 4
   assert image.shape[0] == 1 and image.shape[3] == 3
   image = image[0]
   top, left = _grid(image, cell)
-  half = list(np.round(255 - 0.5 * (255 - cifar10_eval.CONFUSION_FULL_RGB)))
+  half = list(np.round(255 - 0.5 * (255 - eval_report.CONFUSION_FULL_RGB)))
   for i, j in itertools.product(range(10), range(10)):
     centre = list(image[top + i * cell + cell // 2,
                         left + j * cell + cell // 2])
     if i == 1 and j < 2:
       assert centre == half, (i, j)
     elif i == j and i < 9:
-      assert centre == list(cifar10_eval.CONFUSION_FULL_RGB), (i, j)
+      assert centre == list(eval_report.CONFUSION_FULL_RGB), (i, j)
     else:
       assert centre == WHITE, (i, j)
   # White margins right of and below the grid.
@@ -115,7 +115,7 @@ def test_confusion_image_colours_each_cell_by_its_row_fraction():
 
 
 def test_confusion_image_names_rows_left_and_columns_above_only():
-  cell = cifar10_eval.CONFUSION_CELL_PIXELS
+  cell = eval_report.CONFUSION_CELL_PIXELS
   image = _diagonal_image()
   dark = _dark(image)
   top, left = _grid(image, cell)
@@ -124,7 +124,7 @@ def test_confusion_image_names_rows_left_and_columns_above_only():
   for i, name in enumerate(NAMES):
     # Row i's own strip, left of the grid: its name ends at the right.
     strip = dark[top + i * cell + 1:top + (i + 1) * cell, :left]
-    expected = _ink_box(cifar10_picture.text_pixels(name, 2))
+    expected = _ink_box(picture.text_pixels(name, 2))
     right = np.flatnonzero(strip.any(axis=0))[-1]
     assert np.array_equal(
         _ink_box(strip[:, right - expected.shape[1] + 1:right + 1]),
@@ -132,7 +132,7 @@ def test_confusion_image_names_rows_left_and_columns_above_only():
   for j, name in enumerate(NAMES):
     # Column j's strip, above the grid: its name, turned, starts at the bottom.
     strip = dark[:top, left + j * cell + 1:left + (j + 1) * cell]
-    expected = _ink_box(np.rot90(cifar10_picture.text_pixels(name, 2)))
+    expected = _ink_box(np.rot90(picture.text_pixels(name, 2)))
     bottom = np.flatnonzero(strip.any(axis=1))[-1]
     assert np.array_equal(
         _ink_box(strip[bottom - expected.shape[0] + 1:bottom + 1]),
@@ -141,13 +141,13 @@ def test_confusion_image_names_rows_left_and_columns_above_only():
 
 
 def test_confusion_image_has_axis_titles():
-  cell = cifar10_eval.CONFUSION_CELL_PIXELS
+  cell = eval_report.CONFUSION_CELL_PIXELS
   image = _diagonal_image()
   dark = _dark(image)
   top, left = _grid(image, cell)
 
-  predicted = _ink_box(cifar10_picture.text_pixels('predicted', 2))
-  true = _ink_box(np.rot90(cifar10_picture.text_pixels('true', 2)))
+  predicted = _ink_box(picture.text_pixels('predicted', 2))
+  true = _ink_box(np.rot90(picture.text_pixels('true', 2)))
   assert _contains(dark[:top, left:], predicted)
   assert _contains(dark[top:, :left], true)
   assert not _contains(dark[:top, left:], true)
@@ -158,5 +158,5 @@ def test_confusion_image_small_cells_still_fit():
   top, left = _grid(image, 4)
 
   assert image[top + 2, left + 2].tolist() == list(
-      cifar10_eval.CONFUSION_FULL_RGB)
+      eval_report.CONFUSION_FULL_RGB)
   assert _dark(image)[:top, left:].any() and _dark(image)[top:, :left].any()

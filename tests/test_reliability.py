@@ -21,6 +21,8 @@ import tensorflow.compat.v1 as tf
 import cifar10
 import cifar10_input
 import cifar10_train
+from cifar10_support import run_flags
+from cifar10_support import train_dirs
 import synthetic
 import testutil
 
@@ -61,7 +63,7 @@ def test_bad_data_file_is_named_with_its_problem(tmp_path, break_file):
   paths = [os.path.join(root, 'cifar-10-batches-bin', name)
            for name in synthetic.TRAIN_FILES]
   expected = break_file(paths[1])
-  with pytest.raises(cifar10.DataError) as e:
+  with pytest.raises(cifar10_input.DataError) as e:
     cifar10_input.check_data_files(paths)
   assert isinstance(e.value, ValueError)
   assert str(e.value).startswith(expected)
@@ -97,18 +99,18 @@ def test_script_reports_bad_label_without_traceback(tmp_path):
 ])
 def test_check_flag_range(kwargs, message):
   with pytest.raises(app.UsageError) as e:
-    cifar10.check_flag_range('batch_size', **kwargs)
+    run_flags.check_flag_range('batch_size', **kwargs)
   assert str(e.value) == message
-  cifar10.check_flag_range('batch_size', 1, minimum=1, maximum=8)  # In range.
+  run_flags.check_flag_range('batch_size', 1, minimum=1, maximum=8)  # In range.
 
 
 def test_check_flag_writable_dir(tmp_path):
-  cifar10.check_flag_writable_dir('train_dir', str(tmp_path / 'new' / 'dir'))
+  run_flags.check_flag_writable_dir('train_dir', str(tmp_path / 'new' / 'dir'))
   assert (tmp_path / 'new' / 'dir').is_dir()
   (tmp_path / 'file').write_text('not a directory')
   bad = str(tmp_path / 'file' / 'train')
   with pytest.raises(app.UsageError) as e:
-    cifar10.check_flag_writable_dir('train_dir', bad)
+    run_flags.check_flag_writable_dir('train_dir', bad)
   assert str(e.value).startswith(
       '--train_dir=%s is not a writable directory: NotADirectoryError' % bad)
 
@@ -149,7 +151,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(
   # step as the loss check; the outcome must be the same.
   monkeypatch.setattr(cifar10, 'loss', _nan_from_step(3))
   train_dir = str(tmp_path / 'train')
-  with pytest.raises(cifar10_train.DivergedError) as e:
+  with pytest.raises(train_dirs.DivergedError) as e:
     cifar10_train.train(data_dir, train_dir, max_steps=20, batch_size=8,
                         log_frequency=1, save_checkpoint_steps=1,
                         save_summaries_steps=summary_steps, num_threads=2)

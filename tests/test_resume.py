@@ -14,9 +14,9 @@ import subprocess
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
+from cifar10_support import checkpoints
+from cifar10_support import train_dirs
 
-import cifar10_lock
-import cifar10_resume
 from test_distributed_train import _free_ports, _start
 from test_train import LINE
 import testutil
@@ -155,7 +155,7 @@ def _listing(directory):
   listing = {}
   for root, _, names in os.walk(directory):
     for name in names:
-      if name == cifar10_lock.LOCK_NAME:
+      if name == train_dirs.LOCK_NAME:
         continue
       path = os.path.join(root, name)
       with open(path, 'rb') as f:
@@ -196,7 +196,7 @@ def _save(path, shapes, averaged=()):
     for name, shape in shapes.items():
       tf.get_variable(name, shape, initializer=tf.zeros_initializer())
     for name in averaged:
-      tf.get_variable(name + cifar10_resume.AVERAGE_SUFFIX, shapes[name],
+      tf.get_variable(name + checkpoints.AVERAGE_SUFFIX, shapes[name],
                       initializer=tf.zeros_initializer(), trainable=False)
     with tf.Session(config=testutil.session_config()) as sess:
       sess.run(tf.global_variables_initializer())
@@ -210,11 +210,11 @@ def _plan(checkpoint, shapes, averaged=(), own=()):
     for name, shape in shapes.items():
       tf.get_variable(name, shape)
     for name in averaged:
-      tf.get_variable(name + cifar10_resume.AVERAGE_SUFFIX, shapes[name],
+      tf.get_variable(name + checkpoints.AVERAGE_SUFFIX, shapes[name],
                       trainable=False)
     for name in own:
       tf.get_variable(name, [], trainable=False)
-    return cifar10_resume.plan_restore(checkpoint)
+    return checkpoints.plan_restore(checkpoint)
 
 
 def test_plan_restores_shared_state_and_starts_own_state_fresh(tmp_path):
@@ -229,7 +229,7 @@ def test_plan_restores_shared_state_and_starts_own_state_fresh(tmp_path):
   assert sorted(plan.variables) == [
       'conv1/weights', 'conv1/weights/ExponentialMovingAverage', 'global_step']
   assert plan.fresh == ['loss/avg']
-  assert cifar10_resume.fresh_line(plan) == (
+  assert checkpoints.fresh_line(plan) == (
       'Starting fresh (not in model.ckpt-7, which another trainer wrote): '
       'loss/avg.')
 
@@ -249,7 +249,7 @@ def test_plan_names_the_checkpoint_and_what_differs(tmp_path, shapes, averaged,
                                                     message):
   checkpoint = _save(str(tmp_path / 'model.ckpt'),
                      {'conv1/weights': [5, 5, 3, 64]})
-  with pytest.raises(cifar10_resume.CheckpointMismatchError) as e:
+  with pytest.raises(checkpoints.CheckpointMismatchError) as e:
     _plan(checkpoint, shapes, averaged)
   assert str(e.value).startswith('checkpoint %s ' % checkpoint)
   assert message in str(e.value)

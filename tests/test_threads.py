@@ -3,67 +3,64 @@ flags that override it, down to the sessions' ConfigProtos."""
 
 import pytest
 
-import cifar10
-import cifar10_distributed_train
-import cifar10_eval
-import cifar10_multi_gpu_train
+from cifar10_support import sessions
 from testutil import run_script
 
 
 @pytest.mark.parametrize('cores', [1, 2, 3, 4, 5, 8, 16, 64])
 def test_one_op_at_a_time_only_on_few_cores_without_a_gpu(cores):
-  few = cores <= cifar10.ONE_OP_AT_A_TIME_MAX_CORES
-  assert cifar10.thread_settings(cores, has_gpu=False) == (0, 1 if few else 0)
+  few = cores <= sessions.ONE_OP_AT_A_TIME_MAX_CORES
+  assert sessions.thread_settings(cores, gpu=False) == (0, 1 if few else 0)
   # A GPU, or towers meant to overlap: TensorFlow's defaults.
-  assert cifar10.thread_settings(cores, has_gpu=True) == (0, 0)
-  assert cifar10.thread_settings(cores, False, num_towers=2) == (0, 0)
-  assert cifar10.thread_settings(cores, False, cluster_task=True) == (0, 0)
+  assert sessions.thread_settings(cores, gpu=True) == (0, 0)
+  assert sessions.thread_settings(cores, False, num_towers=2) == (0, 0)
+  assert sessions.thread_settings(cores, False, cluster_task=True) == (0, 0)
 
 
 def test_the_flags_win_over_the_rule():
-  assert cifar10.thread_settings(2, False, intra=3, inter=2) == (3, 2)
-  assert cifar10.thread_settings(2, False, inter=0) == (0, 0)
-  assert cifar10.thread_settings(16, True, intra=1) == (1, 0)
-  assert cifar10.thread_settings(16, False, num_towers=4, inter=1) == (0, 1)
-  assert cifar10.ONE_OP_AT_A_TIME_MAX_CORES == 4
+  assert sessions.thread_settings(2, False, intra=3, inter=2) == (3, 2)
+  assert sessions.thread_settings(2, False, inter=0) == (0, 0)
+  assert sessions.thread_settings(16, True, intra=1) == (1, 0)
+  assert sessions.thread_settings(16, False, num_towers=4, inter=1) == (0, 1)
+  assert sessions.ONE_OP_AT_A_TIME_MAX_CORES == 4
 
 
 @pytest.fixture
 def cores(monkeypatch):
   def set_cores(n):
-    monkeypatch.setattr(cifar10, 'usable_cores', lambda: n)
+    monkeypatch.setattr(sessions, 'usable_cores', lambda: n)
   return set_cores
 
 
 def test_session_configs_follow_the_rule_and_the_flags(cores):
   cores(2)
-  config = cifar10.session_config()
-  assert cifar10.config_threads(config) == (0, 1)
+  config = sessions.session_config()
+  assert sessions.config_threads(config) == (0, 1)
   assert config.session_inter_op_thread_pool[0].global_name
-  assert cifar10.config_threads(
-      cifar10_eval.default_session_config()) == (0, 1)
-  assert cifar10.config_threads(
-      cifar10_multi_gpu_train.session_config(1, 'cpu')) == (0, 1)
-  assert cifar10.config_threads(
-      cifar10_multi_gpu_train.session_config(2, 'cpu')) == (0, 0)
+  assert sessions.config_threads(
+      sessions.eval_config()) == (0, 1)
+  assert sessions.config_threads(
+      sessions.training_config(num_towers=1, tower_device='cpu')) == (0, 1)
+  assert sessions.config_threads(
+      sessions.training_config(num_towers=2, tower_device='cpu')) == (0, 0)
   # A cluster task's threads are its server's; TF's default, or the flags.
-  assert cifar10.config_threads(
-      cifar10_distributed_train.server_config()) == (0, 0)
-  assert cifar10.config_threads(
-      cifar10_distributed_train.server_config((2, 1))) == (2, 1)
-  assert not cifar10_distributed_train.session_config(
+  assert sessions.config_threads(
+      sessions.server_config()) == (0, 0)
+  assert sessions.config_threads(
+      sessions.server_config((2, 1))) == (2, 1)
+  assert not sessions.worker_config(
       0, 60).session_inter_op_thread_pool
 
   cores(16)
-  config = cifar10.session_config()
-  assert cifar10.config_threads(config) == (0, 0)
+  config = sessions.session_config()
+  assert sessions.config_threads(config) == (0, 0)
   assert not config.session_inter_op_thread_pool
 
-  explicit = cifar10_multi_gpu_train.session_config(2, 'cpu', threads=(3, 2))
-  assert cifar10.config_threads(explicit) == (3, 2)
+  explicit = sessions.training_config((3, 2), 2, 'cpu')
+  assert sessions.config_threads(explicit) == (3, 2)
   assert explicit.device_count['CPU'] == 2
-  assert cifar10.config_threads(
-      cifar10_eval.default_session_config((1, 0))) == (1, 0)
+  assert sessions.config_threads(
+      sessions.eval_config((1, 0))) == (1, 0)
 
 
 def test_a_negative_thread_count_is_a_usage_error(tmp_path):

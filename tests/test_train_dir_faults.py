@@ -17,9 +17,9 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import cifar10_eval
-import cifar10_lock
-import cifar10_resume
 import cifar10_train
+from cifar10_support import checkpoints
+from cifar10_support import train_dirs
 import testutil
 from test_reliability import _assert_resumed, _logged_steps, _start, _wait_for
 
@@ -40,15 +40,15 @@ def _last_line(result):
 
 def test_lock_names_its_holder_and_is_free_again_after(tmp_path):
   train_dir = str(tmp_path)
-  with cifar10_lock.train_dir_lock(train_dir):
-    with pytest.raises(cifar10_lock.TrainDirBusyError) as e:
-      with cifar10_lock.train_dir_lock(train_dir):
+  with train_dirs.train_dir_lock(train_dir):
+    with pytest.raises(train_dirs.TrainDirBusyError) as e:
+      with train_dirs.train_dir_lock(train_dir):
         pass
   assert str(e.value).startswith(
       '--train_dir=%s is in use by another trainer: pid %d on host %s, '
       'started ' % (train_dir, os.getpid(), socket.gethostname()))
-  with cifar10_lock.train_dir_lock(train_dir) as path:
-    assert path == os.path.join(train_dir, cifar10_lock.LOCK_NAME)
+  with train_dirs.train_dir_lock(train_dir) as path:
+    assert path == os.path.join(train_dir, train_dirs.LOCK_NAME)
 
 
 def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
@@ -88,8 +88,8 @@ def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
     first.wait(30)
 
   # SIGKILL leaves the lock file, but not the lock.
-  assert os.path.exists(os.path.join(train_dir, cifar10_lock.LOCK_NAME))
-  resume_from = cifar10_train.checkpoint_step(
+  assert os.path.exists(os.path.join(train_dir, train_dirs.LOCK_NAME))
+  resume_from = checkpoints.step_of(
       tf.train.latest_checkpoint(train_dir))
   result = testutil.run_script('cifar10_train.py', _args(
       data_dir, train_dir, '--max_steps=%d' % (resume_from + 2)))
@@ -101,7 +101,7 @@ def test_distributed_chief_stops_on_a_busy_train_dir(data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
   os.makedirs(train_dir)
   # The chief only checks that the ps answers before it claims train_dir.
-  with socket.socket() as ps, cifar10_lock.train_dir_lock(train_dir):
+  with socket.socket() as ps, train_dirs.train_dir_lock(train_dir):
     ps.bind(('127.0.0.1', 0))
     ps.listen()
     with socket.socket() as s:
@@ -122,9 +122,9 @@ def test_fresh_start_keeps_the_lock_file(data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
   os.makedirs(train_dir)
   (tmp_path / 'train' / 'old.txt').write_text('deleted by --fresh_start')
-  with cifar10_lock.train_dir_lock(train_dir):
+  with train_dirs.train_dir_lock(train_dir):
     pass
-  lock_inode = os.stat(os.path.join(train_dir, cifar10_lock.LOCK_NAME)).st_ino
+  lock_inode = os.stat(os.path.join(train_dir, train_dirs.LOCK_NAME)).st_ino
   result = testutil.run_script('cifar10_train.py', _args(
       data_dir, train_dir, '--max_steps=2', '--fresh_start'))
   assert result.returncode == 0, result.stderr[-3000:]
@@ -132,7 +132,7 @@ def test_fresh_start_keeps_the_lock_file(data_dir, tmp_path):
       result.stdout)
   assert not (tmp_path / 'train' / 'old.txt').exists()
   # The same file: a trainer waiting on it would lock the one in use.
-  assert os.stat(os.path.join(train_dir, cifar10_lock.LOCK_NAME)).st_ino == (
+  assert os.stat(os.path.join(train_dir, train_dirs.LOCK_NAME)).st_ino == (
       lock_inode)
 
 
@@ -153,7 +153,7 @@ def _mount_tmpfs(path, megabytes):
 def _listed_checkpoints_restore(train_dir):
   state = tf.train.get_checkpoint_state(train_dir)
   for path in state.all_model_checkpoint_paths:
-    assert cifar10_resume.checkpoint_problem(path) is None, path
+    assert checkpoints.checkpoint_problem(path) is None, path
   return state.model_checkpoint_path
 
 
@@ -181,7 +181,7 @@ def test_full_disk_stops_with_one_message_and_the_next_run_resumes(
 
     subprocess.run(['mount', '-o', 'remount,size=64m', mount_point],
                    check=True, timeout=30)
-    step = cifar10_train.checkpoint_step(newest)
+    step = checkpoints.step_of(newest)
     result = testutil.run_script('cifar10_train.py', _args(
         data_dir, train_dir, '--max_steps=%d' % (step + 2)))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -208,7 +208,7 @@ def test_full_disk_injected(data_dir, tmp_path, monkeypatch):
     return real_save(self, sess, save_path, *args, **kwargs)
 
   monkeypatch.setattr(tf.train.Saver, 'save', save)
-  with pytest.raises(cifar10_train.DiskFullError) as e:
+  with pytest.raises(train_dirs.DiskFullError) as e:
     cifar10_train.train(data_dir, train_dir, max_steps=40, batch_size=BATCH,
                         save_checkpoint_steps=2, num_threads=2)
   newest = _listed_checkpoints_restore(train_dir)
@@ -321,10 +321,10 @@ def test_checkpoints_are_found_without_the_index_and_after_a_move(
   lines = []
   moved = str(tmp_path / 'moved')
   shutil.copytree(two_checkpoints, moved)  # The index names the old place.
-  assert cifar10_resume.newest_restorable(moved, lines.append) == (
+  assert checkpoints.newest_restorable(moved, lines.append) == (
       os.path.join(moved, 'model.ckpt-4'))
   os.remove(os.path.join(moved, 'checkpoint'))
-  assert cifar10_resume.newest_restorable(moved, lines.append) == (
+  assert checkpoints.newest_restorable(moved, lines.append) == (
       os.path.join(moved, 'model.ckpt-4'))
   assert lines == ['The checkpoint index of %s is missing or unreadable: '
                    'looking at the checkpoint files themselves.' % moved]
@@ -335,11 +335,11 @@ def test_lock_file_that_cannot_be_written_is_one_message(tmp_path,
   def full(*args):
     raise OSError(errno.ENOSPC, 'No space left on device')
   monkeypatch.setattr(os, 'open', full)
-  with pytest.raises(cifar10_lock.TrainDirLockError) as e:
-    with cifar10_lock.train_dir_lock(str(tmp_path)):
+  with pytest.raises(train_dirs.TrainDirLockError) as e:
+    with train_dirs.train_dir_lock(str(tmp_path)):
       pass
   assert str(e.value) == (
       'cannot create the lock file %s (No space left on device): training '
       'stopped before reading or writing anything else; is the disk full? '
       'Free some space, then run the same command again'
-      % os.path.join(str(tmp_path), cifar10_lock.LOCK_NAME))
+      % os.path.join(str(tmp_path), train_dirs.LOCK_NAME))

@@ -1,4 +1,14 @@
-"""Resuming training from a checkpoint that any trainer wrote.
+"""Checkpoints: finding them, checking them, and resuming from any trainer's.
+
+One place for every question about a checkpoint:
+
+    listed(directory)            the checkpoints a directory holds, oldest first
+    newest(directory)            the newest of them (evaluation, classify)
+    newest_restorable(train_dir) the newest whose every value reads back
+    step_of(path)                the global step in its name
+    open_model(path)             its reader, weights' dtype and global step
+    plan_restore(path)           which variables of this graph it restores
+    restoring_scaffold(plan)     a Scaffold that initialises, then restores
 
 Every trainer saves the same model state under the original's names: the
 weights, their moving averages ('.../ExponentialMovingAverage') and the
@@ -9,9 +19,6 @@ in any trainer when its model state fits the graph: each such variable must
 be there, with this graph's shape and dtype. The trainer's own state that
 the checkpoint lacks starts from its initial value, and what the checkpoint
 holds that this graph lacks is not read.
-
-    plan = plan_restore(checkpoint)      # inside the built training graph
-    scaffold = restoring_scaffold(plan)  # initialises, then restores
 """
 
 import collections
@@ -21,6 +28,20 @@ import tensorflow.compat.v1 as tf
 
 # What tf.train.ExponentialMovingAverage appends to a variable's name.
 AVERAGE_SUFFIX = '/ExponentialMovingAverage'
+# A variable every checkpoint of the CIFAR-10 model holds: the one looked for.
+MODEL_PROBE = 'conv1/weights'
+
+
+class CheckpointError(ValueError):
+  """A checkpoint that cannot be used: none yet, or the wrong contents."""
+
+
+class CheckpointUnreadableError(CheckpointError):
+  """A listed checkpoint whose files are missing, incomplete or damaged.
+
+  Training prunes old checkpoints and writes new ones while evaluation runs,
+  so periodic evaluation skips such a checkpoint and waits for the next.
+  """
 
 
 class ResumeError(ValueError):
@@ -33,6 +54,16 @@ class CheckpointMismatchError(ResumeError):
 
 class NoRestorableCheckpointError(ResumeError):
   """Every checkpoint the index lists is damaged or missing."""
+
+
+def step_of(path):
+  """The global step in a checkpoint's name ('.../model.ckpt-300' -> 300).
+
+  Returns:
+    An int, or None when the name ends in no '-<digits>'.
+  """
+  suffix = path.rsplit('-', 1)[-1] if path and '-' in path else ''
+  return int(suffix) if suffix.isdigit() else None
 
 
 def verified_reader(checkpoint):
@@ -65,33 +96,50 @@ def checkpoint_problem(checkpoint):
   return verified_reader(checkpoint)[1]
 
 
-def _listed_checkpoints(train_dir, report):
-  """The checkpoints of train_dir, oldest first, as its index lists them.
+def listed(directory, report=None):
+  """The checkpoints of a directory, oldest first, as its index lists them.
 
-  A listed checkpoint whose file name is in train_dir is taken from there,
-  wherever the index says it is: the index holds absolute paths, which a
-  moved or copied train_dir would otherwise take from the old place.
+  A listed checkpoint whose file name is in the directory is taken from
+  there, wherever the index says it is: the index holds absolute paths,
+  which a moved or copied train_dir would otherwise take from the old place.
   Without a readable index, the model.ckpt-N files there, by N.
+
+  Args:
+    directory: a train_dir.
+    report: called with one line when the index is missing or unreadable and
+      checkpoint files are there; None says nothing.
+
+  Returns:
+    A list of checkpoint path prefixes.
   """
   try:
-    state = tf.train.get_checkpoint_state(train_dir)
+    state = tf.train.get_checkpoint_state(directory)
   except (tf.errors.OpError, ValueError):
     state = None
   if state is not None and state.model_checkpoint_path:
-    listed = list(state.all_model_checkpoint_paths)
-    if state.model_checkpoint_path not in listed:
-      listed.append(state.model_checkpoint_path)
-    here = [os.path.join(train_dir, os.path.basename(path)) for path in listed]
+    paths = list(state.all_model_checkpoint_paths)
+    if state.model_checkpoint_path not in paths:
+      paths.append(state.model_checkpoint_path)
+    here = [os.path.join(directory, os.path.basename(path)) for path in paths]
     return [local if tf.io.gfile.exists(local + '.index') else path
-            for path, local in zip(listed, here)]
-  found = tf.io.gfile.glob(os.path.join(train_dir, 'model.ckpt-*.index'))
-  steps = sorted((int(name[:-len('.index')].rsplit('-', 1)[1]),
-                  name[:-len('.index')]) for name in found
-                 if name[:-len('.index')].rsplit('-', 1)[1].isdigit())
-  if steps:
+            for path, local in zip(paths, here)]
+  prefixes = [name[:-len('.index')] for name in tf.io.gfile.glob(
+      os.path.join(directory, 'model.ckpt-*.index'))]
+  steps = sorted((step_of(prefix), prefix) for prefix in prefixes
+                 if step_of(prefix) is not None)
+  if steps and report:
     report('The checkpoint index of %s is missing or unreadable: looking at '
-           'the checkpoint files themselves.' % train_dir)
+           'the checkpoint files themselves.' % directory)
   return [path for _, path in steps]
+
+
+def newest(directory):
+  """The newest checkpoint of `directory` (see `listed`), or None.
+
+  Not read: evaluation and classify find a damaged one when they open it.
+  """
+  paths = listed(directory)
+  return paths[-1] if paths else None
 
 
 def newest_restorable(train_dir, report=print):
@@ -107,10 +155,10 @@ def newest_restorable(train_dir, report=print):
   Raises:
     NoRestorableCheckpointError: if every checkpoint is damaged or missing.
   """
-  listed = _listed_checkpoints(train_dir, report)
-  if not listed:
+  paths = listed(train_dir, report)
+  if not paths:
     return None
-  for checkpoint in reversed(listed):
+  for checkpoint in reversed(paths):
     if not tf.io.gfile.exists(checkpoint + '.index'):
       report('Checkpoint %s is listed but its files are missing: trying the '
              'one before it.' % checkpoint)
@@ -124,7 +172,67 @@ def newest_restorable(train_dir, report=print):
       'no checkpoint in --train_dir=%s restores: all %d are damaged or '
       'missing (see the lines above). Nothing was changed; move them away '
       '(or --fresh_start deletes them) to train from step 0, or give another '
-      '--train_dir' % (train_dir, len(listed)))
+      '--train_dir' % (train_dir, len(paths)))
+
+
+def open_model(checkpoint):
+  """Opens a checkpoint of the CIFAR-10 model, every value read back.
+
+  Returns:
+    (reader, dtype of the weights, global step as an int): the step saved in
+    it, else the one in its name, else 0.
+
+  Raises:
+    CheckpointUnreadableError: its files are missing, incomplete or damaged.
+    CheckpointError: it holds no CIFAR-10 model (no conv1/weights).
+  """
+  reader, problem = verified_reader(checkpoint)
+  if problem:
+    raise CheckpointUnreadableError(
+        'cannot read checkpoint %s (pruned by training, not completely '
+        'written, or damaged): %s' % (checkpoint, problem))
+  dtypes = reader.get_variable_to_dtype_map()
+  if MODEL_PROBE not in dtypes:
+    raise CheckpointError(
+        'checkpoint %s does not hold the CIFAR-10 model (no %s); point '
+        '--checkpoint_dir at a cifar10_train.py --train_dir'
+        % (checkpoint, MODEL_PROBE))
+  if reader.has_tensor('global_step'):
+    global_step = int(reader.get_tensor('global_step'))
+  else:  # Not saved by a training script: take it from the name, if there.
+    global_step = step_of(checkpoint) or 0
+  return reader, dtypes[MODEL_PROBE], global_step
+
+
+def check_averages_restorable(reader, var_map, checkpoint):
+  """Checks that a checkpoint has every moving average an eval graph reads.
+
+  Args:
+    reader: the checkpoint's reader.
+    var_map: dict, checkpoint key -> variable, as
+      ExponentialMovingAverage.variables_to_restore() gives it.
+    checkpoint: its path, for the messages.
+
+  Raises:
+    CheckpointError: naming what is missing or of the wrong shape.
+  """
+  shapes = reader.get_variable_to_shape_map()
+  missing = sorted(key for key in var_map if key not in shapes)
+  if missing:
+    raw_names = [var_map[key].op.name for key in missing]
+    if all(name in shapes for name in raw_names):
+      raise CheckpointError(
+          'checkpoint %s has no moving averages of the weights (no %s): '
+          'evaluation uses the averaged weights, which cifar10_train.py '
+          'saves; this checkpoint was written without them'
+          % (checkpoint, missing[0]))
+    raise CheckpointError('checkpoint %s does not match the CIFAR-10 model: '
+                          'missing %s' % (checkpoint, ', '.join(missing)))
+  for key, var in sorted(var_map.items()):
+    if shapes[key] != var.shape.as_list():
+      raise CheckpointError('checkpoint %s holds %s with shape %s; the model '
+                            'needs %s' % (checkpoint, key, shapes[key],
+                                          var.shape.as_list()))
 
 
 RestorePlan = collections.namedtuple('RestorePlan',

@@ -20,12 +20,13 @@ says nothing to its users, so by default it is left out:
 The one switch: set TF_CPP_MIN_LOG_LEVEL yourself (0 for everything) and
 TensorFlow logs as it would without this module, C++ and Python side alike.
 
-Usage, in a script, before anything imports TensorFlow:
+Usage, in a script, before anything imports TensorFlow (through
+startup.before_tensorflow(__name__), which calls it when run as a script):
 
     if __name__ == '__main__':
-      cifar10_console.before_tensorflow()
+      console.before_tensorflow()
 
-and in its main(), before building graphs: cifar10_console.quiet_python_logs().
+and in its main(), before building graphs: console.quiet_python_logs().
 Importing a script as a module (the tests do) changes nothing.
 """
 

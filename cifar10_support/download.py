@@ -370,3 +370,38 @@ def _check_member(member, archive, work_dir):
     raise DataError('Refusing to extract %s: member %r would be written '
                     'outside the directory it is extracted into.'
                     % (archive, member.name))
+
+
+def data_line(data_dir, files, records=None):
+  """The line a script prints once its data files are checked.
+
+  Args:
+    data_dir: folder holding `cifar-10-batches-bin/`.
+    files: the names of the data files the script reads.
+    records: int, their records as a check already counted them; None
+      checks the files here.
+
+  Returns:
+    str, e.g. 'Data: /d/cifar-10-batches-bin, 5 files, 50000 records (checked).'
+
+  Raises:
+    DataError: a file is missing or malformed.
+  """
+  batches_dir = os.path.join(data_dir, BATCHES_DIR)
+  if records is None:
+    records = cifar10_input.check_data_files(
+        [os.path.join(batches_dir, name) for name in files])
+  return 'Data: %s, %d file%s, %d records (checked).' % (
+      batches_dir, len(files), 's' if len(files) > 1 else '', records)
+
+
+def prepare(data_dir, data_url, data_md5, files):
+  """Fetches `files` if needed, checks them and prints the data line.
+
+  For a trainer's main(): `maybe_download_and_extract`, then `data_line`.
+
+  Raises:
+    DataError: a file is missing or malformed and cannot be fetched.
+  """
+  maybe_download_and_extract(data_dir, data_url, data_md5, files=files)
+  print(data_line(data_dir, files))

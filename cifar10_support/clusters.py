@@ -1,0 +1,159 @@
+"""The ps/worker cluster of cifar10_distributed_train.py: flags or TF_CONFIG.
+
+    cluster, job_name, task_index = resolve_cluster(
+        FLAGS.job_name, FLAGS.task_index, FLAGS.ps_hosts, FLAGS.worker_hosts,
+        os.environ.get('TF_CONFIG'))
+    wait_for_addresses({'/job:ps/task:0': 'h0:2222'}, wait_secs=300)
+
+Every malformed list, repeated address or out-of-range index is a ValueError
+naming the flag (or TF_CONFIG) at fault; no task waits forever.
+"""
+
+import json
+import socket
+import time
+
+
+def parse_hosts(value, flag_name):
+  """Splits a comma-separated 'host:port' list.
+
+  Args:
+    value: str, e.g. 'ps0.example.com:2222,10.0.0.2:2222'.
+    flag_name: str, where the list came from (for the error message).
+
+  Returns:
+    A list of 'host:port' strings, spaces stripped.
+
+  Raises:
+    ValueError: naming the flag and the bad entry, for an empty list, an
+      empty entry, a missing host, or a port that is not in 1..65535.
+  """
+  if not value or not value.strip():
+    raise ValueError('%s is empty: give a comma-separated list of host:port, '
+                     'e.g. localhost:2222,localhost:2223' % flag_name)
+  hosts = [entry.strip() for entry in value.split(',')]
+  for entry in hosts:
+    host, _, port = entry.rpartition(':')
+    if not entry:
+      raise ValueError('%s has an empty entry in %r: remove the extra comma'
+                       % (flag_name, value))
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+      raise ValueError('%s entry %r is not host:port with a port in 1..65535 '
+                       '(in %r)' % (flag_name, entry, value))
+  return hosts
+
+
+def cluster_from_tf_config(tf_config):
+  """Reads the cluster and this task from a TF_CONFIG JSON string.
+
+  Returns:
+    (ps_hosts, worker_hosts, job_name, task_index): two lists of 'host:port',
+    'ps' or 'worker', and an int.
+
+  Raises:
+    ValueError: for malformed JSON, missing or unsupported jobs, or a bad task.
+  """
+  try:
+    config = json.loads(tf_config)
+  except ValueError as e:
+    raise ValueError('TF_CONFIG is not valid JSON (%s): %r' % (e, tf_config))
+  cluster = config.get('cluster') if isinstance(config, dict) else None
+  task = config.get('task') if isinstance(config, dict) else None
+  if not isinstance(cluster, dict) or not isinstance(task, dict):
+    raise ValueError('TF_CONFIG needs a "cluster" and a "task" object, e.g. '
+                     '{"cluster": {"ps": ["h0:2222"], "worker": ["h1:2222"]}, '
+                     '"task": {"type": "worker", "index": 0}}; got %r'
+                     % tf_config)
+  extra = sorted(set(cluster) - {'ps', 'worker'})
+  if extra:
+    raise ValueError('TF_CONFIG cluster has job(s) %s; this script knows only '
+                     '"ps" and "worker" (worker 0 is the chief: list a chief '
+                     'as the first worker)' % ', '.join(extra))
+  hosts = {}
+  for job in ('ps', 'worker'):
+    if not isinstance(cluster.get(job), list):
+      raise ValueError('TF_CONFIG cluster needs a "%s" list of host:port' % job)
+    hosts[job] = parse_hosts(','.join(map(str, cluster[job])),
+                             'TF_CONFIG cluster "%s"' % job)
+  job_name, task_index = task.get('type'), task.get('index', 0)
+  if job_name not in ('ps', 'worker') or not isinstance(task_index, int):
+    raise ValueError('TF_CONFIG task must be {"type": "ps" or "worker", '
+                     '"index": <int>}; got %r' % (task,))
+  return hosts['ps'], hosts['worker'], job_name, task_index
+
+
+def resolve_cluster(job_name, task_index, ps_hosts, worker_hosts, tf_config):
+  """Picks the cluster from the flags, else from TF_CONFIG, and checks it.
+
+  Args:
+    job_name: 'ps', 'worker' or None (the --job_name flag).
+    task_index: int (the --task_index flag).
+    ps_hosts, worker_hosts: str, comma-separated host:port lists (flags).
+    tf_config: str or None, the TF_CONFIG environment variable.
+
+  Returns:
+    (cluster, job_name, task_index): cluster is a dict {'ps': [host:port...],
+    'worker': [host:port...]}.
+
+  Raises:
+    ValueError: naming the flag or variable at fault: no cluster given, a
+      malformed host list, an address listed twice, or a task index out of
+      range.
+  """
+  if job_name or ps_hosts or worker_hosts or not tf_config:
+    if not job_name:
+      raise ValueError('--job_name is required (ps or worker), unless the '
+                       'cluster comes from the TF_CONFIG environment variable')
+    cluster = {'ps': parse_hosts(ps_hosts, '--ps_hosts'),
+               'worker': parse_hosts(worker_hosts, '--worker_hosts')}
+    source = '--task_index'
+  else:
+    ps, workers, job_name, task_index = cluster_from_tf_config(tf_config)
+    cluster = {'ps': ps, 'worker': workers}
+    source = 'TF_CONFIG task index'
+  addresses = cluster['ps'] + cluster['worker']
+  repeated = sorted(set(a for a in addresses if addresses.count(a) > 1))
+  if repeated:
+    raise ValueError('Address(es) %s listed more than once in the cluster: '
+                     'every task needs its own host:port' % ', '.join(repeated))
+  num_tasks = len(cluster[job_name])
+  if not 0 <= task_index < num_tasks:
+    raise ValueError('%s=%d is out of range for job "%s", which has %d '
+                     'task(s): use 0..%d' % (source, task_index, job_name,
+                                             num_tasks, num_tasks - 1))
+  return cluster, job_name, task_index
+
+
+def wait_for_addresses(tasks, wait_secs, poll_secs=0.5):
+  """Waits until every task's address accepts TCP connections.
+
+  Args:
+    tasks: dict from a task name ('/job:ps/task:0') to its 'host:port'.
+    wait_secs: number, how long to keep trying.
+    poll_secs: number, pause between attempts.
+
+  Raises:
+    TimeoutError: naming each task and address that did not answer in time.
+  """
+  deadline = time.time() + wait_secs
+  pending = dict(tasks)
+  errors = {}
+  while True:
+    for name, address in sorted(pending.items()):
+      host, _, port = address.rpartition(':')
+      try:
+        socket.create_connection((host.strip('[]'), int(port)),
+                                 timeout=max(poll_secs, 1)).close()
+        del pending[name]
+      except OSError as e:
+        errors[name] = e
+    if not pending:
+      return
+    if time.time() >= deadline:
+      raise TimeoutError(
+          'No answer after %s s from %s. Is that task started, with this '
+          'address in its --ps_hosts/--worker_hosts, and is the port open? '
+          '(--startup_wait_secs sets the wait)' % (wait_secs, '; '.join(
+              '%s at %s (%s)' % (name, pending[name], errors[name])
+              for name in sorted(pending))))
+    time.sleep(poll_secs)

@@ -1,0 +1,232 @@
+"""Drop-in replacements for standard ops, each equal to the op it replaces.
+
+The tutorial's code calls these where the original calls TensorFlow's own
+ops. Each computes the same thing (tests/test_model.py and tests/test_input.py
+compare them with the standard op) and was measured faster on the CPU, or,
+for `loss_average`, fixes what the original's charts showed; the numbers are
+change rows of benchmarks/README.md.
+
+  lrn                 replaces tf.nn.lrn (beta 0.75)
+  histogram_summary   replaces tf.summary.histogram (TF1's HistogramSummary)
+  zero_fraction       replaces tf.nn.zero_fraction
+  loss_average        replaces tf.train.ExponentialMovingAverage(0.9) of a loss
+  distort             replaces tf.image's random_crop, random_flip_left_right,
+                      random_brightness, random_contrast and
+                      per_image_standardization, one image at a time
+"""
+
+import numpy as np
+import tensorflow.compat.v1 as tf
+from tensorboard.plugins.histogram import metadata as histogram_metadata
+
+# Buckets of every histogram summary; TensorBoard's default.
+HISTOGRAM_BUCKETS = 30
+
+# Decay of the loss averages that TensorBoard shows beside the raw losses.
+LOSS_AVERAGE_DECAY = 0.9
+
+
+def _lrn_075(x, name, depth_radius, bias, alpha, out_name):
+  """Local response normalization with beta 0.75 in x's dtype; see `lrn`.
+
+  Its ops go in name scope `name`_window; the output op is `out_name`.
+  """
+  channels = x.shape.as_list()[-1]
+  index = np.arange(channels)
+  band = (np.abs(index[:, None] - index[None, :]) <= depth_radius)
+  dtype = x.dtype.base_dtype
+
+  @tf.custom_gradient
+  def normalize(x):
+    flat = tf.reshape(x, [-1, channels])
+    # u = bias + alpha * window sum of squares; its bias_add fuses into the
+    # matmul.
+    u = tf.nn.bias_add(
+        tf.matmul(tf.square(flat), tf.constant(alpha * band, dtype)),
+        tf.constant(np.full(channels, bias), dtype))
+    r = tf.math.rsqrt(u)
+    scale = r * tf.sqrt(r)  # u ** -0.75
+    y = flat * scale
+
+    def grad(dy):
+      # d out_i / d x_k = [i == k] * scale_k
+      #                   - 1.5 * alpha * x_k * y_i / u_i * [|i - k| <= r];
+      # the band is symmetric, so the sum over i is again a band product.
+      dy = tf.reshape(dy, [-1, channels])
+      spread = tf.matmul(dy * y / u, tf.constant(-1.5 * alpha * band, dtype))
+      return tf.reshape(dy * scale + flat * spread, tf.shape(x))
+
+    return tf.reshape(y, tf.shape(x)), grad
+
+  with tf.name_scope(name + '_window'):
+    out = normalize(x)
+  return tf.identity(out, name=out_name)
+
+
+def lrn(x, depth_radius=5, bias=1.0, alpha=1.0, beta=0.5, name=None):
+  """Replaces `tf.nn.lrn` (same arguments; beta 0.75 only), in float32.
+
+  out = x / (bias + alpha * sum of x**2 over the 2 * depth_radius + 1
+  neighbouring channels) ** 0.75.
+
+  TF's own LRN gradient kernel took about a sixth of each CPU training step.
+  Here the window sum is a product with a band matrix (alpha and bias folded
+  into one fused matmul), the power is rsqrt(u) * sqrt(rsqrt(u)), and the
+  gradient is written out instead of differentiating those ops one by one.
+  Measured (benchmarks/README.md, changes 2 and 7): CPU time per training
+  example -15.5%, then a step 94.3 -> 90.5 ms; equal to tf.nn.lrn and its
+  gradient to 1e-5 (tests/test_model.py).
+
+  It computes in float32 whatever x's dtype and returns x's dtype: in
+  bfloat16 (8 significant bits) the denominator, 1 + alpha * a sum of
+  squares with alpha about 1e-4, would move in steps of 1/128 near 1,
+  coarser than the normalization itself.
+
+  Args:
+    x: 4-D tensor of [batch, height, width, channels], any float dtype.
+    depth_radius, bias, alpha, beta: as tf.nn.lrn's; beta must be 0.75.
+    name: str, name of the output op (in x's dtype).
+
+  Returns:
+    A tensor of the shape and dtype of `x`.
+  """
+  if beta != 0.75:
+    raise ValueError('fast_ops.lrn computes beta=0.75 only, got %r' % beta)
+  dtype = x.dtype.base_dtype
+  if dtype == tf.float32:
+    return _lrn_075(x, name, depth_radius, bias, alpha, name)
+  out = _lrn_075(tf.cast(x, tf.float32), name, depth_radius, bias, alpha,
+                 name + '_float32')
+  return tf.cast(out, dtype, name=name)
+
+
+def histogram_summary(name, values):
+  """Replaces `tf.summary.histogram`: the same tag, TensorBoard's format.
+
+  TF1's HistogramSummary kernel bins one value at a time into ~1,500
+  exponential buckets: 0.2 s for conv1's activations of one 128-image batch,
+  more than two training steps. This bins into HISTOGRAM_BUCKETS equal-width
+  buckets with a few whole-tensor ops and writes TensorBoard's histogram
+  format (plugin 'histograms', a [k, 3] float64 tensor of left edge, right
+  edge, count), the one TensorFlow 2's own tf.summary.histogram writes, so
+  it shows in the same dashboards. Measured (benchmarks/README.md, change
+  8): a training step with all summaries cost 360 ms more than without
+  them before, 26 ms after.
+
+  Args:
+    name: str, the summary's name; its tag, like tf.summary.histogram's, is
+      the op name it gets.
+    values: float tensor of any shape, non-empty.
+
+  Returns:
+    The summary op (a scalar string tensor), added to the SUMMARIES collection.
+  """
+  with tf.name_scope(name + '_buckets'):
+    flat = tf.cast(tf.reshape(values, [-1]), tf.float32)  # no-op for float32
+    low = tf.reduce_min(flat)
+    # All-equal values (a zero-initialized bias) land in the first bucket.
+    width = tf.maximum(tf.reduce_max(flat) - low, 1e-30) / HISTOGRAM_BUCKETS
+    index = tf.clip_by_value(tf.cast((flat - low) / width, tf.int32),
+                             0, HISTOGRAM_BUCKETS - 1)
+    # int32 counts: Bincount has a GPU kernel for them, not for float64.
+    counts = tf.raw_ops.Bincount(arr=index, size=HISTOGRAM_BUCKETS,
+                                 weights=tf.zeros([0], tf.int32))
+    edges = (tf.cast(low, tf.float64) + tf.cast(width, tf.float64)
+             * np.arange(HISTOGRAM_BUCKETS + 1))
+    buckets = tf.stack([edges[:-1], edges[1:], tf.cast(counts, tf.float64)],
+                       axis=1)
+  # Summary ops have CPU kernels only; pinned there, a tower's GPU holds none.
+  with tf.device('/cpu:0'):
+    return tf.summary.tensor_summary(
+        name, buckets,
+        summary_metadata=histogram_metadata.create_summary_metadata(name, ''))
+
+
+def zero_fraction(x):
+  """Replaces `tf.nn.zero_fraction`: the fraction of zeros, float32 scalar.
+
+  The same number without tf.nn.zero_fraction's tf.cond, whose function
+  setup cost each new session tens of ms. Measured (benchmarks/README.md,
+  change 9): the first summary run of a new eval session 173 -> 144 ms.
+  """
+  return tf.reduce_mean(tf.cast(tf.equal(x, 0), tf.float32))
+
+
+def loss_average(value, decay=LOSS_AVERAGE_DECAY):
+  """Replaces `tf.train.ExponentialMovingAverage(0.9, name='avg')` of a loss.
+
+  The variable is the one the original's average made, '<loss op name>/avg'
+  starting at 0, so checkpoints keep its name both ways. That average
+  starts at 0, which made every loss chart begin with a drop to 0; here an
+  average that is still exactly 0 (never updated: a loss is never exactly 0)
+  takes the loss itself instead. Not a speed change: the charts start at
+  the first loss (tests/test_tensorboard.py).
+
+  Args:
+    value: scalar float tensor, one loss term.
+    decay: float, weight of the old average at each update.
+
+  Returns:
+    The updated average, a scalar tensor of value's dtype; evaluating it
+    updates the variable (once per session.run).
+  """
+  # A trailing '/' makes a scope absolute: the name does not nest under a
+  # tower's scope, which the loss's own op name already carries.
+  with tf.device('/cpu:0'):
+    with tf.name_scope(value.op.name + '/'):
+      average = tf.Variable(lambda: tf.zeros([], value.dtype),
+                            trainable=False, name='avg')
+    with tf.name_scope(average.op.name + '/'):
+      started = tf.not_equal(average, 0)
+      new = tf.where(started, average - (1 - decay) * (average - value),
+                     value)
+      return tf.assign(average, new)
+
+
+def distort(planes, offsets, flips, deltas, factors, image_size):
+  """Replaces the tf.image distortions of training, over a chunk of images.
+
+  The same arithmetic as tf.image's random_crop, random_flip_left_right,
+  random_brightness, random_contrast and per_image_standardization applied
+  one image at a time, with those random draws given, but over a whole
+  chunk of images in a few ops. Measured (benchmarks/README.md, changes 3
+  and 16): input CPU per image 190 -> 41 us; equal to the tf.image ops
+  (tests/test_input.py).
+
+  Both input pipelines work on colour planes, as the records store them, and
+  make the finished crop channels-last at the end: per-channel means and
+  broadcasts run several times faster over contiguous planes than over
+  interleaved channels, and a float32 transpose of the crop costs a fifth of
+  a uint8 one of the whole image.
+
+  Args:
+    planes: uint8 or float32 tensor of [n, 3, 32, 32], values 0-255: each
+      image's red, green and blue planes, as the records store them.
+    offsets: int32 tensor of [n, 2], each crop's top-left corner (row,
+      column), in 0..32 - image_size.
+    flips: bool tensor of [n], True to mirror the crop left-right.
+    deltas: float32 tensor of [n], brightness added to every pixel.
+    factors: float32 tensor of [n], contrast factor: each channel's
+      deviations from its mean are scaled by it.
+    image_size: int, the crop's height and width.
+
+  Returns:
+    float32 tensor of [n, image_size, image_size, 3] (height, width, RGB),
+    each image with mean 0 and standard deviation 1.
+  """
+  steps = tf.range(image_size)
+  rows = offsets[:, :1] + steps
+  cols = offsets[:, 1:] + tf.where_v2(flips[:, None], steps[::-1], steps)
+  # Rows are gathered as whole 32-pixel lines, before the cast (a quarter of
+  # the bytes). Columns are gathered as lines too, after swapping the last
+  # two axes: picking single pixels is several times slower. The brightness
+  # is added before that swap: Grappler swaps a transpose with a cast just
+  # before it, and would transpose uint8, several times slower than float32.
+  crops = tf.cast(tf.gather(planes, rows, axis=2, batch_dims=1), tf.float32)
+  crops += deltas[:, None, None, None]
+  crops = tf.gather(tf.transpose(crops, [0, 1, 3, 2]), cols, axis=2,
+                    batch_dims=1)  # [n, 3, column, row]
+  means = tf.reduce_mean(crops, axis=[2, 3], keepdims=True)
+  crops = (crops - means) * factors[:, None, None, None] + means
+  crops = tf.image.per_image_standardization(crops)  # layout-agnostic
+  return tf.transpose(crops, [0, 3, 2, 1])

@@ -1,0 +1,104 @@
+"""The flags every script has beyond the original's, and the flag checks.
+
+The original's shared flags (--batch_size, --data_dir, --use_fp16) are
+cifar10.py's; these are ours. Defined once, when this module is first
+imported (absl refuses a flag defined twice); read only in the scripts'
+main(). The checks raise app.UsageError, which absl prints as one usage line
+with exit status 1.
+"""
+
+from absl import app
+from absl import flags
+
+from cifar10_support import download
+from cifar10_support import sessions
+
+flags.DEFINE_string('data_url', download.DATA_URL,
+                    'Where to get cifar-10-binary.tar.gz when '
+                    '<data_dir>/cifar-10-batches-bin is missing or '
+                    'incomplete: an http(s) URL of a mirror, or a file:// '
+                    'URL or path of a copy you already have.')
+flags.DEFINE_string('data_md5', download.DATA_MD5,
+                    'MD5 of the archive at --data_url (default: the official '
+                    'archive\'s); empty to skip the check.')
+flags.DEFINE_enum('mixed_precision', 'off', ['off', 'bf16'],
+                  'bf16: compute convolutions and matrix products in '
+                  'bfloat16, keeping variables, loss, gradients and '
+                  'checkpoints float32. Needs a CPU with AVX512_BF16 or AMX '
+                  '(elsewhere one line says so and the run stays float32), '
+                  'or a GPU: bfloat16 from compute capability 8.0, float16 '
+                  'with dynamic loss scaling before it.')
+flags.DEFINE_integer('num_intra_threads', None,
+                     'Threads each op may use (TensorFlow\'s intra-op pool); '
+                     '0 = TensorFlow\'s choice (one per core). Unset: '
+                     'TensorFlow\'s choice.', lower_bound=0)
+flags.DEFINE_integer('num_inter_threads', None,
+                     'Ops that may run at once (the inter-op pool); 0 = '
+                     'TensorFlow\'s choice. Unset: 1 (one op at a time) on a '
+                     'machine without a GPU and with at most %d usable cores '
+                     'and one tower, else TensorFlow\'s choice.'
+                     % sessions.ONE_OP_AT_A_TIME_MAX_CORES, lower_bound=0)
+
+
+def define_checkpoint_dir_flag():
+  """Defines --checkpoint_dir, for the scripts that read a run's checkpoints.
+
+  cifar10_eval.py and cifar10_classify.py both take it; one process may
+  import both (the tests do), and absl refuses a flag defined twice.
+  """
+  if 'checkpoint_dir' not in flags.FLAGS:
+    flags.DEFINE_string('checkpoint_dir', '/tmp/cifar10_train',
+                        'Directory where to read model checkpoints: the '
+                        'training run\'s --train_dir.')
+
+
+def threads(flag_values):
+  """(--num_intra_threads, --num_inter_threads) of parsed flag values."""
+  return flag_values.num_intra_threads, flag_values.num_inter_threads
+
+
+def check_no_arguments(argv):
+  """Raises app.UsageError if the command line has more than flags."""
+  if len(argv) > 1:
+    raise app.UsageError('Unexpected arguments: %s' % ' '.join(argv[1:]))
+
+
+def check_flag_range(name, value, minimum=None, maximum=None):
+  """Raises app.UsageError unless minimum <= value <= maximum.
+
+  For a script's main(), before any graph is built. Example:
+  check_flag_range('batch_size', FLAGS.batch_size, minimum=1).
+
+  Args:
+    name: the flag's name, without dashes.
+    value: its value.
+    minimum, maximum: inclusive bounds; None for none.
+  """
+  if minimum is not None and maximum is not None:
+    expected = 'between %s and %s' % (minimum, maximum)
+  elif minimum is not None:
+    expected = 'at least %s' % minimum
+  else:
+    expected = 'at most %s' % maximum
+  if ((minimum is not None and value < minimum) or
+      (maximum is not None and value > maximum)):
+    raise app.UsageError('--%s must be %s, got %s' % (name, expected, value))
+
+
+def check_flag_writable_dir(name, path):
+  """Creates directory `path` if needed; raises app.UsageError if unwritable.
+
+  Remote paths ('gs://...') are left to TensorFlow's file system.
+
+  Args:
+    name: the flag's name, without dashes.
+    path: the directory it gives.
+  """
+  if not path:
+    raise app.UsageError('--%s must name a directory' % name)
+  if '://' in path:
+    return
+  problem = download.writable_dir_problem(path)
+  if problem:
+    raise app.UsageError('--%s=%s is not a writable directory: %s'
+                         % (name, path, problem))

@@ -1,0 +1,278 @@
+"""A training run's train_dir, from claiming it to where training starts.
+
+Handed a train_dir once, `claim` locks it for the run, empties it on
+--fresh_start, and yields where training starts: the newest checkpoint that
+restores, and its step. Everything that guards the directory while training
+runs hangs off that answer:
+
+    with train_dirs.claim(path, fresh_start) as start:  # lock, say where
+      ...build the graph...
+      plan = start.restore_plan()     # checks it fits; drops interrupted saves
+      with start.stop_on_full_disk():  # a full disk is one line, not a trace
+        ...train...                    # a NaN: raise start.diverged(step)
+
+One trainer per train_dir: two would resume from the same checkpoint and
+then write `model.ckpt-N` files and the `checkpoint` index over each other.
+Each trainer (and the chief of a cluster) therefore holds an advisory lock
+(`flock`) on `<train_dir>/.cifar10_train.lock` while it runs, and writes its
+process id and host into that file. The kernel drops the lock when the
+process ends, however it ends (SIGKILL and crashes too), so no stale lock is
+ever left behind. Evaluation takes no lock and runs beside training.
+Training never deletes a checkpoint, except on --fresh_start.
+"""
+
+import contextlib
+import errno
+import fcntl
+import os
+import socket
+import time
+
+import tensorflow.compat.v1 as tf
+
+import cifar10_input
+from cifar10_support import checkpoints
+
+LOCK_NAME = '.cifar10_train.lock'
+
+
+class TrainDirLockError(RuntimeError):
+  """train_dir cannot be locked; the message says why."""
+
+
+class TrainDirBusyError(TrainDirLockError):
+  """Another trainer holds the train_dir; the message names it."""
+
+
+class DivergedError(RuntimeError):
+  """The loss became NaN; the message names the last good checkpoint."""
+
+
+class DiskFullError(RuntimeError):
+  """The disk of train_dir filled up; the message names the directory."""
+
+
+# What stops a training run with one line and exit status 1: each trainer's
+# main catches these (and its own).
+RUN_ERRORS = (cifar10_input.DataError, DivergedError, DiskFullError,
+              TrainDirLockError, checkpoints.ResumeError)
+
+# flock errors of file systems that do not support it (some network and FUSE
+# mounts): the run goes on unlocked, with a line that says so.
+_UNSUPPORTED = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
+
+
+_ADVICE = ('training stopped before reading or writing anything else; is '
+           'the disk full? Free some space, then run the same command again')
+
+
+def _holder(lock_file):
+  """What the file says about the process that holds the lock."""
+  lock_file.seek(0)
+  text = lock_file.read().strip()
+  return text or 'a process that has not written its id yet'
+
+
+@contextlib.contextmanager
+def train_dir_lock(train_dir):
+  """Holds train_dir's lock; raises TrainDirBusyError at once if taken.
+
+  Remote directories ('gs://...') are not locked: flock needs a local file.
+
+  Args:
+    train_dir: an existing directory.
+
+  Yields:
+    The lock file's path, or None when not locked.
+
+  Raises:
+    TrainDirBusyError: naming the directory and the process (pid, host,
+      start time) that holds it.
+    TrainDirLockError: the lock file cannot be made or written (a full
+      disk, say).
+  """
+  if '://' in train_dir:
+    yield None
+    return
+  path = os.path.join(train_dir, LOCK_NAME)
+  try:
+    # Not truncated on open: the holder's text is read if the lock is taken.
+    lock_file = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, 0o644), 'r+')
+  except OSError as e:
+    raise TrainDirLockError('cannot create the lock file %s (%s): %s'
+                            % (path, e.strerror, _ADVICE)) from None
+  with lock_file:
+    try:
+      fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+      if e.errno in _UNSUPPORTED:
+        print('Warning: the file system of --train_dir=%s cannot lock files '
+              '(%s): nothing stops a second trainer on it.'
+              % (train_dir, e.strerror), flush=True)
+        yield None
+        return
+      if e.errno not in (errno.EAGAIN, errno.EACCES):
+        raise
+      raise TrainDirBusyError(
+          '--train_dir=%s is in use by another trainer: %s. Two trainers on '
+          'one directory would overwrite each other\'s checkpoints; wait for '
+          'that one to end (or stop it), or give this run another '
+          '--train_dir. (cifar10_eval.py may run beside it.)'
+          % (train_dir, _holder(lock_file))) from None
+    try:
+      lock_file.seek(0)
+      lock_file.truncate()
+      lock_file.write('pid %d on host %s, started %s\n' % (
+          os.getpid(), socket.gethostname(),
+          time.strftime('%Y-%m-%d %H:%M:%S')))
+      lock_file.flush()
+    except OSError as e:
+      raise TrainDirLockError('cannot write the lock file %s (%s): %s'
+                              % (path, e.strerror, _ADVICE)) from None
+    try:
+      yield path
+    finally:
+      fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
+class Start(object):
+  """Where training starts in a claimed train_dir; what `claim` yields.
+
+  Attributes:
+    train_dir: str, the directory.
+    checkpoint: str, the newest checkpoint there that restores, or None.
+    step: int, its global step (from its name); 0 without one.
+  """
+
+  def __init__(self, train_dir, checkpoint):
+    self.train_dir = train_dir
+    self.checkpoint = checkpoint
+    self.step = checkpoints.step_of(checkpoint) or 0
+
+  def restore_plan(self):
+    """Checks that the checkpoint fits the graph just built; readies train_dir.
+
+    Call it inside the training graph, once built. Prints what starts fresh
+    (state of another trainer's that this one has not). Only then, so that a
+    refused run leaves train_dir as it was, it removes the temporary
+    directories of saves cut short.
+
+    Returns:
+      The checkpoints.RestorePlan, or None when there is no checkpoint.
+
+    Raises:
+      checkpoints.CheckpointMismatchError: the checkpoint is of another
+        model; train_dir is untouched.
+    """
+    plan = None
+    if self.checkpoint is not None:
+      plan = checkpoints.plan_restore(self.checkpoint)
+      line = checkpoints.fresh_line(plan)
+      if line:
+        print(line)
+    _remove_interrupted_saves(self.train_dir)
+    return plan
+
+  def stop_on_full_disk(self):
+    """A context in which running out of space is one DiskFullError."""
+    return stop_on_full_disk(self.train_dir)
+
+  def diverged(self, step):
+    """The DivergedError for a NaN loss at global step `step`."""
+    checkpoint = checkpoints.newest(self.train_dir)
+    if checkpoint is None:
+      kept = 'no checkpoint had been written yet'
+    else:
+      kept = ('the last good checkpoint, %s, is left intact and a new run '
+              'resumes from it' % checkpoint)
+    return DivergedError(
+        'Model diverged with loss = NaN at step %d: training stopped without '
+        'saving that step; %s. Lower the learning rate or check the data.'
+        % (step, kept))
+
+
+@contextlib.contextmanager
+def claim(train_dir, fresh_start):
+  """Locks train_dir for this run and says where training starts from.
+
+  Holds the lock until the block ends, so a second trainer on the same
+  directory stops at once. With fresh_start, deletes everything in
+  train_dir but the lock file. Damaged checkpoints are skipped (one line
+  each), never deleted.
+
+  Yields:
+    A `Start`.
+
+  Raises:
+    TrainDirBusyError: another trainer holds train_dir.
+    checkpoints.NoRestorableCheckpointError: every listed checkpoint is
+      damaged.
+  """
+  tf.io.gfile.makedirs(train_dir)
+  with train_dir_lock(train_dir):
+    if fresh_start:
+      print('--fresh_start: deleting the contents of %s' % train_dir)
+      for name in tf.io.gfile.listdir(train_dir):
+        path = os.path.join(train_dir, name.rstrip('/'))
+        if name == LOCK_NAME:
+          continue
+        if tf.io.gfile.isdir(path):
+          tf.io.gfile.rmtree(path)
+        else:
+          tf.io.gfile.remove(path)
+    start = Start(train_dir, checkpoints.newest_restorable(train_dir))
+    if start.checkpoint is None:
+      print('No checkpoint in %s: training from step 0.' % train_dir)
+    else:
+      print('Resuming from checkpoint %s at step %d (--fresh_start trains '
+            'from scratch).' % (start.checkpoint, start.step))
+    yield start
+
+
+def _remove_interrupted_saves(train_dir):
+  """Removes the temporary directories of saves cut short.
+
+  The saver writes each checkpoint there first and the index only ever
+  names complete ones, so these are never read, only left behind (by a
+  kill, or a full disk).
+  """
+  for partial in tf.io.gfile.glob(os.path.join(train_dir, 'model.ckpt-*_temp')):
+    print('Removing %s, an interrupted save.' % partial)
+    tf.io.gfile.rmtree(partial)
+
+
+@contextlib.contextmanager
+def stop_on_full_disk(train_dir):
+  """Turns running out of space in train_dir into one DiskFullError.
+
+  Also removes the half-written save, to give back its space. The
+  checkpoint index is only rewritten after a complete save, so it still
+  names the last complete checkpoint. Other errors pass unchanged.
+
+  Raises:
+    DiskFullError: naming train_dir and the checkpoint a new run resumes
+      from.
+  """
+  try:
+    yield
+  except (tf.errors.OpError, OSError) as e:
+    if isinstance(e, OSError):
+      full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+    else:
+      full = ('No space left on device' in e.message or
+              'Disk quota exceeded' in e.message)
+    if not full:
+      raise
+    _remove_interrupted_saves(train_dir)
+    try:
+      checkpoint = checkpoints.newest_restorable(train_dir,
+                                                 report=lambda line: None)
+    except checkpoints.ResumeError:
+      checkpoint = None
+    kept = ('the newest complete checkpoint, %s, is intact and a new run '
+            'resumes from it' % checkpoint if checkpoint else
+            'no complete checkpoint had been written yet')
+    raise DiskFullError(
+        'the disk of --train_dir=%s is full (no space left on device while '
+        'writing to it): training stopped; %s. Free some space, then run the '
+        'same command again.' % (train_dir, kept)) from None
