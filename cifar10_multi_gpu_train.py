@@ -361,28 +361,6 @@ def train(data_dir, train_dir, num_towers=1, tower_device='gpu',
       save_checkpoint_steps=save_checkpoint_steps)
 
 
-def split_gpus_config(num_towers, tower_device, tower_mb=0,
-                      log_device_placement=False):
-  """The session config of --split_gpus, with the line that says so.
-
-  Raises:
-    app.UsageError: one line, for --tower_device=cpu or a split that does
-      not fit (see gpus.split_config).
-  """
-  if tower_device != 'gpu':
-    raise app.UsageError(
-        '--split_gpus splits GPUs and --tower_device=cpu puts the towers on '
-        'CPU devices: drop one of the two')
-  visible = len(tf.config.list_physical_devices('GPU'))
-  config = gpus.split_config(num_towers, visible,
-                                     gpus.card_memory_mb(), tower_mb,
-                                     log_device_placement)
-  devices = config.gpu_options.experimental.virtual_devices
-  print('--split_gpus: %d GPU(s) split into %d virtual GPUs of %d MB, one per '
-        'tower.' % (visible, num_towers, devices[0].memory_limit_mb[0]))
-  return config
-
-
 def main(argv):
   run_flags.check_no_arguments(argv)
   console.quiet_python_logs()
@@ -391,9 +369,9 @@ def main(argv):
                              minimum=0)
   config = None
   if FLAGS.split_gpus:
-    config = split_gpus_config(FLAGS.num_gpus, FLAGS.tower_device,
-                               FLAGS.split_gpu_memory_mb,
-                               FLAGS.log_device_placement)
+    config = gpus.split_gpus_config(FLAGS.num_gpus, FLAGS.tower_device,
+                                    FLAGS.split_gpu_memory_mb,
+                                    FLAGS.log_device_placement)
   cifar10_train.check_flags(FLAGS)
   # --tower_device=cpu keeps the towers on CPU devices even beside a GPU.
   on_gpu = FLAGS.tower_device == 'gpu' and sessions.has_gpu()

@@ -65,65 +65,6 @@ flags.DEFINE_integer('save_checkpoint_steps', 0,
 LOG_FORMAT = '%s: step %d, loss = %.2f (%.1f examples/sec; %.3f sec/batch)'
 
 
-class _LoggerHook(tf.train.SessionRunHook):
-  """Prints the loss and the speed every `log_frequency` global steps.
-
-  With `num_towers` > 1 each step trains on that many batches of `batch_size`
-  at once: examples/sec counts them all, and sec/batch is the step time over
-  the towers, as in the original multi-GPU script.
-  """
-
-  def __init__(self, loss, global_step, batch_size, log_frequency,
-               num_towers=1):
-    self._loss = loss
-    self._global_step = global_step
-    self._batch_size = batch_size
-    self._log_frequency = log_frequency
-    self._num_towers = num_towers
-    self.last_loss = None
-    self.last_examples_per_sec = None
-
-  def begin(self):
-    # The first window also counts session start-up and the queue filling,
-    # as in the original.
-    self._window_start = time.time()
-    self._window_steps = 0
-
-  def after_create_session(self, session, coord):
-    self.step = session.run(self._global_step)
-
-  def before_run(self, run_context):
-    return tf.train.SessionRunArgs(self._loss)
-
-  def after_run(self, run_context, run_values):
-    # The step just run; global_step already counts it.
-    step = self.step
-    self.step += 1
-    self._window_steps += 1
-    self.last_loss = run_values.results
-    if step % self._log_frequency:
-      return
-    duration = time.time() - self._window_start
-    batches = self._window_steps * self._num_towers
-    self.last_examples_per_sec = batches * self._batch_size / duration
-    print(LOG_FORMAT % (datetime.now(), step, self.last_loss,
-                        self.last_examples_per_sec, duration / batches),
-          flush=True)
-    self._window_start = time.time()
-    self._window_steps = 0
-
-
-class _SaveAnnouncer(tf.train.CheckpointSaverListener):
-  """Prints a line after each checkpoint is written (TF's own is INFO)."""
-
-  def __init__(self, train_dir):
-    self._prefix = os.path.join(train_dir, 'model.ckpt')
-
-  def after_save(self, session, global_step_value):
-    print('%s: saved checkpoint %s-%d' % (datetime.now(), self._prefix,
-                                          global_step_value), flush=True)
-
-
 def build_training_graph(global_step, data_dir, batch_size, use_fp16=False,
                          num_threads=cifar10_input.NUM_PREPROCESS_THREADS,
                          compute_dtype=None):
@@ -203,6 +144,65 @@ def train(data_dir, train_dir, max_steps=100000, batch_size=128,
                                log_device_placement=log_device_placement),
       save_checkpoint_secs, save_summaries_steps,
       save_checkpoint_steps=save_checkpoint_steps)
+
+
+class _LoggerHook(tf.train.SessionRunHook):
+  """Prints the loss and the speed every `log_frequency` global steps.
+
+  With `num_towers` > 1 each step trains on that many batches of `batch_size`
+  at once: examples/sec counts them all, and sec/batch is the step time over
+  the towers, as in the original multi-GPU script.
+  """
+
+  def __init__(self, loss, global_step, batch_size, log_frequency,
+               num_towers=1):
+    self._loss = loss
+    self._global_step = global_step
+    self._batch_size = batch_size
+    self._log_frequency = log_frequency
+    self._num_towers = num_towers
+    self.last_loss = None
+    self.last_examples_per_sec = None
+
+  def begin(self):
+    # The first window also counts session start-up and the queue filling,
+    # as in the original.
+    self._window_start = time.time()
+    self._window_steps = 0
+
+  def after_create_session(self, session, coord):
+    self.step = session.run(self._global_step)
+
+  def before_run(self, run_context):
+    return tf.train.SessionRunArgs(self._loss)
+
+  def after_run(self, run_context, run_values):
+    # The step just run; global_step already counts it.
+    step = self.step
+    self.step += 1
+    self._window_steps += 1
+    self.last_loss = run_values.results
+    if step % self._log_frequency:
+      return
+    duration = time.time() - self._window_start
+    batches = self._window_steps * self._num_towers
+    self.last_examples_per_sec = batches * self._batch_size / duration
+    print(LOG_FORMAT % (datetime.now(), step, self.last_loss,
+                        self.last_examples_per_sec, duration / batches),
+          flush=True)
+    self._window_start = time.time()
+    self._window_steps = 0
+
+
+class _SaveAnnouncer(tf.train.CheckpointSaverListener):
+  """Prints a line after each checkpoint is written (TF's own is INFO)."""
+
+  def __init__(self, train_dir):
+    self._prefix = os.path.join(train_dir, 'model.ckpt')
+
+  def after_save(self, session, global_step_value):
+    print('%s: saved checkpoint %s-%d' % (datetime.now(), self._prefix,
+                                          global_step_value), flush=True)
 
 
 def monitored_session(train_dir, loss, global_step, batch_size, max_steps,

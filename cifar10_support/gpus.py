@@ -129,3 +129,24 @@ def card_memory_mb():
     return min(sizes) if sizes else None
   finally:
     nvml.nvmlShutdown()
+
+
+def split_gpus_config(num_towers, tower_device, tower_mb=0,
+                      log_device_placement=False):
+  """The session config of --split_gpus, with the line that says so.
+
+  Raises:
+    app.UsageError: one line, for --tower_device=cpu or a split that does
+      not fit (see split_config).
+  """
+  if tower_device != 'gpu':
+    raise app.UsageError(
+        '--split_gpus splits GPUs and --tower_device=cpu puts the towers on '
+        'CPU devices: drop one of the two')
+  visible = len(tf.config.list_physical_devices('GPU'))
+  config = split_config(num_towers, visible, card_memory_mb(), tower_mb,
+                        log_device_placement)
+  devices = config.gpu_options.experimental.virtual_devices
+  print('--split_gpus: %d GPU(s) split into %d virtual GPUs of %d MB, one per '
+        'tower.' % (visible, num_towers, devices[0].memory_limit_mb[0]))
+  return config
