@@ -1,6 +1,15 @@
-"""Shared test set-up: import paths, quiet TF, the synthetic data fixture."""
+"""Shared test set-up: import paths, quiet TF, the synthetic data fixture,
+and the `slow` marker.
 
+`python -m pytest -m "not slow"` is the quick loop: the unit tests, under a
+minute. A test is slow when it starts a process (a script, a cluster task,
+TensorBoard) or trains: its source, or that of a fixture it uses, calls one
+of SLOW_CALLS. The README's `python -m pytest` runs everything.
+"""
+
+import inspect
 import os
+import re
 import sys
 
 import pytest
@@ -18,10 +27,55 @@ os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 import synthetic  # pylint: disable=wrong-import-position
 
 
+# What makes a test slow: starting a process, or training a model.
+SLOW_CALLS = re.compile(
+    r'\b(run_script|subprocess\.(run|Popen)|_start|_run_chief|_run|_train|'
+    r'_train_here|train_fixture|train|evaluate|tensorboard)\(')
+
+
+def _source(function):
+  try:
+    return inspect.getsource(function)
+  except (OSError, TypeError):
+    return ''
+
+
+def _calls_slow(function, depth=3):
+  """Whether `function`, or a helper of its module it calls, is slow."""
+  source = _source(function)
+  if SLOW_CALLS.search(source):
+    return True
+  if depth == 0:
+    return False
+  module = sys.modules.get(getattr(function, '__module__', None))
+  for name in set(re.findall(r'\b(_?\w+)\(', source)):
+    helper = getattr(module, name, None)
+    if (inspect.isfunction(helper) and helper is not function
+        and _calls_slow(helper, depth - 1)):
+      return True
+  return False
+
+
+def _is_slow(item):
+  fixtures = item._fixtureinfo.name2fixturedefs  # pylint: disable=protected-access
+  return _calls_slow(item.function) or any(
+      _calls_slow(definition.func)
+      for name in item.fixturenames for definition in fixtures.get(name, ()))
+
+
+def pytest_configure(config):
+  config.addinivalue_line(
+      'markers', 'slow: starts a process or trains a model (conftest.py '
+      'marks these); -m "not slow" leaves them out')
+
+
 def pytest_collection_modifyitems(items):
   # tf.test.TestCase has a method named test_session that pytest would collect
   # and report as skipped (tensorflow#29439).
   items[:] = [item for item in items if item.name != 'test_session']
+  for item in items:
+    if _is_slow(item):
+      item.add_marker('slow')
 
 
 @pytest.fixture(scope='session')

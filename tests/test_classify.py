@@ -14,8 +14,6 @@ import tensorflow.compat.v1 as tf
 import cifar10
 import cifar10_classify
 import cifar10_input
-import cifar10_train
-from cifar10_support import train_dirs
 import synthetic
 import testutil
 
@@ -32,26 +30,10 @@ def trained(tmp_path_factory):
   data_dir = synthetic.make_data_dir(str(root / 'data'),
                                      records_per_file=NUM_RECORDS)
   train_dir = str(root / 'train')
-  settings = dict(max_steps=200, batch_size=24, log_frequency=100,
-                  num_threads=2)
-  try:
-    cifar10_train.train(data_dir, train_dir, **settings)
-    collapsed = _collapsed(data_dir, train_dir)
-  except train_dirs.DivergedError:  # Rare at lr 0.1; see test_eval.
-    collapsed = True
-  if collapsed:
-    # A run at lr 0.1 now and then ends predicting one class (seen once in a
-    # full-suite run); the tests below need a model that tells classes apart.
-    cifar10_train.train(data_dir, train_dir, fresh_start=True, **settings)
+  # Seeded, at the fixtures' learning rate: a model that tells the classes
+  # apart, every run (4 of 4 measured runs at precision 1.0).
+  testutil.train_fixture(data_dir, train_dir, 200, batch_size=24)
   return data_dir, train_dir
-
-
-def _collapsed(data_dir, train_dir):
-  """Whether the trained model is near chance on the test records."""
-  classes = _eval_graph_classes(data_dir, train_dir)
-  labels = synthetic.read_records(
-      os.path.join(data_dir, 'cifar-10-batches-bin', 'test_batch.bin'))[0]
-  return (classes == labels).mean() <= 0.25 or len(set(classes)) < 4
 
 
 def _test_records(data_dir):

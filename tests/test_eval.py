@@ -14,9 +14,8 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 import cifar10_eval
-import cifar10_train
 from cifar10_support import eval_report
-from cifar10_support import train_dirs
+import testutil
 from testutil import run_script
 from testutil import session_config
 
@@ -30,20 +29,9 @@ TRAIN_STEPS = 250
 def train_dir(data_dir, tmp_path_factory):
   """A short training run on the synthetic data: checkpoints 0 and 250."""
   train_dir = str(tmp_path_factory.mktemp('train'))
-  settings = dict(max_steps=TRAIN_STEPS, batch_size=24, log_frequency=50,
-                  num_threads=2)
-  try:
-    cifar10_train.train(data_dir, train_dir, **settings)
-    collapsed = _eval_once(tf.train.latest_checkpoint(train_dir), data_dir,
-                           num_examples=20, batch_size=10)['precision'] < 0.5
-  except train_dirs.DivergedError:
-    collapsed = True
-  if collapsed:
-    # The original's learning rate of 0.1 on 100 easy records diverged in 1
-    # of 28 measured runs, and once ended at chance (0.1) without a NaN;
-    # these tests are about evaluation, so one fresh retry keeps them from
-    # failing on that chance.
-    cifar10_train.train(data_dir, train_dir, fresh_start=True, **settings)
+  # Seeded, at the fixtures' learning rate: a model that learned, every run
+  # (precision 1.0 in 6 of 6 measured runs), instead of a retry.
+  testutil.train_fixture(data_dir, train_dir, TRAIN_STEPS, batch_size=24)
   return train_dir
 
 

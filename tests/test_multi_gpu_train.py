@@ -10,6 +10,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import cifar10
+import cifar10_eval
 import cifar10_multi_gpu_train as multi
 import cifar10_train
 from cifar10_support import gpus
@@ -238,7 +239,7 @@ def _restore_into_single_device_graph(train_dir):
       return sess.run(biases)
 
 
-def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path):
+def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path, capsys):
   train_dir = str(tmp_path / 'train')
 
   first = _train(data_dir, train_dir, '--tower_device=cpu', '--max_steps=6')
@@ -260,22 +261,25 @@ def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path):
   np.testing.assert_allclose(
       restored,
       tf.train.load_variable(checkpoint, 'conv1/biases/ExponentialMovingAverage'))
-  result = run_script('cifar10_eval.py', [
-      '--data_dir=%s' % data_dir, '--checkpoint_dir=%s' % train_dir,
-      '--eval_dir=%s' % (tmp_path / 'eval'), '--run_once',
-      '--num_examples=16', '--batch_size=%d' % BATCH])
-  assert result.returncode == 0, result.stderr[-3000:]
-  assert checkpoint in result.stdout
-  assert re.search(r'precision @ 1 = \d\.\d{3}', result.stdout)
+  # Evaluation and the resumed run are functions of this process; the
+  # script's own run was the first.
+  capsys.readouterr()
+  result = cifar10_eval.eval_once(checkpoint, data_dir, num_examples=16,
+                                  batch_size=BATCH,
+                                  session_config=_config(1))
+  assert result['checkpoint'] == checkpoint
+  assert re.search(r'precision @ 1 = \d\.\d{3}', capsys.readouterr().out)
 
   # GPU towers on a machine with fewer GPUs: one line, then soft placement.
-  second = _train(data_dir, train_dir, '--max_steps=10')
+  multi.train(data_dir, train_dir, num_towers=2, tower_device='gpu',
+              max_steps=10, batch_size=BATCH, log_frequency=2)
+  second = capsys.readouterr().out
 
-  assert 'Resuming from checkpoint %s at step 6' % checkpoint in second.stdout
+  assert 'Resuming from checkpoint %s at step 6' % checkpoint in second
   if len(tf.config.list_physical_devices('GPU')) < 2:
     assert ('2 GPU towers asked for (--num_gpus) but %d GPU(s) visible'
-            % len(tf.config.list_physical_devices('GPU'))) in second.stdout
-  assert [int(m.group(2)) for m in LINE.finditer(second.stdout)] == [6, 8]
+            % len(tf.config.list_physical_devices('GPU'))) in second
+  assert [int(m.group(2)) for m in LINE.finditer(second)] == [6, 8]
   assert tf.train.latest_checkpoint(train_dir).endswith('model.ckpt-10')
 
 

@@ -1,12 +1,15 @@
-"""A checkpoint of any trainer resumes in any other (cifar10_resume).
+"""A checkpoint of any trainer resumes in any other (cifar10_support.checkpoints).
 
-The scripts run as a user runs them, one after the other on one train_dir.
-A resumed run saves a checkpoint at the step it resumed from before its
+The trainers run one after the other on one train_dir, in this process
+(their train functions, as their scripts call them; a cluster's tasks are
+processes). A resumed run saves a checkpoint at the step it resumed from before its
 first step, overwriting the one it read: that file shows what the run
 restored (and what it started fresh) before training changed it.
 """
 
+import contextlib
 import hashlib
+import io
 import os
 import re
 import subprocess
@@ -14,9 +17,10 @@ import subprocess
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
+import cifar10_multi_gpu_train
+import cifar10_train
 from cifar10_support import checkpoints
 from cifar10_support import train_dirs
-
 from test_distributed_train import _free_ports, _start
 from test_train import LINE
 import testutil
@@ -26,11 +30,11 @@ BATCH = 8
 LOSS_TERMS = ('cross_entropy', 'local3/weight_loss', 'local4/weight_loss',
               'total_loss')
 TRAINERS = {
-    'single': ('cifar10_train.py', []),
-    'towers1': ('cifar10_multi_gpu_train.py',
-                ['--num_gpus=1', '--tower_device=cpu']),
-    'towers2': ('cifar10_multi_gpu_train.py',
-                ['--num_gpus=2', '--tower_device=cpu']),
+    'single': (cifar10_train.train, {}),
+    'towers1': (cifar10_multi_gpu_train.train,
+                {'num_towers': 1, 'tower_device': 'cpu'}),
+    'towers2': (cifar10_multi_gpu_train.train,
+                {'num_towers': 2, 'tower_device': 'cpu'}),
 }
 # The names of each trainer's own state: its loss averages.
 OWN_STATE = {
@@ -51,13 +55,13 @@ def _values(checkpoint):
 
 
 def _run(trainer, data_dir, train_dir, max_steps):
-  script, flags = TRAINERS[trainer]
-  result = testutil.run_script(script, [
-      '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
-      '--batch_size=%d' % BATCH, '--log_frequency=2',
-      '--max_steps=%d' % max_steps] + flags)
-  assert result.returncode == 0, result.stderr[-3000:]
-  return result.stdout
+  """Trains with one trainer's train function; returns what it printed."""
+  train, kwargs = TRAINERS[trainer]
+  printed = io.StringIO()
+  with contextlib.redirect_stdout(printed):
+    train(data_dir=data_dir, train_dir=train_dir, batch_size=BATCH,
+          log_frequency=2, max_steps=max_steps, **kwargs)
+  return printed.getvalue()
 
 
 def _check_resumed(stdout, train_dir, saved, step, max_steps, writer, reader):

@@ -6,6 +6,7 @@ import re
 
 import tensorflow.compat.v1 as tf
 
+import cifar10_train
 from testutil import run_script
 
 LINE = re.compile(r'^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}): step (\d+), '
@@ -34,6 +35,13 @@ def _train(data_dir, train_dir, *extra):
       '--batch_size=8', '--log_frequency=5'] + list(extra))
   assert result.returncode == 0, result.stderr[-3000:]
   return result
+
+
+def _train_here(capsys, data_dir, train_dir, **kwargs):
+  """cifar10_train.train in this process, as the script calls it; its output."""
+  cifar10_train.train(data_dir, train_dir, batch_size=8, log_frequency=5,
+                      **kwargs)
+  return capsys.readouterr().out
 
 
 def _steps(stdout):
@@ -71,7 +79,8 @@ def _histogram_tags(values):
   return tags
 
 
-def test_train_logs_checkpoints_summarizes_and_resumes(data_dir, tmp_path):
+def test_train_logs_checkpoints_summarizes_and_resumes(data_dir, tmp_path,
+                                                       capsys):
   train_dir = str(tmp_path / 'train')
 
   first = _train(data_dir, train_dir, '--max_steps=20')
@@ -92,22 +101,23 @@ def test_train_logs_checkpoints_summarizes_and_resumes(data_dir, tmp_path):
   assert not [tag for tag, value in values.items() if value.HasField('histo')]
   assert os.path.exists(os.path.join(train_dir, 'graph.pbtxt'))
 
-  second = _train(data_dir, train_dir, '--max_steps=30')
+  # The script as a user runs it first; resuming is train()'s, in-process.
+  second = _train_here(capsys, data_dir, train_dir, max_steps=30)
 
   assert ('Resuming from checkpoint %s/model.ckpt-20 at step 20'
-          % train_dir) in second.stdout
-  assert _steps(second.stdout) == [20, 25]
+          % train_dir) in second
+  assert _steps(second) == [20, 25]
   assert _checkpoint_steps(train_dir) == [0, 20, 30]
   assert tf.train.latest_checkpoint(train_dir).endswith('model.ckpt-30')
 
-  third = _train(data_dir, train_dir, '--max_steps=30')
-  assert 'already at --max_steps=30: nothing to train' in third.stdout
+  third = _train_here(capsys, data_dir, train_dir, max_steps=30)
+  assert 'already at --max_steps=30: nothing to train' in third
   assert _checkpoint_steps(train_dir) == [0, 20, 30]
 
-  fresh = _train(data_dir, train_dir, '--max_steps=5', '--fresh_start')
-  assert ('--fresh_start: deleting the contents of %s' % train_dir
-          in fresh.stdout)
-  assert _steps(fresh.stdout) == [0]
+  fresh = _train_here(capsys, data_dir, train_dir, max_steps=5,
+                      fresh_start=True)
+  assert '--fresh_start: deleting the contents of %s' % train_dir in fresh
+  assert _steps(fresh) == [0]
   assert _checkpoint_steps(train_dir) == [0, 5]
 
 
