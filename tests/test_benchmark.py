@@ -60,7 +60,8 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
 
   result = run_script('benchmarks/benchmark.py', [
       '--data_dir=%s' % data_dir, '--rounds=2', '--steps=3',
-      '--batch_size=8', '--startup_runs=1', '--matmul_sizes=256,512',
+      '--batch_size=8', '--startup_runs=1', '--traced_steps=2',
+      '--matmul_sizes=256,512',
       '--matmul_products=1,2', '--mixed_precision=bf16'], timeout=600)
 
   assert result.returncode == 0, result.stderr[-3000:]

@@ -15,7 +15,10 @@ import urllib.request
 import pytest
 import tensorflow.compat.v1 as tf
 
-from testutil import ROOT, run_script
+import cifar10_eval
+import cifar10_multi_gpu_train
+import cifar10_train
+from testutil import ROOT
 
 STEPS = 25
 EVERY = 10
@@ -31,27 +34,27 @@ def _scalars(run_dir, tag):
   return sorted(points)
 
 
-def _train(script, data_dir, train_dir, *extra):
-  result = run_script(script, [
-      '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
-      '--batch_size=8', '--log_frequency=100'] + list(extra))
-  assert result.returncode == 0, result.stderr[-3000:]
+def _train(train, data_dir, train_dir, **kwargs):
+  """A trainer's train function, in this process, as its script calls it."""
+  train(data_dir=data_dir, train_dir=train_dir, batch_size=8,
+        log_frequency=100, **kwargs)
 
 
 @pytest.fixture(scope='module')
 def logdir(data_dir, tmp_path_factory):
-  """A TensorBoard logdir: runs 'train' (STEPS steps), 'eval' and 'towers'."""
+  """A TensorBoard logdir: runs 'train' (STEPS steps), 'eval' and 'towers'.
+
+  Written by the scripts' own train and eval functions in this process:
+  what is tested here is what TensorBoard shows of them.
+  """
   root = tmp_path_factory.mktemp('logdir')
-  _train('cifar10_train.py', data_dir, str(root / 'train'),
-         '--max_steps=%d' % STEPS, '--save_summaries_steps=%d' % EVERY)
-  result = run_script('cifar10_eval.py', [
-      '--run_once', '--data_dir=%s' % data_dir,
-      '--checkpoint_dir=%s' % (root / 'train'), '--eval_dir=%s' % (root / 'eval'),
-      '--num_examples=20', '--batch_size=8'])
-  assert result.returncode == 0, result.stderr[-3000:]
-  _train('cifar10_multi_gpu_train.py', data_dir, str(root / 'towers'),
-         '--max_steps=12', '--save_summaries_steps=5', '--num_gpus=2',
-         '--tower_device=cpu')
+  _train(cifar10_train.train, data_dir, str(root / 'train'),
+         max_steps=STEPS, save_summaries_steps=EVERY)
+  cifar10_eval.evaluate(data_dir, str(root / 'train'), str(root / 'eval'),
+                        num_examples=20, batch_size=8, run_once=True)
+  _train(cifar10_multi_gpu_train.train, data_dir, str(root / 'towers'),
+         max_steps=12, save_summaries_steps=5, num_towers=2,
+         tower_device='cpu')
   return str(root)
 
 
@@ -71,8 +74,8 @@ def test_loss_averages_start_at_the_loss_and_end_at_the_last_step(
 
 def test_save_summaries_steps_zero_writes_no_summaries(data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
-  _train('cifar10_train.py', data_dir, train_dir, '--max_steps=5',
-         '--save_summaries_steps=0')
+  _train(cifar10_train.train, data_dir, train_dir, max_steps=5,
+         save_summaries_steps=0)
   tags = set()
   for path in glob.glob(os.path.join(train_dir, 'events.out.tfevents.*')):
     for event in tf.train.summary_iterator(path):

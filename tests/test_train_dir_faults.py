@@ -158,7 +158,7 @@ def _listed_checkpoints_restore(train_dir):
 
 
 def test_full_disk_stops_with_one_message_and_the_next_run_resumes(
-    data_dir, tmp_path):
+    data_dir, tmp_path, capsys):
   mount_point = str(tmp_path / 'small_disk')
   train_dir = os.path.join(mount_point, 'train')
   # A checkpoint of this model takes 9 MB, the graph and events 3 MB: 24 MB
@@ -182,10 +182,9 @@ def test_full_disk_stops_with_one_message_and_the_next_run_resumes(
     subprocess.run(['mount', '-o', 'remount,size=64m', mount_point],
                    check=True, timeout=30)
     step = checkpoints.step_of(newest)
-    result = testutil.run_script('cifar10_train.py', _args(
-        data_dir, train_dir, '--max_steps=%d' % (step + 2)))
-    assert result.returncode == 0, result.stderr[-3000:]
-    _assert_resumed(result.stdout.splitlines(True), train_dir, step)
+    cifar10_train.train(data_dir, train_dir, max_steps=step + 2,
+                        batch_size=BATCH, log_frequency=1)
+    _assert_resumed(capsys.readouterr().out.splitlines(True), train_dir, step)
   finally:
     subprocess.run(['umount', '-l', mount_point], timeout=30)
 
