@@ -25,6 +25,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
 import synthetic  # pylint: disable=wrong-import-position
+import testutil  # pylint: disable=wrong-import-position
 
 
 # What makes a test slow: starting a process, or training a model.
@@ -81,4 +82,5 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(scope='session')
 def data_dir(tmp_path_factory):
   """A synthetic data dir: 5 training files and a test file of 20 records."""
-  return synthetic.make_data_dir(str(tmp_path_factory.mktemp('cifar10_data')))
+  return testutil.shared_dir(tmp_path_factory, 'cifar10_data',
+                             synthetic.make_data_dir)

@@ -18,6 +18,7 @@ import tensorflow.compat.v1 as tf
 import cifar10_eval
 import cifar10_multi_gpu_train
 import cifar10_train
+import testutil
 from testutil import ROOT
 
 STEPS = 25
@@ -44,18 +45,20 @@ def _train(train, data_dir, train_dir, **kwargs):
 def logdir(data_dir, tmp_path_factory):
   """A TensorBoard logdir: runs 'train' (STEPS steps), 'eval' and 'towers'.
 
-  Written by the scripts' own train and eval functions in this process:
-  what is tested here is what TensorBoard shows of them.
+  Written by the scripts' own train and eval functions in this process,
+  once per test run (testutil.shared_dir): what is tested here is what
+  TensorBoard shows of them.
   """
-  root = tmp_path_factory.mktemp('logdir')
-  _train(cifar10_train.train, data_dir, str(root / 'train'),
-         max_steps=STEPS, save_summaries_steps=EVERY)
-  cifar10_eval.evaluate(data_dir, str(root / 'train'), str(root / 'eval'),
-                        num_examples=20, batch_size=8, run_once=True)
-  _train(cifar10_multi_gpu_train.train, data_dir, str(root / 'towers'),
-         max_steps=12, save_summaries_steps=5, num_towers=2,
-         tower_device='cpu')
-  return str(root)
+  def build(root):
+    _train(cifar10_train.train, data_dir, os.path.join(root, 'train'),
+           max_steps=STEPS, save_summaries_steps=EVERY)
+    cifar10_eval.evaluate(data_dir, os.path.join(root, 'train'),
+                          os.path.join(root, 'eval'), num_examples=20,
+                          batch_size=8, run_once=True)
+    _train(cifar10_multi_gpu_train.train, data_dir,
+           os.path.join(root, 'towers'), max_steps=12,
+           save_summaries_steps=5, num_towers=2, tower_device='cpu')
+  return testutil.shared_dir(tmp_path_factory, 'logdir', build)
 
 
 @pytest.mark.parametrize('run,steps', [

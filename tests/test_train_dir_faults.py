@@ -52,7 +52,7 @@ def test_lock_names_its_holder_and_is_free_again_after(tmp_path):
 
 
 def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
-    data_dir, tmp_path):
+    data_dir, tmp_path, capsys):
   train_dir = str(tmp_path / 'train')
   first, lines = _start(data_dir, train_dir, '--save_checkpoint_steps=2')
   try:
@@ -76,12 +76,12 @@ def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
       assert time.time() - started < 60  # At once, not after training.
       assert 'Resuming' not in result.stdout
 
-    evaluation = testutil.run_script('cifar10_eval.py', [
-        '--run_once', '--data_dir=%s' % data_dir,
-        '--checkpoint_dir=%s' % train_dir, '--eval_dir=%s' % (tmp_path / 'e'),
-        '--num_examples=20', '--batch_size=10'], timeout=120)
-    assert evaluation.returncode == 0, evaluation.stderr[-3000:]
-    assert 'precision @ 1 = ' in evaluation.stdout
+    # Evaluation takes no lock: it runs beside the trainer (in this process).
+    capsys.readouterr()
+    cifar10_eval.evaluate(data_dir, train_dir, str(tmp_path / 'e'),
+                          num_examples=20, batch_size=10, run_once=True,
+                          session_config=testutil.session_config())
+    assert 'precision @ 1 = ' in capsys.readouterr().out
     assert first.poll() is None  # Still there, still holding the lock.
   finally:
     first.kill()
@@ -91,10 +91,10 @@ def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
   assert os.path.exists(os.path.join(train_dir, train_dirs.LOCK_NAME))
   resume_from = checkpoints.step_of(
       tf.train.latest_checkpoint(train_dir))
-  result = testutil.run_script('cifar10_train.py', _args(
-      data_dir, train_dir, '--max_steps=%d' % (resume_from + 2)))
-  assert result.returncode == 0, result.stderr[-3000:]
-  _assert_resumed(result.stdout.splitlines(True), train_dir, resume_from)
+  cifar10_train.train(data_dir, train_dir, max_steps=resume_from + 2,
+                      batch_size=BATCH, log_frequency=1)
+  _assert_resumed(capsys.readouterr().out.splitlines(True), train_dir,
+                  resume_from)
 
 
 def test_distributed_chief_stops_on_a_busy_train_dir(data_dir, tmp_path):

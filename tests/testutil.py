@@ -1,6 +1,8 @@
-"""Helpers the tests share: bounded sessions and script runs."""
+"""Helpers the tests share: bounded sessions, script runs, fixtures built once."""
 
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 
@@ -73,3 +75,33 @@ def train_fixture(data_dir, train_dir, max_steps, batch_size, **kwargs):
         **kwargs)
   finally:
     cifar10.INITIAL_LEARNING_RATE = original
+
+
+def shared_dir(tmp_path_factory, name, build):
+  """A directory built once for the whole run, by whichever worker first asks.
+
+  Under pytest-xdist each worker has its own session, so a session fixture
+  would be built once per worker; trained checkpoints that several tests
+  only read are built here once, under a lock, in the run's shared temporary
+  directory, and the others wait for it.
+
+  Args:
+    tmp_path_factory: pytest's fixture.
+    name: str, the directory's name.
+    build: function(path) that fills the (new) directory at path.
+
+  Returns:
+    The directory's path.
+  """
+  root = tmp_path_factory.getbasetemp()
+  if os.environ.get('PYTEST_XDIST_WORKER'):
+    root = root.parent  # The run's directory, above every worker's.
+  path = os.path.join(str(root), name)
+  with open(path + '.lock', 'w') as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not os.path.exists(path + '.done'):
+      shutil.rmtree(path, ignore_errors=True)  # A build that failed.
+      os.makedirs(path)
+      build(path)
+      open(path + '.done', 'w').close()
+  return path
