@@ -1,6 +1,6 @@
 """Text for the pictures sent to TensorBoard, drawn with numpy alone.
 
-The confusion matrix image (cifar10_eval.confusion_image) carries the class
+The confusion matrix image (eval_report.confusion_image) carries the class
 names and axis titles. Pillow and matplotlib are not dependencies, so this
 module holds a small bitmap font of its own, with just the lowercase letters
 those words need, and lays the labels out around a grid of cells.

@@ -1,6 +1,6 @@
 """--mixed_precision=bf16: the model computes in bfloat16, the rest is float32.
 
-The CPU's support is detected from /proc/cpuinfo text (cifar10_precision);
+The CPU's support is detected from /proc/cpuinfo text (cifar10_support.precision);
 the graph is checked op by op; a checkpoint trained with the flag is an
 ordinary float32 one that evaluation reads with or without it; float16's loss
 scale skips overflowing steps. The script runs force the CPU's answer both
