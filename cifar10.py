@@ -136,7 +136,8 @@ def distorted_inputs(data_dir=DEFAULT_DATA_DIR, batch_size=128, use_fp16=False,
   if not data_dir:
     raise ValueError('Please supply a data_dir')
   images, labels = cifar10_input.distorted_inputs(
-      data_dir=os.path.join(data_dir, download.BATCHES_DIR), batch_size=batch_size,
+      data_dir=os.path.join(data_dir, download.BATCHES_DIR),
+      batch_size=batch_size,
       num_threads=num_threads)
   return _maybe_fp16(images, labels, use_fp16)
 
@@ -156,7 +157,8 @@ def inputs(eval_data, data_dir=DEFAULT_DATA_DIR, batch_size=128,
   if not data_dir:
     raise ValueError('Please supply a data_dir')
   images, labels = cifar10_input.inputs(
-      eval_data=eval_data, data_dir=os.path.join(data_dir, download.BATCHES_DIR),
+      eval_data=eval_data,
+      data_dir=os.path.join(data_dir, download.BATCHES_DIR),
       batch_size=batch_size, num_threads=num_threads, single_pass=single_pass)
   return _maybe_fp16(images, labels, use_fp16)
 
@@ -390,7 +392,7 @@ def train(total_loss, global_step, batch_size=128, loss_scaling=False):
   return apply_moving_averages(global_step, after=[apply_gradient_op])
 
 
-def maybe_download_and_extract(data_dir, data_url=DATA_URL,
+def maybe_download_and_extract(data_dir=DEFAULT_DATA_DIR, data_url=DATA_URL,
                                data_md5=download.DATA_MD5, **kwargs):
   """Makes `<data_dir>/cifar-10-batches-bin` usable, downloading if needed.
 

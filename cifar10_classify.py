@@ -126,15 +126,14 @@ def find_checkpoint(checkpoint_dir, checkpoint_path=''):
     raise ClassifyError(
         'no checkpoint in --checkpoint_dir=%s: point it at the --train_dir '
         'of a training run, or give --checkpoint_path' % checkpoint_dir)
-  try:
-    reader, dtype, _ = checkpoints.open_model(path)
-  except checkpoints.CheckpointError as e:
-    raise ClassifyError(str(e)) from None
+  reader, problem = checkpoints.verified_reader(path)
+  if problem:
+    raise ClassifyError('cannot read checkpoint %s: %s' % (path, problem))
   averages = checkpoints.MODEL_PROBE + checkpoints.AVERAGE_SUFFIX
   if not reader.has_tensor(averages):
-    raise ClassifyError('checkpoint %s holds no moving averages of the '
-                        'weights (no %s)' % (path, averages))
-  return path, dtype
+    raise ClassifyError('checkpoint %s holds no CIFAR-10 model with moving '
+                        'averages (no %s)' % (path, averages))
+  return path, reader.get_variable_to_dtype_map()[checkpoints.MODEL_PROBE]
 
 
 def image_files(arguments):
@@ -308,7 +307,8 @@ def main(argv):
   if files:
     results, unreadable = classify(
         files, checkpoint, dtype, FLAGS.batch_size,
-        sessions.eval_config(run_flags.threads(FLAGS)))
+        sessions.session_config(optimize_graph=False,
+                                threads=run_flags.threads(FLAGS)))
   for path, probabilities in results:
     print(format_line(path, probabilities, FLAGS.top_k))
   sys.stdout.flush()

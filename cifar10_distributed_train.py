@@ -333,7 +333,7 @@ def _monitored_session(target, cluster, task_index, hooks, config, train_dir,
     # The global step moves with every worker's updates: re-read each run.
     hooks = hooks + [
         summaries.SummaryHook(train_dir, save_summaries_steps,
-                                      max_steps, own_steps=False),
+                              max_steps, own_steps=False),
         tf.train.CheckpointSaverHook(
             train_dir, scaffold=scaffold, save_steps=save_checkpoint_steps,
             save_secs=None if save_checkpoint_steps else save_checkpoint_secs)]

@@ -128,8 +128,8 @@ def train(data_dir, train_dir, max_steps=100000, batch_size=128,
     early, after a final checkpoint; None otherwise).
 
   Raises:
-    train_dirs.DivergedError: if the loss became NaN. That step is not saved, so the
-      newest checkpoint is the last good one.
+    train_dirs.DivergedError: if the loss became NaN. That step is not
+      saved, so the newest checkpoint is the last good one.
     cifar10_input.DataError: if a data file is missing or malformed.
     checkpoints.CheckpointMismatchError: if the newest checkpoint in
       train_dir is of another model (train_dir is left as it was).
@@ -244,7 +244,7 @@ def monitored_session(train_dir, loss, global_step, batch_size, max_steps,
            logger,
            # After the NaN check: a diverged step's summaries are not written.
            summaries.SummaryHook(train_dir, save_summaries_steps,
-                                         max_steps, summary_op),
+                                 max_steps, summary_op),
            saver]
   # No checkpoint_dir: the scaffold restores, from any trainer's checkpoint.
   # The summaries are the hook's above, which also writes the last step's.

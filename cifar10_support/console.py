@@ -23,8 +23,8 @@ TensorFlow logs as it would without this module, C++ and Python side alike.
 Usage, in a script, before anything imports TensorFlow (through
 startup.before_tensorflow(__name__), which calls it when run as a script):
 
-    if __name__ == '__main__':
-      console.before_tensorflow()
+    startup.before_tensorflow(__name__)  # console.before_tensorflow() as
+                                         # a script
 
 and in its main(), before building graphs: console.quiet_python_logs().
 Importing a script as a module (the tests do) changes nothing.

@@ -147,7 +147,12 @@ class Start(object):
   def __init__(self, train_dir, checkpoint):
     self.train_dir = train_dir
     self.checkpoint = checkpoint
-    self.step = checkpoints.step_of(checkpoint) or 0
+    self.step = 0
+    if checkpoint:
+      # The name's step; a checkpoint named without one carries its own.
+      self.step = checkpoints.step_of(checkpoint)
+      if self.step is None:
+        self.step = int(tf.train.load_variable(checkpoint, 'global_step'))
 
   def restore_plan(self):
     """Checks that the checkpoint fits the graph just built; readies train_dir.
@@ -179,7 +184,7 @@ class Start(object):
 
   def diverged(self, step):
     """The DivergedError for a NaN loss at global step `step`."""
-    checkpoint = checkpoints.newest(self.train_dir)
+    checkpoint = tf.train.latest_checkpoint(self.train_dir)
     if checkpoint is None:
       kept = 'no checkpoint had been written yet'
     else:

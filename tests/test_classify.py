@@ -241,3 +241,21 @@ def test_savedmodel_serves_what_the_script_prints(trained, pngs, tmp_path):
   assert again.stderr.strip().splitlines()[-1].endswith(
       'exists already: give a new directory (a SavedModel is never written '
       'over another)')
+
+
+def test_find_checkpoint_names_an_unreadable_or_averageless_checkpoint(
+    tmp_path):
+  with tf.Graph().as_default():
+    tf.get_variable('conv1/weights', [2], initializer=tf.zeros_initializer())
+    with tf.Session(config=testutil.session_config()) as sess:
+      sess.run(tf.global_variables_initializer())
+      path = tf.train.Saver().save(sess, str(tmp_path / 'model.ckpt'),
+                                   global_step=3)
+  with pytest.raises(cifar10_classify.ClassifyError,
+                     match='holds no CIFAR-10 model with moving averages'):
+    cifar10_classify.find_checkpoint(str(tmp_path))
+  with open(path + '.data-00000-of-00001', 'r+b') as f:
+    f.truncate(1)
+  with pytest.raises(cifar10_classify.ClassifyError,
+                     match='^cannot read checkpoint %s: ' % path):
+    cifar10_classify.find_checkpoint('', checkpoint_path=path)
