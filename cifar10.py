@@ -30,8 +30,6 @@ from cifar10_support import download
 from cifar10_support import fast_ops
 from cifar10_support import precision
 
-FLAGS = flags.FLAGS
-
 # The repository's cifar10/ folder, wherever the scripts are started from.
 DEFAULT_DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 'cifar10')
