@@ -329,7 +329,10 @@ def _check_chief_checkpoint(train_dir, min_step, max_step):
   checkpoint = tf.train.latest_checkpoint(train_dir)
   step = int(checkpoint.rsplit('-', 1)[1])
   assert min_step <= step <= max_step
-  assert tf.train.load_variable(checkpoint, 'global_step') == step
+  # The name is the global step the save began at; asynchronous workers may
+  # move it on before the values are read (CI saw a model.ckpt-24 holding
+  # 25), never back.
+  assert step <= tf.train.load_variable(checkpoint, 'global_step') <= max_step
   with tf.Graph().as_default():
     cifar10.inference(tf.zeros([1, 24, 24, 3]))
     averages = tf.train.ExponentialMovingAverage(cifar10.MOVING_AVERAGE_DECAY)
