@@ -39,10 +39,17 @@ when a ps task does not answer within --startup_wait_secs, a non-chief worker
 when the chief has not initialised the variables by then, and any worker when
 one operation blocks for --operation_timeout_secs. The ps tasks never exit on
 their own; stop them (Ctrl-C or kill) when the workers are done.
+
+A killed task (ps, worker or chief) can be started again with the same
+command: the chief restores its newest checkpoint, into the re-created
+session after a ps task restarts, or at its own start; a ps task that stays
+away longer than --startup_wait_secs stops the workers with a line naming it
+(docs/distributed.md, "Faults").
 """
 
 import contextlib
 from datetime import datetime
+import math
 import os
 import sys
 import time
@@ -104,7 +111,8 @@ LOG_FORMAT = 'Worker %d: ' + cifar10_train.LOG_FORMAT
 _CLOSED_QUEUE = ('the synchronous token queue on the ps tasks is closed, as '
                  'the chief leaves it when it stops: either the chief stopped '
                  'early, or the ps tasks are still those of an earlier '
-                 'synchronous run (start fresh ps tasks for every run)')
+                 'synchronous run (a new synchronous run needs fresh ps '
+                 'tasks)')
 # How often a waiting non-chief worker asks whether the chief is done
 # (MonitoredTrainingSession's default waits 30 s between checks).
 _READY_POLL_SECS = 1
@@ -242,7 +250,11 @@ class _WorkerLoggerHook(tf.train.SessionRunHook):
     return tf.train.SessionRunArgs([self._loss, self._global_step])
 
   def after_run(self, run_context, run_values):
+    # Runs before the NaN check (see `train`), so a diverged step is named by
+    # its global step, and is not printed.
     self.last_loss, self.global_step = run_values.results
+    if math.isnan(self.last_loss):
+      return
     self.local_steps += 1
     self._window_steps += 1
     if (self.local_steps - 1) % self._log_frequency:
@@ -258,6 +270,22 @@ class _WorkerLoggerHook(tf.train.SessionRunHook):
 
   def end(self, session):
     self.global_step = session.run(self._global_step)
+
+
+def diverged_message(global_step):
+  """A non-chief worker's words for a NaN loss at `global_step`."""
+  return ('Model diverged with loss = NaN at global step %d; the chief keeps '
+          'the last good checkpoint.' % global_step)
+
+
+def step_hooks(logger, loss, max_steps):
+  """Every worker's hooks: stop at max_steps, log, stop on a NaN loss.
+
+  The logger runs before the NaN check, so that it has read the global step
+  of a diverged run (for the message) but prints no line of it.
+  """
+  return [tf.train.StopAtStepHook(last_step=max_steps), logger,
+          tf.train.NanTensorHook(loss)]
 
 
 class _ReleaseTokensHook(tf.train.SessionRunHook):
@@ -280,21 +308,44 @@ class _ReleaseTokensHook(tf.train.SessionRunHook):
       pass  # The chief has closed the queue.
 
 
+class _ChiefSessionCreator(tf.train.ChiefSessionCreator):
+  """MonitoredTrainingSession's chief session, bounded when one is lost.
+
+  The scaffold restores the newest checkpoint into each re-created session
+  (checkpoints.restoring_scaffold); this waits first, up to a limit, for
+  the ps tasks to come back.
+  """
+
+  def __init__(self, lost_sessions, **kwargs):
+    super(_ChiefSessionCreator, self).__init__(**kwargs)
+    self._lost_sessions = lost_sessions
+
+  def create_session(self):
+    self._lost_sessions.before_session()
+    return super(_ChiefSessionCreator, self).create_session()
+
+
 class _NonChiefSessionCreator(tf.train.SessionCreator):
   """Waits, polling every second, for the chief to initialise the variables.
 
   Like MonitoredTrainingSession's worker session creator, which polls every
-  30 s; this one also says whom it is waiting for when it gives up.
+  30 s; this one also says whom it is waiting for when it gives up, and
+  which global step it rejoined at after a lost session.
   """
 
-  def __init__(self, master, config, wait_secs, chief_address):
+  def __init__(self, master, config, wait_secs, chief_address, lost_sessions,
+               global_step, task_index):
     self._scaffold = tf.train.Scaffold()
     self._master = master
     self._config = config
     self._wait_secs = wait_secs
     self._chief_address = chief_address
+    self._lost_sessions = lost_sessions
+    self._global_step = global_step
+    self._task_index = task_index
 
   def create_session(self):
+    recovering = self._lost_sessions.before_session()
     self._scaffold.finalize()
     manager = tf.train.SessionManager(
         local_init_op=self._scaffold.local_init_op,
@@ -302,22 +353,73 @@ class _NonChiefSessionCreator(tf.train.SessionCreator):
         ready_for_local_init_op=self._scaffold.ready_for_local_init_op,
         graph=tf.get_default_graph(), recovery_wait_secs=_READY_POLL_SECS)
     try:
-      return manager.wait_for_session(self._master, config=self._config,
-                                      max_wait_secs=self._wait_secs)
+      session = manager.wait_for_session(self._master, config=self._config,
+                                         max_wait_secs=self._wait_secs)
     except tf.errors.DeadlineExceededError:
       raise TimeoutError(
           'The variables were still not initialised after %s s: is the chief '
           '(worker 0 at %s) running? (--startup_wait_secs sets the wait)'
           % (self._wait_secs, self._chief_address))
+    if recovering:
+      print('Worker %d: session lost (%s): rejoined at global step %d.'
+            % (self._task_index, self._lost_sessions.reason,
+               session.run(self._global_step)), flush=True)
+    return session
+
+
+class _ChiefWatchHook(tf.train.SessionRunHook):
+  """A non-chief worker's check that the chief is still there.
+
+  Nothing is saved while the chief is away, and it re-initialises the
+  variables when it comes back: a worker goes on training meanwhile (its
+  steps may be lost), says so, and stops, naming the chief, when it is away
+  longer than `wait_secs`.
+  """
+
+  def __init__(self, task_index, chief_address, wait_secs, poll_secs=2):
+    self._task_index = task_index
+    self._chief = {'/job:worker/task:0': chief_address}
+    self._wait_secs = wait_secs
+    self._poll_secs = poll_secs
+    self._next_poll = time.time() + poll_secs
+    self._away_since = None
+
+  def after_run(self, run_context, run_values):
+    now = time.time()
+    if now < self._next_poll:
+      return
+    self._next_poll = now + self._poll_secs
+    if not clusters.unreachable(self._chief):
+      if self._away_since is not None:
+        print('Worker %d: %s is back.'
+              % (self._task_index, clusters.describe(self._chief)), flush=True)
+      self._away_since = None
+    elif self._away_since is None:
+      self._away_since = now
+      print('Worker %d: %s does not answer: training on, '
+            'unsaved, for up to %d s until it is back.'
+            % (self._task_index, clusters.describe(self._chief),
+               self._wait_secs), flush=True)
+    elif now - self._away_since > self._wait_secs:
+      raise TimeoutError(
+          '%s has not answered for %d s (--startup_wait_secs): '
+          'stopping, since nothing is saved without it. Start it again, then '
+          'this worker.' % (clusters.describe(self._chief), self._wait_secs))
 
 
 def _monitored_session(target, cluster, task_index, hooks, config, train_dir,
                        save_checkpoint_secs, save_checkpoint_steps,
                        save_summaries_steps, startup_wait_secs,
-                       restore_plan=None, max_steps=None):
+                       global_step, lost_sessions, restore_plan=None,
+                       max_steps=None):
   """The chief's session (initialises or restores, saves) or another's.
 
+  Either is re-created when a ps task restarts or a connection breaks: the
+  chief's restores the newest checkpoint again, another's waits for it.
+
   Args:
+    global_step: the global step variable.
+    lost_sessions: the worker's clusters.LostSessions.
     restore_plan: the chief's checkpoints.RestorePlan, or None.
     Others: as for `train`.
 
@@ -325,9 +427,20 @@ def _monitored_session(target, cluster, task_index, hooks, config, train_dir,
     A tf.train.MonitoredSession, already connected.
   """
   if task_index == 0:
+
+    def on_recovery(checkpoint, step):
+      if checkpoint is None:
+        restored = 'no checkpoint yet, so from step 0 again'
+      else:
+        restored = 'restored %s, global step %d; steps since then are lost' % (
+            os.path.basename(checkpoint), step)
+      print('Worker 0: session lost (%s): %s.' % (lost_sessions.reason,
+                                                   restored), flush=True)
+
     # Restores on the chief's CPU, from its own disk, as its saver saves.
     with tf.device(worker_device(task_index)):
-      scaffold = checkpoints.restoring_scaffold(restore_plan)
+      scaffold = checkpoints.restoring_scaffold(restore_plan, train_dir,
+                                                on_recovery)
     # After the NaN check, as in cifar10_train, so a diverged step is never
     # saved.
     # The global step moves with every worker's updates: re-read each run.
@@ -337,20 +450,25 @@ def _monitored_session(target, cluster, task_index, hooks, config, train_dir,
         tf.train.CheckpointSaverHook(
             train_dir, scaffold=scaffold, save_steps=save_checkpoint_steps,
             save_secs=None if save_checkpoint_steps else save_checkpoint_secs)]
-    # No checkpoint_dir: the scaffold restores, from any trainer's checkpoint.
-    return tf.train.MonitoredTrainingSession(
-        master=target, is_chief=True, checkpoint_dir=None,
-        summary_dir=train_dir, scaffold=scaffold, hooks=hooks, config=config,
-        save_checkpoint_secs=None, save_checkpoint_steps=None,
-        save_summaries_steps=None, save_summaries_secs=None,
-        log_step_count_steps=save_summaries_steps or None,
-        stop_grace_period_secs=_STOP_GRACE_SECS)
+    if save_summaries_steps:
+      hooks.append(tf.train.StepCounterHook(
+          every_n_steps=save_summaries_steps, output_dir=train_dir))
+    # As tf.train.MonitoredTrainingSession(is_chief=True) with no
+    # checkpoint_dir (the scaffold restores, from any trainer's checkpoint),
+    # and a session creator that bounds the wait for a lost ps task.
+    return tf.train.MonitoredSession(
+        session_creator=_ChiefSessionCreator(
+            lost_sessions, scaffold=scaffold, master=target, config=config),
+        hooks=hooks, stop_grace_period_secs=_STOP_GRACE_SECS)
   print('Worker %d: waiting up to %d s for the chief (worker 0 at %s) to '
         'initialise the variables.' % (task_index, startup_wait_secs,
                                         cluster['worker'][0]), flush=True)
+  hooks = hooks + [_ChiefWatchHook(task_index, cluster['worker'][0],
+                                   startup_wait_secs)]
   return tf.train.MonitoredSession(
       session_creator=_NonChiefSessionCreator(
-          target, config, startup_wait_secs, cluster['worker'][0]),
+          target, config, startup_wait_secs, cluster['worker'][0],
+          lost_sessions, global_step, task_index),
       hooks=hooks, stop_grace_period_secs=_STOP_GRACE_SECS)
 
 
@@ -422,8 +540,7 @@ def train(target, cluster, task_index, data_dir, train_dir,
       logger = _WorkerLoggerHook(task_index, graph['loss'],
                                  graph['global_step'], batch_size,
                                  log_frequency)
-      hooks = [tf.train.StopAtStepHook(last_step=max_steps),
-               tf.train.NanTensorHook(graph['loss']), logger]
+      hooks = step_hooks(logger, graph['loss'], max_steps)
       if sync_replicas:
         hooks += [graph['sync_optimizer'].make_session_run_hook(is_chief),
                   _ReleaseTokensHook(graph['release_op'])]
@@ -431,19 +548,30 @@ def train(target, cluster, task_index, data_dir, train_dir,
                                       log_device_placement)
       full_disk = (start.stop_on_full_disk() if is_chief
                    else contextlib.nullcontext())
+      lost_sessions = clusters.LostSessions(
+          'Worker %d' % task_index, clusters.tasks_of(cluster, 'ps'),
+          startup_wait_secs)
       try:
-        with full_disk, _monitored_session(
+        with full_disk, console.on_tensorflow_log(
+            clusters.RECOVERED_ERROR_LOG, lost_sessions.note_error
+        ), _monitored_session(
             target, cluster, task_index, hooks, config, train_dir,
             save_checkpoint_secs, save_checkpoint_steps, save_summaries_steps,
-            startup_wait_secs, plan, max_steps) as mon_sess:
+            startup_wait_secs, graph['global_step'], lost_sessions, plan,
+            max_steps) as mon_sess:
           while not mon_sess.should_stop() and not stop_signals:
             mon_sess.run(graph['train_op'])
       except tf.errors.DeadlineExceededError:
+        others = clusters.tasks_of(cluster, 'ps')
+        if not is_chief:
+          others['/job:worker/task:0'] = cluster['worker'][0]
+        gone = clusters.unreachable(others)
         raise TimeoutError(
             'an operation blocked for more than %s s '
-            '(--operation_timeout_secs) after global step %s: did another task '
-            'stop, or is the input queue still filling?'
-            % (operation_timeout_secs, logger.global_step))
+            '(--operation_timeout_secs) after global step %s: %s'
+            % (operation_timeout_secs, logger.global_step,
+               '%s does not answer' % clusters.describe(gone) if gone else
+               'did another task stop, or is the input queue still filling?'))
       except tf.errors.CancelledError as e:
         if 'sync_token_q' not in e.message:
           raise
@@ -451,9 +579,8 @@ def train(target, cluster, task_index, data_dir, train_dir,
       except tf.train.NanLossDuringTrainingError:
         if is_chief:
           raise start.diverged(logger.global_step) from None
-        raise train_dirs.DivergedError(
-            'Model diverged with loss = NaN at global step %s; the chief keeps '
-            'the last good checkpoint.' % logger.global_step) from None
+        raise train_dirs.DivergedError(diverged_message(
+            logger.global_step)) from None
   if sync_replicas and not stop_signals and logger.global_step < max_steps:
     # A closed token queue ends a worker's wait like the end of its input.
     raise ClusterError('stopped at global step %d, before --max_steps=%d: %s'
@@ -537,9 +664,11 @@ def main(argv):
   print('Worker %d: waiting up to %d s for the ps tasks.'
         % (task_index, FLAGS.startup_wait_secs), flush=True)
   try:
-    clusters.wait_for_addresses({'/job:ps/task:%d' % i: address
-                                 for i, address in enumerate(cluster['ps'])},
+    clusters.wait_for_addresses(clusters.tasks_of(cluster, 'ps'),
                                 FLAGS.startup_wait_secs)
+    clusters.watch_ps_tasks('Worker %d' % task_index,
+                            clusters.tasks_of(cluster, 'ps'),
+                            FLAGS.startup_wait_secs)
     download.prepare(FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5,
                      cifar10_input.TRAIN_FILES)
     stats = train(

@@ -231,7 +231,7 @@ def monitored_session(train_dir, loss, global_step, batch_size, max_steps,
   """
   logger = _LoggerHook(loss, global_step, batch_size, log_frequency,
                        num_towers)
-  scaffold = checkpoints.restoring_scaffold(restore_plan,
+  scaffold = checkpoints.restoring_scaffold(restore_plan, train_dir,
                                             summary_op=summary_op)
   # Our own saver, after the NaN check: the session's built-in one runs
   # before all our hooks and would save the diverged step.

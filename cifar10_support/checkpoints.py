@@ -8,7 +8,8 @@ One place for every question about a checkpoint:
     step_of(path)                the global step in its name
     open_model(path)             its reader, weights' dtype and global step
     plan_restore(path)           which variables of this graph it restores
-    restoring_scaffold(plan)     a Scaffold that initialises, then restores
+    restoring_scaffold(plan, d)  a Scaffold that initialises, then restores (again
+                                 from the newest, when a session is lost)
 
 Every trainer saves the same model state under the original's names: the
 weights, their moving averages ('.../ExponentialMovingAverage') and the
@@ -324,35 +325,83 @@ def fresh_line(plan):
           % (os.path.basename(plan.checkpoint), ', '.join(plan.fresh)))
 
 
-def restoring_scaffold(plan, **kwargs):
-  """A Scaffold whose session initialises every variable, then restores.
+def restoring_scaffold(plan, train_dir, on_recovery=None, **kwargs):
+  """A Scaffold whose sessions initialise every variable, then restore.
 
   Build it inside the training graph, under the device its saver should run
   on (the chief's CPU in distributed training). The session it is given to
-  must not restore on its own (no checkpoint_dir): the variables of `plan`
+  must not restore on its own (no checkpoint_dir): the variables of the plan
   come from its checkpoint, the others keep their initial values.
 
+  The first session restores `plan`. A session re-created after one was lost
+  (MonitoredSession does that when a ps task restarts or a connection breaks,
+  and the variables on the ps tasks are gone) restores instead the newest
+  checkpoint of train_dir that restores at that time, planned as at start
+  up: the start-up one may have been pruned since, and restoring it would
+  throw away the steps saved since.
+
   Args:
-    plan: a `RestorePlan`, or None to only initialise.
+    plan: a `RestorePlan`, or None to only initialise the first session.
+    train_dir: where the session's saver writes checkpoints.
+    on_recovery: called after a re-created session restored, with the
+      checkpoint's path (None when there was none) and its global step.
     **kwargs: other tf.train.Scaffold arguments (summary_op, ...).
 
   Returns:
     A tf.train.Scaffold.
   """
-  if plan is None:
-    return tf.train.Scaffold(**kwargs)
-  saver = tf.train.Saver(plan.variables, sharded=False, name='resume_saver')
+  # Savers are graph ops, made now: the graph is final once sessions start.
+  # The start-up plan's restores its variables from any checkpoint holding
+  # them; the scaffold's own saver restores the checkpoints this run writes.
+  plan_savers = {}
+  if plan is not None:
+    plan_savers[frozenset(plan.variables)] = tf.train.Saver(
+        plan.variables, sharded=False, name='resume_saver')
+  sessions = []
 
   def init_fn(scaffold, session):
-    saver.restore(session, plan.checkpoint)
-    # As a session that restores by itself does: the scaffold's saver, which
-    # writes the new checkpoints, takes over the pruning of the old ones;
-    # only up to this one, so that newer damaged ones are never pruned.
-    state = tf.train.get_checkpoint_state(os.path.dirname(plan.checkpoint))
-    if state is not None:
-      listed = list(state.all_model_checkpoint_paths)
-      if plan.checkpoint in listed:
-        listed = listed[:listed.index(plan.checkpoint) + 1]
-      scaffold.saver.recover_last_checkpoints(listed)
+    sessions.append(session)
+    current = plan
+    if len(sessions) > 1:
+      checkpoint = newest_restorable(train_dir)
+      current = None
+      if checkpoint:
+        with session.graph.as_default():
+          current = plan_restore(checkpoint)
+        if fresh_line(current):
+          print(fresh_line(current))
+    if current is not None:
+      saver = plan_savers.get(frozenset(current.variables))
+      if saver is None and not current.fresh:
+        saver = scaffold.saver  # Saves, so restores, every variable.
+      if saver is None:
+        raise ResumeError(
+            'checkpoint %s lacks variables that this run started with '
+            '(%s): it cannot be restored into the running session. Run the '
+            'same command again to resume from it'
+            % (current.checkpoint, ', '.join(current.fresh)))
+      saver.restore(session, current.checkpoint)
+      _take_over_pruning(scaffold.saver, current.checkpoint)
+    if len(sessions) > 1 and on_recovery is not None:
+      if current is None:
+        on_recovery(None, 0)
+      else:
+        on_recovery(current.checkpoint, int(
+            tf.train.load_variable(current.checkpoint, 'global_step')))
 
   return tf.train.Scaffold(init_fn=init_fn, **kwargs)
+
+
+def _take_over_pruning(saver, checkpoint):
+  """Hands `saver` the pruning of the checkpoints up to `checkpoint`.
+
+  As a session that restores by itself does: the saver that writes the new
+  checkpoints deletes the oldest of them; only up to the restored one, so
+  that newer (damaged) ones are never deleted.
+  """
+  state = tf.train.get_checkpoint_state(os.path.dirname(checkpoint))
+  if state is not None:
+    paths = list(state.all_model_checkpoint_paths)
+    if checkpoint in paths:
+      paths = paths[:paths.index(checkpoint) + 1]
+    saver.recover_last_checkpoints(paths)

@@ -10,7 +10,10 @@ naming the flag (or TF_CONFIG) at fault; no task waits forever.
 """
 
 import json
+import os
 import socket
+import sys
+import threading
 import time
 
 
@@ -157,3 +160,155 @@ def wait_for_addresses(tasks, wait_secs, poll_secs=0.5):
               '%s at %s (%s)' % (name, pending[name], errors[name])
               for name in sorted(pending))))
     time.sleep(poll_secs)
+
+
+def tasks_of(cluster, job):
+  """{'/job:ps/task:0': 'h0:2222', ...}: the named tasks of one job."""
+  return {'/job:%s/task:%d' % (job, i): address
+          for i, address in enumerate(cluster[job])}
+
+
+def unreachable(tasks, timeout_secs=1):
+  """The tasks whose address refuses or ignores a TCP connection now.
+
+  Args:
+    tasks: dict from a task name ('/job:ps/task:0') to its 'host:port'.
+
+  Returns:
+    A dict of those of `tasks` that did not answer.
+  """
+  down = {}
+  for name, address in tasks.items():
+    host, _, port = address.rpartition(':')
+    try:
+      socket.create_connection((host.strip('[]'), int(port)),
+                               timeout=timeout_secs).close()
+    except OSError:
+      down[name] = address
+  return down
+
+
+def describe(tasks):
+  """'ps task 0 at h:2222' for {'/job:ps/task:0': 'h:2222'}, joined by 'and';
+  worker 0 is 'the chief (worker 0 at h:2222)'."""
+  names = []
+  for name, address in sorted(tasks.items()):
+    job, index = name.split('/')[1][len('job:'):], name.rsplit(':', 1)[1]
+    if (job, index) == ('worker', '0'):
+      names.append('the chief (worker 0 at %s)' % address)
+    else:
+      names.append('%s task %s at %s' % (job, index, address))
+  return ' and '.join(names)
+
+
+# How MonitoredSession's log line for an error it recovers from begins.
+RECOVERED_ERROR_LOG = 'An error was raised'
+# How long a lost session's worker looks for a ps task that went away.
+_SETTLE_PROBES = 4
+_SETTLE_SECS = 0.5
+
+
+class LostSessions(object):
+  """Bounds and names what happens when a worker's session is lost.
+
+  MonitoredSession re-creates a worker's session when a ps task restarts or
+  a connection breaks (AbortedError, UnavailableError); while a ps task is
+  down it retries for ever. A session creator calls `before_session` first:
+  from the second session on, it waits for the ps tasks, up to `wait_secs`,
+  and remembers why the session was lost.
+
+  Attributes:
+    reason: str, why the last session was lost ('ps task 0 at h:2222
+      restarted'); None until one is.
+  """
+
+  def __init__(self, worker_prefix, ps_tasks, wait_secs):
+    """
+    Args:
+      worker_prefix: str, the start of this worker's lines ('Worker 0').
+      ps_tasks: dict from each ps task's name to its 'host:port'.
+      wait_secs: number, how long to wait for a lost ps task.
+    """
+    self._prefix = worker_prefix
+    self._ps_tasks = ps_tasks
+    self._wait_secs = wait_secs
+    self._created = 0
+    self._error = ''
+    self.reason = None
+
+  def note_error(self, message):
+    """Takes TF's log line for the error that lost the session."""
+    self._error = message
+
+  def before_session(self):
+    """Call as a session is being created; True when it replaces a lost one.
+
+    Raises:
+      TimeoutError: a lost ps task did not come back in time; the message
+        names it.
+    """
+    self._created += 1
+    if self._created == 1:
+      return False
+    # A killed task's port may accept connections while its process ends.
+    for _ in range(_SETTLE_PROBES):
+      down = unreachable(self._ps_tasks)
+      if down:
+        break
+      time.sleep(_SETTLE_SECS)
+    if not down:
+      # TF's account of the error names the task that went away.
+      gone = {name: address for name, address in self._ps_tasks.items()
+              if name.replace('/job:ps/', '/job:ps/replica:0/') in self._error}
+      self.reason = ('%s restarted' % describe(gone) if gone else
+                     'a ps task restarted, or a connection to one broke')
+      return True
+    print('%s: lost %s; waiting up to %d s for it to come back.'
+          % (self._prefix, describe(down), self._wait_secs), flush=True)
+    try:
+      wait_for_addresses(down, self._wait_secs)
+    except TimeoutError:
+      raise TimeoutError(gone_for_good(down, self._wait_secs)) from None
+    self.reason = '%s restarted' % describe(down)
+    return True
+
+
+def gone_for_good(tasks, wait_secs):
+  """What a worker says when ps tasks stay away: it stops, nothing lost."""
+  return ('%s did not come back within %d s (--startup_wait_secs): stopping. '
+          'The checkpoints are as they were; once the ps tasks run, start the '
+          'workers again and the chief resumes from its newest checkpoint.'
+          % (describe(tasks), wait_secs))
+
+
+def watch_ps_tasks(worker_prefix, ps_tasks, wait_secs, poll_secs=1):
+  """Ends this process, with one line and status 1, when a ps task stays away.
+
+  A worker whose ps task went away can block where no timeout reaches it
+  (closing the lost session waits for the task to answer), so a thread
+  watches the ps addresses and ends the process once one has refused
+  connections for `wait_secs`. A task that comes back in time resets it.
+
+  Returns:
+    The daemon thread, started.
+  """
+
+  def watch():
+    away_since = None
+    while True:
+      time.sleep(poll_secs)
+      down = unreachable(ps_tasks)
+      if not down:
+        away_since = None
+      elif away_since is None:
+        away_since = time.time()
+      elif time.time() - away_since > wait_secs:
+        sys.stdout.flush()
+        sys.stderr.write('%s: %s\n' % (worker_prefix,
+                                        gone_for_good(down, wait_secs)))
+        sys.stderr.flush()
+        os._exit(1)  # pylint: disable=protected-access
+
+  thread = threading.Thread(target=watch, name='watch_ps_tasks', daemon=True)
+  thread.start()
+  return thread

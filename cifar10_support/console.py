@@ -54,7 +54,10 @@ _PYTHON_NOISE = re.compile(
     # StepCounterHook reads the global step in the same run that increments
     # it, and on a busy machine sometimes before: a false alarm here.
     r'|^It seems that global step \(tf\.train\.get_global_step\) has not '
-    r'been increased', re.S)
+    r'been increased'
+    # A lost cluster session: the worker prints its own line for it.
+    r'|^An error occurred when attempting to close the session\. This may be '
+    r'due to a preemption', re.S)
 
 
 def user_set_tf_logging():
@@ -151,3 +154,26 @@ def quiet_python_logs():
   tf_logger.setLevel(logging.WARNING)
   if _NOISE_FILTER not in tf_logger.filters:
     tf_logger.addFilter(_NOISE_FILTER)
+
+
+@contextlib.contextmanager
+def on_tensorflow_log(prefix, callback):
+  """Within the block, calls callback(message) for each TensorFlow Python
+  log line that starts with `prefix`, shown or not: some of TF's INFO lines
+  carry the only account of an error that TF handled itself."""
+  tf_logger = logging.getLogger('tensorflow')
+  level = tf_logger.getEffectiveLevel()
+
+  def listen(record):
+    if isinstance(record.msg, str) and record.msg.startswith(prefix):
+      callback(record.getMessage())
+    return record.levelno >= level  # Shown as before.
+
+  old_level = tf_logger.level
+  tf_logger.setLevel(min(level, logging.INFO))
+  tf_logger.filters.insert(0, listen)
+  try:
+    yield
+  finally:
+    tf_logger.removeFilter(listen)
+    tf_logger.setLevel(old_level)

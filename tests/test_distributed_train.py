@@ -395,5 +395,26 @@ def test_sync_cluster_trains_to_the_global_step(data_dir, tmp_path):
   assert rerun.returncode == 1
   assert ('Worker 0: the synchronous token queue on the ps tasks is closed, '
           'as the chief leaves it when it stops' in rerun.stderr)
-  assert 'start fresh ps tasks for every run' in rerun.stderr
+  assert 'a new synchronous run needs fresh ps tasks' in rerun.stderr
   assert 'Traceback' not in rerun.stderr
+
+
+def test_a_diverged_worker_names_the_global_step_and_prints_no_nan_line(
+    capsys):
+  with tf.Graph().as_default():
+    global_step = tf.train.get_or_create_global_step()
+    # The loss turns NaN in the run that moves the global step from 3 to 4.
+    loss = tf.where(global_step >= 3, np.nan, 1.0)
+    train_op = tf.assign_add(global_step, 1)
+    logger = dist._WorkerLoggerHook(1, loss, global_step, batch_size=8,
+                                    log_frequency=1)
+    hooks = dist.step_hooks(logger, loss, max_steps=100)
+    with pytest.raises(tf.train.NanLossDuringTrainingError):
+      with tf.train.MonitoredSession(hooks=hooks) as session:
+        while not session.should_stop():
+          session.run(train_op)
+  assert logger.global_step == 3
+  assert dist.diverged_message(logger.global_step).startswith(
+      'Model diverged with loss = NaN at global step 3;')
+  steps = [int(step) for _, step in LOG_LINE.findall(capsys.readouterr().out)]
+  assert steps == [0, 1, 2]  # No line for the NaN step.

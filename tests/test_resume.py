@@ -257,3 +257,71 @@ def test_plan_names_the_checkpoint_and_what_differs(tmp_path, shapes, averaged,
     _plan(checkpoint, shapes, averaged)
   assert str(e.value).startswith('checkpoint %s ' % checkpoint)
   assert message in str(e.value)
+
+
+def _tiny_model():
+  """One averaged weight and the global step: a graph plan_restore accepts.
+
+  Returns:
+    (weight variable, global step variable, set): set(session, value, step)
+    gives the weight and the step those values.
+  """
+  global_step = tf.train.get_or_create_global_step()
+  weight = tf.get_variable('conv1/weights', [2],
+                           initializer=tf.zeros_initializer())
+  tf.train.ExponentialMovingAverage(0.9).apply([weight])
+  value = tf.placeholder(tf.float32, [])
+  step = tf.placeholder(tf.int64, [])
+  assign = [weight.assign([value, value]), global_step.assign(step)]
+
+  def set_values(session, new_value, new_step):
+    session.run(assign, {value: new_value, step: new_step})
+
+  return weight, global_step, set_values
+
+
+@pytest.mark.parametrize('resumed', [True, False],
+                         ids=['resumed_run', 'fresh_run'])
+def test_a_recreated_session_restores_the_newest_checkpoint(tmp_path, resumed):
+  # What MonitoredSession does after a ps task restarts: a new session, the
+  # scaffold's init_op, then its init_fn. The start-up checkpoint has been
+  # pruned since, and the newest one is damaged.
+  train_dir = str(tmp_path)
+  prefix = os.path.join(train_dir, 'model.ckpt')
+  recoveries = []
+  with tf.Graph().as_default():
+    weight, global_step, set_values = _tiny_model()
+    plan = None
+    if resumed:
+      with tf.Session(config=testutil.session_config()) as session:
+        session.run(tf.global_variables_initializer())
+        set_values(session, 1.0, 10)
+        first = tf.train.Saver().save(session, prefix, global_step=10)
+      plan = checkpoints.plan_restore(first)
+    scaffold = checkpoints.restoring_scaffold(
+        plan, train_dir, lambda *args: recoveries.append(args))
+    scaffold.finalize()
+    with tf.Session(config=testutil.session_config()) as session:
+      session.run(scaffold.init_op)
+      scaffold.init_fn(session)
+      assert session.run(weight).tolist() == ([1.0, 1.0] if resumed
+                                              else [0.0, 0.0])
+      assert recoveries == []
+      # This run trains on and saves twice; the second save is then damaged.
+      set_values(session, 2.0, 20)
+      good = scaffold.saver.save(session, prefix, global_step=20)
+      set_values(session, 3.0, 30)
+      damaged = scaffold.saver.save(session, prefix, global_step=30)
+    with open(damaged + '.data-00000-of-00001', 'r+b') as f:
+      f.truncate(4)
+    if resumed:
+      for path in tf.io.gfile.glob(first + '.*'):
+        tf.io.gfile.remove(path)
+    with tf.Session(config=testutil.session_config()) as session:
+      session.run(scaffold.init_op)
+      scaffold.init_fn(session)
+      assert session.run(weight).tolist() == [2.0, 2.0]
+      assert session.run(global_step) == 20
+  assert recoveries == [(good, 20)]
+  # The damaged newer checkpoint is left for the user, not pruned or deleted.
+  assert tf.io.gfile.exists(damaged + '.index')
