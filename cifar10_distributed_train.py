@@ -66,6 +66,7 @@ import cifar10
 import cifar10_input
 import cifar10_train  # its flags and log format
 from cifar10_support import checkpoints
+from cifar10_support import cluster_sessions
 from cifar10_support import clusters
 from cifar10_support import console
 from cifar10_support import download
@@ -113,9 +114,6 @@ _CLOSED_QUEUE = ('the synchronous token queue on the ps tasks is closed, as '
                  'early, or the ps tasks are still those of an earlier '
                  'synchronous run (a new synchronous run needs fresh ps '
                  'tasks)')
-# How often a waiting non-chief worker asks whether the chief is done
-# (MonitoredTrainingSession's default waits 30 s between checks).
-_READY_POLL_SECS = 1
 # Grace period for a closing session's threads. The chief's gradient
 # aggregation thread always uses all of it in synchronous training (it is
 # blocked on gradients that will never come); the input threads need far less.
@@ -308,105 +306,6 @@ class _ReleaseTokensHook(tf.train.SessionRunHook):
       pass  # The chief has closed the queue.
 
 
-class _ChiefSessionCreator(tf.train.ChiefSessionCreator):
-  """MonitoredTrainingSession's chief session, bounded when one is lost.
-
-  The scaffold restores the newest checkpoint into each re-created session
-  (checkpoints.restoring_scaffold); this waits first, up to a limit, for
-  the ps tasks to come back.
-  """
-
-  def __init__(self, lost_sessions, **kwargs):
-    super(_ChiefSessionCreator, self).__init__(**kwargs)
-    self._lost_sessions = lost_sessions
-
-  def create_session(self):
-    self._lost_sessions.before_session()
-    return super(_ChiefSessionCreator, self).create_session()
-
-
-class _NonChiefSessionCreator(tf.train.SessionCreator):
-  """Waits, polling every second, for the chief to initialise the variables.
-
-  Like MonitoredTrainingSession's worker session creator, which polls every
-  30 s; this one also says whom it is waiting for when it gives up, and
-  which global step it rejoined at after a lost session.
-  """
-
-  def __init__(self, master, config, wait_secs, chief_address, lost_sessions,
-               global_step, task_index):
-    self._scaffold = tf.train.Scaffold()
-    self._master = master
-    self._config = config
-    self._wait_secs = wait_secs
-    self._chief_address = chief_address
-    self._lost_sessions = lost_sessions
-    self._global_step = global_step
-    self._task_index = task_index
-
-  def create_session(self):
-    recovering = self._lost_sessions.before_session()
-    self._scaffold.finalize()
-    manager = tf.train.SessionManager(
-        local_init_op=self._scaffold.local_init_op,
-        ready_op=self._scaffold.ready_op,
-        ready_for_local_init_op=self._scaffold.ready_for_local_init_op,
-        graph=tf.get_default_graph(), recovery_wait_secs=_READY_POLL_SECS)
-    try:
-      session = manager.wait_for_session(self._master, config=self._config,
-                                         max_wait_secs=self._wait_secs)
-    except tf.errors.DeadlineExceededError:
-      raise TimeoutError(
-          'The variables were still not initialised after %s s: is the chief '
-          '(worker 0 at %s) running? (--startup_wait_secs sets the wait)'
-          % (self._wait_secs, self._chief_address))
-    if recovering:
-      print('Worker %d: session lost (%s): rejoined at global step %d.'
-            % (self._task_index, self._lost_sessions.reason,
-               session.run(self._global_step)), flush=True)
-    return session
-
-
-class _ChiefWatchHook(tf.train.SessionRunHook):
-  """A non-chief worker's check that the chief is still there.
-
-  Nothing is saved while the chief is away, and it re-initialises the
-  variables when it comes back: a worker goes on training meanwhile (its
-  steps may be lost), says so, and stops, naming the chief, when it is away
-  longer than `wait_secs`.
-  """
-
-  def __init__(self, task_index, chief_address, wait_secs, poll_secs=2):
-    self._task_index = task_index
-    self._chief = {'/job:worker/task:0': chief_address}
-    self._wait_secs = wait_secs
-    self._poll_secs = poll_secs
-    self._next_poll = time.time() + poll_secs
-    self._away_since = None
-
-  def after_run(self, run_context, run_values):
-    now = time.time()
-    if now < self._next_poll:
-      return
-    self._next_poll = now + self._poll_secs
-    if not clusters.unreachable(self._chief):
-      if self._away_since is not None:
-        print('Worker %d: %s is back.'
-              % (self._task_index, clusters.describe(self._chief)), flush=True)
-      self._away_since = None
-    elif self._away_since is None:
-      self._away_since = now
-      print('Worker %d: %s does not answer: training on, '
-            'unsaved, for up to %d s until it is back.'
-            % (self._task_index, clusters.describe(self._chief),
-               self._wait_secs), flush=True)
-    elif now - self._away_since > self._wait_secs:
-      raise TimeoutError(
-          '%s has not answered for %d s (--startup_wait_secs): '
-          'stopping, since nothing is saved without it. Start it again, then '
-          'this worker.' % (clusters.describe(self._chief), self._wait_secs))
-
-
 def _monitored_session(target, cluster, task_index, hooks, config, train_dir,
                        save_checkpoint_secs, save_checkpoint_steps,
                        save_summaries_steps, startup_wait_secs,
@@ -419,7 +318,7 @@ def _monitored_session(target, cluster, task_index, hooks, config, train_dir,
 
   Args:
     global_step: the global step variable.
-    lost_sessions: the worker's clusters.LostSessions.
+    lost_sessions: the worker's cluster_sessions.LostSessions.
     restore_plan: the chief's checkpoints.RestorePlan, or None.
     Others: as for `train`.
 
@@ -457,16 +356,16 @@ def _monitored_session(target, cluster, task_index, hooks, config, train_dir,
     # checkpoint_dir (the scaffold restores, from any trainer's checkpoint),
     # and a session creator that bounds the wait for a lost ps task.
     return tf.train.MonitoredSession(
-        session_creator=_ChiefSessionCreator(
+        session_creator=cluster_sessions.ChiefSessionCreator(
             lost_sessions, scaffold=scaffold, master=target, config=config),
         hooks=hooks, stop_grace_period_secs=_STOP_GRACE_SECS)
   print('Worker %d: waiting up to %d s for the chief (worker 0 at %s) to '
         'initialise the variables.' % (task_index, startup_wait_secs,
                                         cluster['worker'][0]), flush=True)
-  hooks = hooks + [_ChiefWatchHook(task_index, cluster['worker'][0],
-                                   startup_wait_secs)]
+  hooks = hooks + [cluster_sessions.ChiefWatchHook(
+      task_index, cluster['worker'][0], startup_wait_secs)]
   return tf.train.MonitoredSession(
-      session_creator=_NonChiefSessionCreator(
+      session_creator=cluster_sessions.WorkerSessionCreator(
           target, config, startup_wait_secs, cluster['worker'][0],
           lost_sessions, global_step, task_index),
       hooks=hooks, stop_grace_period_secs=_STOP_GRACE_SECS)
@@ -548,12 +447,12 @@ def train(target, cluster, task_index, data_dir, train_dir,
                                       log_device_placement)
       full_disk = (start.stop_on_full_disk() if is_chief
                    else contextlib.nullcontext())
-      lost_sessions = clusters.LostSessions(
+      lost_sessions = cluster_sessions.LostSessions(
           'Worker %d' % task_index, clusters.tasks_of(cluster, 'ps'),
           startup_wait_secs)
       try:
         with full_disk, console.on_tensorflow_log(
-            clusters.RECOVERED_ERROR_LOG, lost_sessions.note_error
+            cluster_sessions.RECOVERED_ERROR_LOG, lost_sessions.note_error
         ), _monitored_session(
             target, cluster, task_index, hooks, config, train_dir,
             save_checkpoint_secs, save_checkpoint_steps, save_summaries_steps,
@@ -666,9 +565,9 @@ def main(argv):
   try:
     clusters.wait_for_addresses(clusters.tasks_of(cluster, 'ps'),
                                 FLAGS.startup_wait_secs)
-    clusters.watch_ps_tasks('Worker %d' % task_index,
-                            clusters.tasks_of(cluster, 'ps'),
-                            FLAGS.startup_wait_secs)
+    cluster_sessions.watch_ps_tasks('Worker %d' % task_index,
+                                    clusters.tasks_of(cluster, 'ps'),
+                                    FLAGS.startup_wait_secs)
     download.prepare(FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5,
                      cifar10_input.TRAIN_FILES)
     stats = train(

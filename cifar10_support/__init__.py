@@ -13,6 +13,7 @@
     precision     --mixed_precision: the compute dtype, float16's loss scale
     gpus          --split_gpus: virtual GPUs for towers
     clusters      the ps/worker cluster from flags or TF_CONFIG
+    cluster_sessions  a worker's sessions lost and re-created; tasks gone
     eval_report   evaluation's per-class table and confusion matrix
     picture       text drawn into images (the confusion matrix's labels)
 

@@ -116,8 +116,8 @@ def test_script_run_once_after_training(data_dir, train_dir, tmp_path):
   assert result.returncode == 0, result.stderr[-3000:]
   precisions = [float(p) for p in PRECISION_LINE.findall(result.stdout)]
   assert len(precisions) == 1
-  # Well above chance (0.1). 250 steps at learning rate 0.1 on 100 records
-  # end between 0.7 and 1.0 from run to run (28 runs measured).
+  # Well above chance (0.1): the seeded fixture reached 1.0 in every measured
+  # run (see train_dir); 0.5 leaves room for another CPU's arithmetic.
   assert precisions[0] >= 0.5, result.stdout
   assert 'model.ckpt-%d (global step %d' % (TRAIN_STEPS, TRAIN_STEPS) in (
       result.stdout)

@@ -1,0 +1,240 @@
+"""A cluster worker's sessions: created, lost, re-created, or given up.
+
+MonitoredSession re-creates a worker's session when a ps task restarts or a
+connection breaks (AbortedError, UnavailableError). The chief's scaffold
+then restores the newest checkpoint (checkpoints.restoring_scaffold); what
+this module adds is what TensorFlow leaves unbounded or unsaid:
+
+    LostSessions        why a session was lost, and a bounded wait for the ps
+    watch_ps_tasks      ends a worker, with one line, when a ps task stays away
+    ChiefSessionCreator the chief's session, through LostSessions
+    WorkerSessionCreator another worker's: waits for the chief's variables
+    ChiefWatchHook      another worker stops when the chief stays away
+
+docs/distributed.md ("Faults") says what each fault costs.
+"""
+
+import os
+import sys
+import threading
+import time
+
+import tensorflow.compat.v1 as tf
+
+from cifar10_support import clusters
+
+# How MonitoredSession's log line for an error it recovers from begins.
+RECOVERED_ERROR_LOG = 'An error was raised'
+# How long a lost session's worker looks for a ps task that went away.
+_SETTLE_PROBES = 4
+_SETTLE_SECS = 0.5
+# How often a waiting worker asks whether the chief is done
+# (MonitoredTrainingSession's default waits 30 s between checks).
+_READY_POLL_SECS = 1
+
+
+class LostSessions(object):
+  """Bounds and names what happens when a worker's session is lost.
+
+  MonitoredSession re-creates a worker's session when a ps task restarts or
+  a connection breaks (AbortedError, UnavailableError); while a ps task is
+  down it retries for ever. A session creator calls `before_session` first:
+  from the second session on, it waits for the ps tasks, up to `wait_secs`,
+  and remembers why the session was lost.
+
+  Attributes:
+    reason: str, why the last session was lost ('ps task 0 at h:2222
+      restarted'); None until one is.
+  """
+
+  def __init__(self, worker_prefix, ps_tasks, wait_secs):
+    """
+    Args:
+      worker_prefix: str, the start of this worker's lines ('Worker 0').
+      ps_tasks: dict from each ps task's name to its 'host:port'.
+      wait_secs: number, how long to wait for a lost ps task.
+    """
+    self._prefix = worker_prefix
+    self._ps_tasks = ps_tasks
+    self._wait_secs = wait_secs
+    self._created = 0
+    self._error = ''
+    self.reason = None
+
+  def note_error(self, message):
+    """Takes TF's log line for the error that lost the session."""
+    self._error = message
+
+  def before_session(self):
+    """Call as a session is being created; True when it replaces a lost one.
+
+    Raises:
+      TimeoutError: a lost ps task did not come back in time; the message
+        names it.
+    """
+    self._created += 1
+    if self._created == 1:
+      return False
+    # A killed task's port may accept connections while its process ends.
+    for _ in range(_SETTLE_PROBES):
+      down = clusters.unreachable(self._ps_tasks)
+      if down:
+        break
+      time.sleep(_SETTLE_SECS)
+    if not down:
+      # TF's account of the error names the task that went away.
+      gone = {name: address for name, address in self._ps_tasks.items()
+              if name.replace('/job:ps/', '/job:ps/replica:0/') in self._error}
+      self.reason = ('%s restarted' % clusters.describe(gone) if gone else
+                     'a ps task restarted, or a connection to one broke')
+      return True
+    print('%s: lost %s; waiting up to %d s for it to come back.'
+          % (self._prefix, clusters.describe(down), self._wait_secs),
+          flush=True)
+    try:
+      clusters.wait_for_addresses(down, self._wait_secs)
+    except TimeoutError:
+      raise TimeoutError(gone_for_good(down, self._wait_secs)) from None
+    self.reason = '%s restarted' % clusters.describe(down)
+    return True
+
+
+def gone_for_good(tasks, wait_secs):
+  """What a worker says when ps tasks stay away: it stops, nothing lost."""
+  return ('%s did not come back within %d s (--startup_wait_secs): stopping. '
+          'The checkpoints are as they were; once the ps tasks run, start the '
+          'workers again and the chief resumes from its newest checkpoint.'
+          % (clusters.describe(tasks), wait_secs))
+
+
+def watch_ps_tasks(worker_prefix, ps_tasks, wait_secs, poll_secs=1):
+  """Ends this process, with one line and status 1, when a ps task stays away.
+
+  A worker whose ps task went away can block where no timeout reaches it
+  (closing the lost session waits for the task to answer), so a thread
+  watches the ps addresses and ends the process once one has refused
+  connections for `wait_secs`. A task that comes back in time resets it.
+
+  Returns:
+    The daemon thread, started.
+  """
+
+  def watch():
+    away_since = None
+    while True:
+      time.sleep(poll_secs)
+      down = clusters.unreachable(ps_tasks)
+      if not down:
+        away_since = None
+      elif away_since is None:
+        away_since = time.time()
+      elif time.time() - away_since > wait_secs:
+        sys.stdout.flush()
+        sys.stderr.write('%s: %s\n' % (worker_prefix,
+                                        gone_for_good(down, wait_secs)))
+        sys.stderr.flush()
+        os._exit(1)  # pylint: disable=protected-access
+
+  thread = threading.Thread(target=watch, name='watch_ps_tasks', daemon=True)
+  thread.start()
+  return thread
+
+
+class ChiefSessionCreator(tf.train.ChiefSessionCreator):
+  """MonitoredTrainingSession's chief session, bounded when one is lost.
+
+  The scaffold restores the newest checkpoint into each re-created session
+  (checkpoints.restoring_scaffold); this waits first, up to a limit, for
+  the ps tasks to come back.
+  """
+
+  def __init__(self, lost_sessions, **kwargs):
+    super(ChiefSessionCreator, self).__init__(**kwargs)
+    self._lost_sessions = lost_sessions
+
+  def create_session(self):
+    self._lost_sessions.before_session()
+    return super(ChiefSessionCreator, self).create_session()
+
+
+class WorkerSessionCreator(tf.train.SessionCreator):
+  """A non-chief worker's session, once the chief has initialised the
+  variables (polled every second).
+
+  Like MonitoredTrainingSession's worker session creator, which polls every
+  30 s; this one also says whom it is waiting for when it gives up, and
+  which global step it rejoined at after a lost session.
+  """
+
+  def __init__(self, master, config, wait_secs, chief_address, lost_sessions,
+               global_step, task_index):
+    self._scaffold = tf.train.Scaffold()
+    self._master = master
+    self._config = config
+    self._wait_secs = wait_secs
+    self._chief_address = chief_address
+    self._lost_sessions = lost_sessions
+    self._global_step = global_step
+    self._task_index = task_index
+
+  def create_session(self):
+    recovering = self._lost_sessions.before_session()
+    self._scaffold.finalize()
+    manager = tf.train.SessionManager(
+        local_init_op=self._scaffold.local_init_op,
+        ready_op=self._scaffold.ready_op,
+        ready_for_local_init_op=self._scaffold.ready_for_local_init_op,
+        graph=tf.get_default_graph(), recovery_wait_secs=_READY_POLL_SECS)
+    try:
+      session = manager.wait_for_session(self._master, config=self._config,
+                                         max_wait_secs=self._wait_secs)
+    except tf.errors.DeadlineExceededError:
+      raise TimeoutError(
+          'The variables were still not initialised after %s s: is the chief '
+          '(worker 0 at %s) running? (--startup_wait_secs sets the wait)'
+          % (self._wait_secs, self._chief_address))
+    if recovering:
+      print('Worker %d: session lost (%s): rejoined at global step %d.'
+            % (self._task_index, self._lost_sessions.reason,
+               session.run(self._global_step)), flush=True)
+    return session
+
+
+class ChiefWatchHook(tf.train.SessionRunHook):
+  """A non-chief worker's check that the chief is still there.
+
+  Nothing is saved while the chief is away, and it re-initialises the
+  variables when it comes back: a worker goes on training meanwhile (its
+  steps may be lost), says so, and stops, naming the chief, when it is away
+  longer than `wait_secs`.
+  """
+
+  def __init__(self, task_index, chief_address, wait_secs, poll_secs=2):
+    self._task_index = task_index
+    self._chief = {'/job:worker/task:0': chief_address}
+    self._wait_secs = wait_secs
+    self._poll_secs = poll_secs
+    self._next_poll = time.time() + poll_secs
+    self._away_since = None
+
+  def after_run(self, run_context, run_values):
+    now = time.time()
+    if now < self._next_poll:
+      return
+    self._next_poll = now + self._poll_secs
+    if not clusters.unreachable(self._chief):
+      if self._away_since is not None:
+        print('Worker %d: %s is back.'
+              % (self._task_index, clusters.describe(self._chief)), flush=True)
+      self._away_since = None
+    elif self._away_since is None:
+      self._away_since = now
+      print('Worker %d: %s does not answer: training on, '
+            'unsaved, for up to %d s until it is back.'
+            % (self._task_index, clusters.describe(self._chief),
+               self._wait_secs), flush=True)
+    elif now - self._away_since > self._wait_secs:
+      raise TimeoutError(
+          '%s has not answered for %d s (--startup_wait_secs): '
+          'stopping, since nothing is saved without it. Start it again, then '
+          'this worker.' % (clusters.describe(self._chief), self._wait_secs))
