@@ -129,10 +129,10 @@ def find_checkpoint(checkpoint_dir, checkpoint_path=''):
   reader, problem = checkpoints.verified_reader(path)
   if problem:
     raise ClassifyError('cannot read checkpoint %s: %s' % (path, problem))
-  averages = checkpoints.MODEL_PROBE + checkpoints.AVERAGE_SUFFIX
-  if not reader.has_tensor(averages):
+  missing = checkpoints.missing_model(reader, averaged=True)
+  if missing:
     raise ClassifyError('checkpoint %s holds no CIFAR-10 model with moving '
-                        'averages (no %s)' % (path, averages))
+                        'averages (no %s)' % (path, missing))
   return path, reader.get_variable_to_dtype_map()[checkpoints.MODEL_PROBE]
 
 

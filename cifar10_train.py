@@ -309,7 +309,7 @@ def run_training(build, train_dir, max_steps, batch_size, log_frequency,
       except tf.train.NanLossDuringTrainingError:
         raise start.diverged(logger.step) from None
 
-  final = tf.train.latest_checkpoint(train_dir)
+  final = checkpoints.newest(train_dir)
   if stop_signals:
     print('Received %s: stopped at step %d; final checkpoint %s.'
           % (signals.name(stop_signals[0]), logger.step, final), flush=True)

@@ -6,6 +6,7 @@ One place for every question about a checkpoint:
     newest(directory)            the newest of them (evaluation, classify)
     newest_restorable(train_dir) the newest whose every value reads back
     step_of(path)                the global step in its name
+    missing_model(reader)        whether it holds the CIFAR-10 model at all
     open_model(path)             its reader, weights' dtype and global step
     plan_restore(path)           which variables of this graph it restores
     restoring_scaffold(plan, d)  a Scaffold that initialises, then restores (again
@@ -176,6 +177,24 @@ def newest_restorable(train_dir, report=print):
       '--train_dir' % (train_dir, len(paths)))
 
 
+def missing_model(reader, averaged=False):
+  """What a checkpoint lacks to be one of the CIFAR-10 model, or None.
+
+  Args:
+    reader: the checkpoint's reader.
+    averaged: bool, the moving averages of the weights are needed too (to
+      evaluate or classify with them).
+
+  Returns:
+    The name of the first variable it lacks, or None.
+  """
+  needed = [MODEL_PROBE] + ([MODEL_PROBE + AVERAGE_SUFFIX] if averaged else [])
+  for name in needed:
+    if not reader.has_tensor(name):
+      return name
+  return None
+
+
 def open_model(checkpoint):
   """Opens a checkpoint of the CIFAR-10 model, every value read back.
 
@@ -192,12 +211,13 @@ def open_model(checkpoint):
     raise CheckpointUnreadableError(
         'cannot read checkpoint %s (pruned by training, not completely '
         'written, or damaged): %s' % (checkpoint, problem))
-  dtypes = reader.get_variable_to_dtype_map()
-  if MODEL_PROBE not in dtypes:
+  missing = missing_model(reader)
+  if missing:
     raise CheckpointError(
         'checkpoint %s does not hold the CIFAR-10 model (no %s); point '
         '--checkpoint_dir at a cifar10_train.py --train_dir'
-        % (checkpoint, MODEL_PROBE))
+        % (checkpoint, missing))
+  dtypes = reader.get_variable_to_dtype_map()
   if reader.has_tensor('global_step'):
     global_step = int(reader.get_tensor('global_step'))
   else:  # Not saved by a training script: take it from the name, if there.

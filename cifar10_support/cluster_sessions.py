@@ -25,9 +25,6 @@ from cifar10_support import clusters
 
 # How MonitoredSession's log line for an error it recovers from begins.
 RECOVERED_ERROR_LOG = 'An error was raised'
-# How long a lost session's worker looks for a ps task that went away.
-_SETTLE_PROBES = 4
-_SETTLE_SECS = 0.5
 # How often a waiting worker asks whether the chief is done
 # (MonitoredTrainingSession's default waits 30 s between checks).
 _READY_POLL_SECS = 1
@@ -39,8 +36,10 @@ class LostSessions(object):
   MonitoredSession re-creates a worker's session when a ps task restarts or
   a connection breaks (AbortedError, UnavailableError); while a ps task is
   down it retries for ever. A session creator calls `before_session` first:
-  from the second session on, it waits for the ps tasks, up to `wait_secs`,
-  and remembers why the session was lost.
+  from the second session on, it waits for a ps task that is down, up to
+  `wait_secs`, and says why the session was lost. (Mostly the task is back
+  by then: closing the lost session waits for it. TF's log line for the
+  error, given to `note_error`, names the task.)
 
   Attributes:
     reason: str, why the last session was lost ('ps task 0 at h:2222
@@ -75,12 +74,7 @@ class LostSessions(object):
     self._created += 1
     if self._created == 1:
       return False
-    # A killed task's port may accept connections while its process ends.
-    for _ in range(_SETTLE_PROBES):
-      down = clusters.unreachable(self._ps_tasks)
-      if down:
-        break
-      time.sleep(_SETTLE_SECS)
+    down = clusters.unreachable(self._ps_tasks)
     if not down:
       # TF's account of the error names the task that went away.
       gone = {name: address for name, address in self._ps_tasks.items()

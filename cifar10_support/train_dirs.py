@@ -184,7 +184,7 @@ class Start(object):
 
   def diverged(self, step):
     """The DivergedError for a NaN loss at global step `step`."""
-    checkpoint = tf.train.latest_checkpoint(self.train_dir)
+    checkpoint = _resumed_from(self.train_dir)
     if checkpoint is None:
       kept = 'no checkpoint had been written yet'
     else:
@@ -246,6 +246,14 @@ def _remove_interrupted_saves(train_dir):
     tf.io.gfile.rmtree(partial)
 
 
+def _resumed_from(train_dir):
+  """The checkpoint a new run in train_dir would resume from, or None."""
+  try:
+    return checkpoints.newest_restorable(train_dir, report=lambda line: None)
+  except checkpoints.ResumeError:
+    return None
+
+
 @contextlib.contextmanager
 def stop_on_full_disk(train_dir):
   """Turns running out of space in train_dir into one DiskFullError.
@@ -269,11 +277,7 @@ def stop_on_full_disk(train_dir):
     if not full:
       raise
     _remove_interrupted_saves(train_dir)
-    try:
-      checkpoint = checkpoints.newest_restorable(train_dir,
-                                                 report=lambda line: None)
-    except checkpoints.ResumeError:
-      checkpoint = None
+    checkpoint = _resumed_from(train_dir)
     kept = ('the newest complete checkpoint, %s, is intact and a new run '
             'resumes from it' % checkpoint if checkpoint else
             'no complete checkpoint had been written yet')

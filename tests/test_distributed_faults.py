@@ -19,7 +19,7 @@ import pytest
 
 from cifar10_support import checkpoints
 import testutil
-from test_distributed_train import _free_ports
+from test_distributed_train import DONE_LINE, LOG_LINE, _free_ports
 
 # Clusters of processes (conftest's reading of the source misses _Cluster).
 pytestmark = pytest.mark.slow
@@ -42,11 +42,9 @@ REJOINED = re.compile(
     r'global step (\d+)\.$', re.M)
 RESUMED = re.compile(r'^Resuming from checkpoint \S+model\.ckpt-(\d+) at step '
                      r'(\d+)', re.M)
-STEP_LINE = re.compile(r'^Worker (\d): \S+ \S+: step (\d+), loss', re.M)
 # TensorFlow's Python and C++ log lines.
 TF_LOG_LINE = re.compile(r'^((INFO|WARNING|ERROR):tensorflow|[IWEF]\d{4} )',
                          re.M)
-DONE = re.compile(r'^Worker (\d): stopped at global step (\d+) after', re.M)
 
 
 class _Cluster(object):
@@ -204,13 +202,14 @@ def test_chief_ps_and_worker_killed_and_restarted(data_dir, tmp_path, mode):
     cluster.kill('w1')
     time.sleep(1)
     cluster.start('w1')
-    cluster.wait_for('worker 1 to train again', lambda: STEP_LINE.search(
+    cluster.wait_for('worker 1 to train again', lambda: LOG_LINE.search(
         _new_output(cluster, 'w1', offset)))
     assert cluster.processes['w0'].poll() is None
 
     assert cluster.finish() == [0, 0], cluster.tails()
-    done = dict(DONE.findall(cluster.log('w0') + cluster.log('w1')))
-    assert int(done['0']) >= max_steps
+    done = {index: int(step) for index, step, _ in DONE_LINE.findall(
+        cluster.log('w0') + cluster.log('w1'))}
+    assert done['0'] >= max_steps
   finally:
     cluster.stop()
   cluster.check_console()
