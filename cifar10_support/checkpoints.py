@@ -417,11 +417,14 @@ def _take_over_pruning(saver, checkpoint):
 
   As a session that restores by itself does: the saver that writes the new
   checkpoints deletes the oldest of them; only up to the restored one, so
-  that newer (damaged) ones are never deleted.
+  that newer (damaged) ones are never deleted, and only those in its
+  directory.
   """
-  state = tf.train.get_checkpoint_state(os.path.dirname(checkpoint))
-  if state is not None:
-    paths = list(state.all_model_checkpoint_paths)
-    if checkpoint in paths:
-      paths = paths[:paths.index(checkpoint) + 1]
-    saver.recover_last_checkpoints(paths)
+  directory = os.path.dirname(checkpoint)
+  # Only this directory's files: the index of a copied or moved train_dir
+  # still names the old place, whose checkpoints are not this run's to delete.
+  paths = [path for path in listed(directory)
+           if os.path.dirname(path) == directory]
+  if checkpoint in paths:
+    paths = paths[:paths.index(checkpoint) + 1]
+  saver.recover_last_checkpoints(paths)

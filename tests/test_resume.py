@@ -12,6 +12,7 @@ import hashlib
 import io
 import os
 import re
+import shutil
 import subprocess
 
 import numpy as np
@@ -325,3 +326,37 @@ def test_a_recreated_session_restores_the_newest_checkpoint(tmp_path, resumed):
   assert recoveries == [(good, 20)]
   # The damaged newer checkpoint is left for the user, not pruned or deleted.
   assert tf.io.gfile.exists(damaged + '.index')
+
+
+def test_a_copied_train_dir_never_prunes_the_originals_checkpoints(tmp_path):
+  # The index holds absolute paths: a run resumed in a copy of a train_dir
+  # used to prune the original's checkpoints, in the old place.
+  original, copy = str(tmp_path / 'original'), str(tmp_path / 'copy')
+  with tf.Graph().as_default():
+    weight, _, set_values = _tiny_model()
+    saver = tf.train.Saver()
+    with tf.Session(config=testutil.session_config()) as session:
+      session.run(tf.global_variables_initializer())
+      for step in (10, 20, 30):
+        set_values(session, float(step), step)
+        saver.save(session, os.path.join(original, 'model.ckpt'),
+                   global_step=step)
+    before = sorted(os.listdir(original))
+    shutil.copytree(original, copy)
+    newest = checkpoints.newest_restorable(copy)
+    assert newest == os.path.join(copy, 'model.ckpt-30')
+    scaffold = checkpoints.restoring_scaffold(checkpoints.plan_restore(newest),
+                                              copy)
+    scaffold.finalize()
+    with tf.Session(config=testutil.session_config()) as session:
+      session.run(scaffold.init_op)
+      scaffold.init_fn(session)
+      assert session.run(weight).tolist() == [30.0, 30.0]
+      for step in range(40, 100, 10):  # Six saves: past max_to_keep (5).
+        scaffold.saver.save(session, os.path.join(copy, 'model.ckpt'),
+                            global_step=step)
+  assert sorted(os.listdir(original)) == before
+  # The copy's own old checkpoints are pruned as usual.
+  assert [checkpoints.step_of(path) for path in checkpoints.listed(copy)] == [
+      50, 60, 70, 80, 90]
+  assert not tf.io.gfile.exists(os.path.join(copy, 'model.ckpt-10.index'))
