@@ -98,7 +98,9 @@ flags.DEFINE_integer('replicas_to_aggregate', -1,
 flags.DEFINE_integer('startup_wait_secs', 300,
                      'How long a worker waits for the ps tasks to answer and, '
                      'if not the chief, for the chief to initialise the '
-                     'variables.')
+                     'variables; also how long a ps task (or, training '
+                     'asynchronously, the chief) may be away mid-run before '
+                     'the worker stops.')
 flags.DEFINE_integer('operation_timeout_secs', 300,
                      'A worker fails when one operation (a dequeue, a '
                      'synchronous update) blocks longer than this.')
@@ -461,9 +463,9 @@ def train(target, cluster, task_index, data_dir, train_dir,
           while not mon_sess.should_stop() and not stop_signals:
             mon_sess.run(graph['train_op'])
       except tf.errors.DeadlineExceededError:
-        others = clusters.tasks_of(cluster, 'ps')
-        if not is_chief:
-          others['/job:worker/task:0'] = cluster['worker'][0]
+        others = dict(clusters.tasks_of(cluster, 'ps'),
+                      **clusters.tasks_of(cluster, 'worker'))
+        del others['/job:worker/task:%d' % task_index]
         gone = clusters.unreachable(others)
         raise TimeoutError(
             'an operation blocked for more than %s s '

@@ -348,10 +348,11 @@ def fresh_line(plan):
 def restoring_scaffold(plan, train_dir, on_recovery=None, **kwargs):
   """A Scaffold whose sessions initialise every variable, then restore.
 
-  Build it inside the training graph, under the device its saver should run
-  on (the chief's CPU in distributed training). The session it is given to
-  must not restore on its own (no checkpoint_dir): the variables of the plan
-  come from its checkpoint, the others keep their initial values.
+  Build it inside the training graph, after its global step, under the
+  device its saver should run on (the chief's CPU in distributed training).
+  The session it is given to must not restore on its own (no
+  checkpoint_dir): the variables of the plan come from its checkpoint, the
+  others keep their initial values.
 
   The first session restores `plan`. A session re-created after one was lost
   (MonitoredSession does that when a ps task restarts or a connection breaks,
@@ -377,12 +378,19 @@ def restoring_scaffold(plan, train_dir, on_recovery=None, **kwargs):
   if plan is not None:
     plan_savers[frozenset(plan.variables)] = tf.train.Saver(
         plan.variables, sharded=False, name='resume_saver')
-  sessions = []
+  # The global step is set only by init_fn, restored or initialised: until
+  # then the model is not ready, so other workers of a cluster wait for the
+  # restore instead of training on freshly initialised weights.
+  global_step = tf.train.get_global_step()
+  init_op = tf.variables_initializer(
+      [var for var in tf.global_variables() if var is not global_step],
+      name='init_all_but_global_step')
+  sessions = [0]  # Sessions initialised so far.
 
   def init_fn(scaffold, session):
-    sessions.append(session)
+    sessions[0] += 1
     current = plan
-    if len(sessions) > 1:
+    if sessions[0] > 1:
       checkpoint = newest_restorable(train_dir)
       current = None
       if checkpoint:
@@ -402,14 +410,16 @@ def restoring_scaffold(plan, train_dir, on_recovery=None, **kwargs):
             % (current.checkpoint, ', '.join(current.fresh)))
       saver.restore(session, current.checkpoint)
       _take_over_pruning(scaffold.saver, current.checkpoint)
-    if len(sessions) > 1 and on_recovery is not None:
+    else:
+      session.run(global_step.initializer)
+    if sessions[0] > 1 and on_recovery is not None:
       if current is None:
         on_recovery(None, 0)
       else:
         on_recovery(current.checkpoint, int(
             tf.train.load_variable(current.checkpoint, 'global_step')))
 
-  return tf.train.Scaffold(init_fn=init_fn, **kwargs)
+  return tf.train.Scaffold(init_op=init_op, init_fn=init_fn, **kwargs)
 
 
 def _take_over_pruning(saver, checkpoint):

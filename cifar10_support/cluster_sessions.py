@@ -15,6 +15,7 @@ docs/distributed.md ("Faults") says what each fault costs.
 """
 
 import os
+import re
 import sys
 import threading
 import time
@@ -28,6 +29,12 @@ RECOVERED_ERROR_LOG = 'An error was raised'
 # How often a waiting worker asks whether the chief is done
 # (MonitoredTrainingSession's default waits 30 s between checks).
 _READY_POLL_SECS = 1
+
+
+def _in_error(task):
+  """A pattern for how TF's errors name `task` ('/job:ps/task:1' as
+  '/job:ps/replica:0/task:1', not task:10)."""
+  return re.escape(task.replace('/task:', '/replica:0/task:')) + r'(?!\d)'
 
 
 class LostSessions(object):
@@ -56,13 +63,17 @@ class LostSessions(object):
     self._prefix = worker_prefix
     self._ps_tasks = ps_tasks
     self._wait_secs = wait_secs
-    self._created = 0
+    self._sessions = 0
     self._error = ''
     self.reason = None
 
   def note_error(self, message):
     """Takes TF's log line for the error that lost the session."""
     self._error = message
+
+  def created(self):
+    """Call once a session has been created."""
+    self._sessions += 1
 
   def before_session(self):
     """Call as a session is being created; True when it replaces a lost one.
@@ -71,14 +82,13 @@ class LostSessions(object):
       TimeoutError: a lost ps task did not come back in time; the message
         names it.
     """
-    self._created += 1
-    if self._created == 1:
+    if not self._sessions:
       return False
     down = clusters.unreachable(self._ps_tasks)
     if not down:
       # TF's account of the error names the task that went away.
       gone = {name: address for name, address in self._ps_tasks.items()
-              if name.replace('/job:ps/', '/job:ps/replica:0/') in self._error}
+              if re.search(_in_error(name), self._error)}
       self.reason = ('%s restarted' % clusters.describe(gone) if gone else
                      'a ps task restarted, or a connection to one broke')
       return True
@@ -148,7 +158,9 @@ class ChiefSessionCreator(tf.train.ChiefSessionCreator):
 
   def create_session(self):
     self._lost_sessions.before_session()
-    return super(ChiefSessionCreator, self).create_session()
+    session = super(ChiefSessionCreator, self).create_session()
+    self._lost_sessions.created()
+    return session
 
 
 class WorkerSessionCreator(tf.train.SessionCreator):
@@ -187,6 +199,7 @@ class WorkerSessionCreator(tf.train.SessionCreator):
           'The variables were still not initialised after %s s: is the chief '
           '(worker 0 at %s) running? (--startup_wait_secs sets the wait)'
           % (self._wait_secs, self._chief_address))
+    self._lost_sessions.created()
     if recovering:
       print('Worker %d: session lost (%s): rejoined at global step %d.'
             % (self._task_index, self._lost_sessions.reason,
@@ -197,10 +210,12 @@ class WorkerSessionCreator(tf.train.SessionCreator):
 class ChiefWatchHook(tf.train.SessionRunHook):
   """A non-chief worker's check that the chief is still there.
 
-  Nothing is saved while the chief is away, and it re-initialises the
-  variables when it comes back: a worker goes on training meanwhile (its
-  steps may be lost), says so, and stops, naming the chief, when it is away
-  longer than `wait_secs`.
+  Nothing is saved while the chief is away, and it puts its checkpoint back
+  on the ps tasks when it comes back. An asynchronous worker goes on
+  training meanwhile (those steps are lost), says so, and stops, naming the
+  chief, when it is away longer than `wait_secs`. (A synchronous worker
+  waits for the chief's next update instead, bounded by the operation
+  timeout; it runs no step, so this hook does not run.)
   """
 
   def __init__(self, task_index, chief_address, wait_secs, poll_secs=2):

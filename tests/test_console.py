@@ -184,5 +184,35 @@ def test_python_filter_drops_known_notices_and_keeps_real_warnings():
   assert not kept('It seems that global step (tf.train.get_global_step) has '
                   'not been increased. Current value (could be stable): 5 vs '
                   'previous value: 5.')
+  # A cluster worker prints its own line for a lost session.
+  assert not kept('An error occurred when attempting to close the session. '
+                  'This may be due to a preemption in a connected worker or '
+                  'parameter server. Error: From /job:ps/replica:0/task:0:')
   assert kept('Issue encountered when serializing global_step.')
   assert kept('Summary name total_loss is fine, but something else failed.')
+
+
+def test_on_tensorflow_log_hears_hidden_lines_and_hides_them_still():
+  tf_logger = logging.getLogger('tensorflow')
+  level, filters = tf_logger.level, list(tf_logger.filters)
+  tf_logger.setLevel(logging.WARNING)  # As quiet_python_logs leaves it.
+  records, heard = [], []
+  handler = logging.Handler()
+  handler.emit = records.append
+  tf_logger.addHandler(handler)
+  try:
+    with console.on_tensorflow_log('An error was raised', heard.append):
+      tf_logger.info('An error was raised. %s', 'From /job:ps/task:0')
+      tf_logger.info('Graph was finalized.')
+      tf_logger.warning('An error was raised, as a warning')
+    tf_logger.info('An error was raised after the block')
+  finally:
+    tf_logger.removeHandler(handler)
+    restored = (tf_logger.level, list(tf_logger.filters))
+    tf_logger.setLevel(level)
+  assert heard == ['An error was raised. From /job:ps/task:0',
+                   'An error was raised, as a warning']
+  # What is shown is what the level showed before: the warning only.
+  assert [r.getMessage() for r in records] == [
+      'An error was raised, as a warning']
+  assert restored == (logging.WARNING, filters)

@@ -18,6 +18,7 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 import cifar10_distributed_train as dist
+from cifar10_support import cluster_sessions
 from cifar10_support import clusters
 import testutil
 
@@ -418,3 +419,42 @@ def test_a_diverged_worker_names_the_global_step_and_prints_no_nan_line(
       'Model diverged with loss = NaN at global step 3;')
   steps = [int(step) for _, step in LOG_LINE.findall(capsys.readouterr().out)]
   assert steps == [0, 1, 2]  # No line for the NaN step.
+
+
+def test_a_lost_session_names_the_ps_task_tf_names():
+  # Two ps tasks, both answering (each back already); TF's log line for the
+  # error names task 1, which must not be read as task 10 or the reverse.
+  listening = [socket.socket() for _ in range(2)]
+  try:
+    for s in listening:
+      s.bind(('127.0.0.1', 0))
+      s.listen()
+    tasks = {'/job:ps/task:%d' % i: '127.0.0.1:%d' % s.getsockname()[1]
+             for i, s in enumerate(listening)}
+    lost = cluster_sessions.LostSessions('Worker 0', tasks, wait_secs=5)
+    assert lost.before_session() is False  # The first session.
+    lost.created()
+    lost.note_error('An error was raised. ... UNAVAILABLE: From '
+                    '/job:ps/replica:0/task:1:\nSocket closed')
+    assert lost.before_session() is True
+    assert lost.reason == 'ps task 1 at %s restarted' % tasks['/job:ps/task:1']
+    lost.note_error('... From /job:ps/replica:0/task:10: ...')
+    assert lost.before_session() is True
+    assert lost.reason == 'a ps task restarted, or a connection to one broke'
+  finally:
+    for s in listening:
+      s.close()
+
+
+def test_a_lost_session_whose_ps_task_stays_away_stops_naming_it():
+  address = '127.0.0.1:%d' % _free_ports(1)[0]
+  lost = cluster_sessions.LostSessions('Worker 1', {'/job:ps/task:0': address},
+                                       wait_secs=1)
+  lost.created()
+  start = time.time()
+  with pytest.raises(TimeoutError) as raised:
+    lost.before_session()
+  assert time.time() - start < 10
+  assert str(raised.value).startswith(
+      'ps task 0 at %s did not come back within 1 s (--startup_wait_secs): '
+      'stopping.' % address)
