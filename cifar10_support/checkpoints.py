@@ -413,11 +413,8 @@ def restoring_scaffold(plan, train_dir, on_recovery=None, **kwargs):
     else:
       session.run(global_step.initializer)
     if sessions[0] > 1 and on_recovery is not None:
-      if current is None:
-        on_recovery(None, 0)
-      else:
-        on_recovery(current.checkpoint, int(
-            tf.train.load_variable(current.checkpoint, 'global_step')))
+      on_recovery(current and current.checkpoint,
+                  int(session.run(global_step)))
 
   return tf.train.Scaffold(init_op=init_op, init_fn=init_fn, **kwargs)
 

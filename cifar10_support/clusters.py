@@ -124,6 +124,17 @@ def resolve_cluster(job_name, task_index, ps_hosts, worker_hosts, tf_config):
   return cluster, job_name, task_index
 
 
+def _connect_error(address, timeout_secs):
+  """None if 'host:port' accepts a TCP connection now, else the OSError."""
+  host, _, port = address.rpartition(':')
+  try:
+    socket.create_connection((host.strip('[]'), int(port)),
+                             timeout=timeout_secs).close()
+  except OSError as e:
+    return e
+  return None
+
+
 def wait_for_addresses(tasks, wait_secs, poll_secs=0.5):
   """Waits until every task's address accepts TCP connections.
 
@@ -140,13 +151,11 @@ def wait_for_addresses(tasks, wait_secs, poll_secs=0.5):
   errors = {}
   while True:
     for name, address in sorted(pending.items()):
-      host, _, port = address.rpartition(':')
-      try:
-        socket.create_connection((host.strip('[]'), int(port)),
-                                 timeout=max(poll_secs, 1)).close()
+      error = _connect_error(address, max(poll_secs, 1))
+      if error is None:
         del pending[name]
-      except OSError as e:
-        errors[name] = e
+      else:
+        errors[name] = error
     if not pending:
       return
     if time.time() >= deadline:
@@ -174,15 +183,8 @@ def unreachable(tasks, timeout_secs=1):
   Returns:
     A dict of those of `tasks` that did not answer.
   """
-  down = {}
-  for name, address in tasks.items():
-    host, _, port = address.rpartition(':')
-    try:
-      socket.create_connection((host.strip('[]'), int(port)),
-                               timeout=timeout_secs).close()
-    except OSError:
-      down[name] = address
-  return down
+  return {name: address for name, address in tasks.items()
+          if _connect_error(address, timeout_secs) is not None}
 
 
 def describe(tasks):
