@@ -132,12 +132,13 @@ def worker_device(task_index):
 
 
 def _sync_train_op(total_loss, global_step, batch_size, replicas_to_aggregate,
-                   num_workers):
+                   num_workers, after):
   """cifar10.train's step, with gradients aggregated across workers.
 
   The moving averages of the weights are applied by the chief after each
   aggregated update, under the same names as in cifar10.train, so that
-  cifar10_eval.py restores them.
+  cifar10_eval.py restores them. The gradients are computed after the ops in
+  `after`.
 
   Returns:
     (train_op, sync_optimizer).
@@ -153,7 +154,7 @@ def _sync_train_op(total_loss, global_step, batch_size, replicas_to_aggregate,
       total_num_replicas=num_workers,
       variable_averages=variable_averages,
       variables_to_average=tf.trainable_variables())
-  with tf.control_dependencies([loss_averages_op]):
+  with tf.control_dependencies([loss_averages_op] + after):
     grads = opt.compute_gradients(total_loss)
   train_op = opt.apply_gradients(grads, global_step=global_step)
   cifar10.add_weight_and_gradient_summaries(grads)
@@ -186,10 +187,12 @@ def build_worker_graph(cluster, task_index, data_dir, batch_size=128,
       CPU (cifar10.inference); the variables on the ps tasks stay float32.
 
   Returns:
-    A dict with 'global_step' (int64 variable), 'loss' (scalar float tensor),
-    'train_op', and, when synchronous, 'sync_optimizer' and 'release_op' (the
-    op that hands a token to every worker, so none stays blocked at the end);
-    None otherwise.
+    A dict with 'global_step' (int64 variable), 'step_before_update' (int64
+    scalar: the global step read before this worker's gradients are computed,
+    so before its update counts), 'loss' (scalar float tensor), 'train_op',
+    and, when synchronous, 'sync_optimizer' and 'release_op' (the op that
+    hands a token to every worker, so none stays blocked at the end); None
+    otherwise.
   """
   num_workers = len(cluster['worker'])
   device = worker_device(task_index)
@@ -201,11 +204,16 @@ def build_worker_graph(cluster, task_index, data_dir, batch_size=128,
     images, labels = cifar10.distorted_inputs(
         data_dir, batch_size, use_fp16=use_fp16, num_threads=num_threads)
     loss = cifar10.loss(cifar10.inference(images, compute_dtype), labels)
+    # The step the logger prints: read in the same run as the update, but
+    # ordered before it, so that the read never sees this worker's own update
+    # (other workers' may land in between; they show in the next line).
+    step_before_update = global_step.read_value()
     sync_optimizer = release_op = None
     if sync_replicas:
       replicas = replicas_to_aggregate or num_workers
-      train_op, sync_optimizer = _sync_train_op(loss, global_step, batch_size,
-                                                replicas, num_workers)
+      train_op, sync_optimizer = _sync_train_op(
+          loss, global_step, batch_size, replicas, num_workers,
+          after=[step_before_update])
       release_op = sync_optimizer.get_init_tokens_op(
           num_tokens=max(replicas, num_workers))
       # At the end the chief's aggregation thread waits for gradients that
@@ -214,27 +222,32 @@ def build_worker_graph(cluster, task_index, data_dir, batch_size=128,
       sync_optimizer.get_chief_queue_runner()._queue_closed_exception_types = (  # pylint: disable=protected-access
           tf.errors.OutOfRangeError, tf.errors.CancelledError)
     else:
-      train_op = cifar10.train(loss, global_step, batch_size)
+      with tf.control_dependencies([step_before_update]):
+        train_op = cifar10.train(loss, global_step, batch_size)
   with tf.device(device):
     tf.add_to_collection(tf.GraphKeys.SAVERS,
                          tf.train.Saver(sharded=False, allow_empty=True))
-  return {'global_step': global_step, 'loss': loss, 'train_op': train_op,
+  return {'global_step': global_step,
+          'step_before_update': step_before_update, 'loss': loss,
+          'train_op': train_op,
           'sync_optimizer': sync_optimizer, 'release_op': release_op}
 
 
 class _WorkerLoggerHook(tf.train.SessionRunHook):
   """Prints LOG_FORMAT every `log_frequency` of this worker's own steps.
 
-  The printed step is the global step read during the run; examples/sec and
-  sec/batch are this worker's, averaged since the previous line (the first
-  window includes session start and the queue filling, as in the original).
+  The printed step is `step_before_update` of the run: the global step this
+  worker's update started from. Asynchronously, other workers' updates may
+  land during the run, and show in the next line. examples/sec and sec/batch
+  are this worker's, averaged since the previous line (the first window
+  includes session start and the queue filling, as in the original).
   """
 
-  def __init__(self, task_index, loss, global_step, batch_size,
+  def __init__(self, task_index, loss, step_before_update, batch_size,
                log_frequency):
     self._task_index = task_index
     self._loss = loss
-    self._global_step = global_step
+    self._global_step = step_before_update
     self._batch_size = batch_size
     self._log_frequency = log_frequency
     self.local_steps = 0
@@ -439,7 +452,7 @@ def train(target, cluster, task_index, data_dir, train_dir,
       if is_chief:
         plan = start.restore_plan()
       logger = _WorkerLoggerHook(task_index, graph['loss'],
-                                 graph['global_step'], batch_size,
+                                 graph['step_before_update'], batch_size,
                                  log_frequency)
       hooks = step_hooks(logger, graph['loss'], max_steps)
       if sync_replicas:

@@ -17,8 +17,11 @@ says nothing to its users, so by default it is left out:
     about, the "Summary name ... is illegal" notices, and the INFO lines of
     MonitoredTrainingSession (the scripts print their own checkpoint lines).
 
-The one switch: set TF_CPP_MIN_LOG_LEVEL yourself (0 for everything) and
+TF_CPP_MIN_LOG_LEVEL, set by the user: 0 asks for everything, and then
 TensorFlow logs as it would without this module, C++ and Python side alike.
+Any other value asks for quiet, which this module already gives: the filter
+stays on and TensorFlow's C++ side logs from the user's level or the default,
+whichever hides more, so that a quieting habit never makes the console longer.
 
 Usage, in a script, before anything imports TensorFlow (through
 startup.before_tensorflow(__name__), which calls it when run as a script):
@@ -38,8 +41,8 @@ import re
 import sys
 import tempfile
 
-# Set by before_tensorflow: whether TF_CPP_MIN_LOG_LEVEL was the user's.
-_state = {'user_level': None}
+# Set by before_tensorflow: whether the user asked for all of TF's output.
+_state = {'verbose': None}
 
 # Lines absl and TensorFlow write to stderr while TensorFlow loads.
 _IMPORT_NOISE = re.compile(
@@ -60,11 +63,21 @@ _PYTHON_NOISE = re.compile(
     r'due to a preemption', re.S)
 
 
-def user_set_tf_logging():
-  """Whether the user set TF_CPP_MIN_LOG_LEVEL: TF's logging is then TF's."""
-  if _state['user_level'] is None:
-    return 'TF_CPP_MIN_LOG_LEVEL' in os.environ
-  return _state['user_level']
+def asks_for_everything(level):
+  """Whether a TF_CPP_MIN_LOG_LEVEL value (str, or None if unset) asks for
+  all of TensorFlow's output: 0 (or less). Unset, 1, 2, 3 or anything
+  else asks for quiet."""
+  try:
+    return level is not None and int(level) <= 0
+  except ValueError:
+    return False
+
+
+def tensorflow_verbose():
+  """Whether TensorFlow logs unfiltered: the user set TF_CPP_MIN_LOG_LEVEL=0."""
+  if _state['verbose'] is None:
+    return asks_for_everything(os.environ.get('TF_CPP_MIN_LOG_LEVEL'))
+  return _state['verbose']
 
 
 def has_nvidia_driver():
@@ -84,6 +97,17 @@ def default_cpp_level(driver_present):
   itself reach the user as Python exceptions, which the scripts print.
   """
   return '2' if driver_present else '3'
+
+
+def quiet_cpp_level(user_level, driver_present):
+  """TF_CPP_MIN_LOG_LEVEL for a quiet run: the user's (str, or None if
+  unset) where it hides at least as much as the default, else the default.
+  """
+  default = default_cpp_level(driver_present)
+  try:
+    return str(max(int(user_level), int(default)))
+  except (TypeError, ValueError):
+    return default
 
 
 @contextlib.contextmanager
@@ -117,15 +141,18 @@ def before_tensorflow():
 
   Call before TensorFlow is imported; a call after TensorFlow is imported
   only records whether the level was the user's, and a second call (a
-  driver that runs a script's own `__main__`) changes nothing. A
-  TF_CPP_MIN_LOG_LEVEL the user set wins, and then nothing is filtered.
+  driver that runs a script's own `__main__`) changes nothing. With
+  TF_CPP_MIN_LOG_LEVEL=0 nothing is filtered; with any other value the
+  C++ level is `quiet_cpp_level`.
   """
-  if _state['user_level'] is not None:
+  if _state['verbose'] is not None:
     return
-  _state['user_level'] = 'TF_CPP_MIN_LOG_LEVEL' in os.environ
-  if _state['user_level'] or 'tensorflow' in sys.modules:
+  user_level = os.environ.get('TF_CPP_MIN_LOG_LEVEL')
+  _state['verbose'] = asks_for_everything(user_level)
+  if _state['verbose'] or 'tensorflow' in sys.modules:
     return
-  os.environ['TF_CPP_MIN_LOG_LEVEL'] = default_cpp_level(has_nvidia_driver())
+  os.environ['TF_CPP_MIN_LOG_LEVEL'] = quiet_cpp_level(user_level,
+                                                       has_nvidia_driver())
   with _filtered_stderr(_IMPORT_NOISE):
     import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
 
@@ -144,12 +171,12 @@ def quiet_python_logs():
 
   Under absl's app.run, TF's logger has its own handler and also propagates
   to absl's root handler, which would print every line twice. Unless the
-  user set TF_CPP_MIN_LOG_LEVEL, INFO lines and the notices _PYTHON_NOISE
+  user set TF_CPP_MIN_LOG_LEVEL=0, INFO lines and the notices _PYTHON_NOISE
   matches are dropped; real warnings and errors stay.
   """
   tf_logger = logging.getLogger('tensorflow')
   tf_logger.propagate = False
-  if user_set_tf_logging():
+  if tensorflow_verbose():
     return
   tf_logger.setLevel(logging.WARNING)
   if _NOISE_FILTER not in tf_logger.filters:

@@ -24,8 +24,6 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 # The kernels the scripts choose (see cifar10_train.py).
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
-import synthetic  # pylint: disable=wrong-import-position
-import testutil  # pylint: disable=wrong-import-position
 
 
 # What makes a test slow: starting a process, or training a model.
@@ -82,5 +80,11 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(scope='session')
 def data_dir(tmp_path_factory):
   """A synthetic data dir: 5 training files and a test file of 20 records."""
+  # Imported here, not at the top: testutil loads TensorFlow, and the xdist
+  # controller, which loads this file but runs no test, would hold
+  # TensorFlow's start-up lines in its capture and print them after the
+  # summary.
+  import synthetic  # pylint: disable=g-import-not-at-top
+  import testutil  # pylint: disable=g-import-not-at-top
   return testutil.shared_dir(tmp_path_factory, 'cifar10_data',
                              synthetic.make_data_dir)

@@ -12,6 +12,9 @@ import shutil
 import subprocess
 import sys
 import textwrap
+
+import pytest
+
 from cifar10_support import console
 
 from testutil import ROOT, run_script, script_env
@@ -49,10 +52,21 @@ def _train_args(data_dir, train_dir):
           '--max_steps=20', '--batch_size=8', '--log_frequency=10']
 
 
-def test_train_and_eval_print_only_their_own_lines(data_dir, tmp_path):
+# Unset, and the values users keep in their shells to quiet TensorFlow: none
+# of them may make the console longer than unset.
+QUIETING_LEVELS = [None, '1', '2', '3']
+
+
+def _level(level):
+  return {} if level is None else {'TF_CPP_MIN_LOG_LEVEL': level}
+
+
+@pytest.mark.parametrize('level', QUIETING_LEVELS)
+def test_train_and_eval_print_only_their_own_lines(level, data_dir, tmp_path):
   batches = os.path.join(data_dir, 'cifar-10-batches-bin')
   train_dir = str(tmp_path / 'train')
-  result = run_script('cifar10_train.py', _train_args(data_dir, train_dir))
+  result = run_script('cifar10_train.py', _train_args(data_dir, train_dir),
+                      **_level(level))
   assert result.returncode == 0, result.stderr[-3000:]
   _match_lines(result.stdout, _train_console(batches, train_dir))
   assert result.stderr == ''
@@ -60,7 +74,7 @@ def test_train_and_eval_print_only_their_own_lines(data_dir, tmp_path):
   result = run_script('cifar10_eval.py', [
       '--data_dir=%s' % data_dir, '--checkpoint_dir=%s' % train_dir,
       '--eval_dir=%s' % (tmp_path / 'eval'), '--run_once',
-      '--num_examples=20', '--batch_size=8'])
+      '--num_examples=20', '--batch_size=8'], **_level(level))
   assert result.returncode == 0, result.stderr[-3000:]
   _match_lines(result.stdout, [
       r'Data: %s, 1 file, 20 records \(checked\)\.' % re.escape(batches),
@@ -74,11 +88,14 @@ def test_train_and_eval_print_only_their_own_lines(data_dir, tmp_path):
   assert result.stderr == ''
 
 
-def test_multi_tower_training_prints_only_its_own_lines(data_dir, tmp_path):
+@pytest.mark.parametrize('level', [None, '2'])
+def test_multi_tower_training_prints_only_its_own_lines(level, data_dir,
+                                                        tmp_path):
   batches = os.path.join(data_dir, 'cifar-10-batches-bin')
   train_dir = str(tmp_path / 'train')
   result = run_script('cifar10_multi_gpu_train.py', _train_args(
-      data_dir, train_dir) + ['--num_gpus=2', '--tower_device=cpu'])
+      data_dir, train_dir) + ['--num_gpus=2', '--tower_device=cpu'],
+                      **_level(level))
   assert result.returncode == 0, result.stderr[-3000:]
   _match_lines(result.stdout, _train_console(batches, train_dir))
   assert result.stderr == ''
@@ -168,6 +185,23 @@ def test_only_known_noise_is_dropped_from_the_import():
 def test_cpp_log_level_hides_errors_only_without_a_driver():
   assert console.default_cpp_level(driver_present=True) == '2'
   assert console.default_cpp_level(driver_present=False) == '3'
+
+
+def test_a_users_level_asks_for_everything_only_at_0():
+  assert console.asks_for_everything('0')
+  assert console.asks_for_everything('-1')
+  for level in (None, '', '1', '2', '3', 'quiet'):
+    assert not console.asks_for_everything(level), level
+
+
+def test_a_users_quieting_level_never_hides_less_than_the_default():
+  for driver, default in ((True, '2'), (False, '3')):
+    assert console.quiet_cpp_level(None, driver) == default
+    assert console.quiet_cpp_level('1', driver) == default
+    assert console.quiet_cpp_level('3', driver) == '3'
+    assert console.quiet_cpp_level('junk', driver) == default
+  assert console.quiet_cpp_level('2', True) == '2'
+  assert console.quiet_cpp_level('2', False) == '3'
 
 
 def test_python_filter_drops_known_notices_and_keeps_real_warnings():

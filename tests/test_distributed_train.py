@@ -34,18 +34,6 @@ MAX_STEPS = 24
 CLUSTER_TIMEOUT_SECS = 240
 
 
-def _free_ports(count):
-  """Ports nothing listens on (held together, so they differ)."""
-  sockets = [socket.socket() for _ in range(count)]
-  try:
-    for s in sockets:
-      s.bind(('127.0.0.1', 0))
-    return [s.getsockname()[1] for s in sockets]
-  finally:
-    for s in sockets:
-      s.close()
-
-
 def _start(args, log_path, tf_config=None):
   """Starts cifar10_distributed_train.py; its output goes to log_path."""
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONUNBUFFERED='1')
@@ -168,7 +156,7 @@ def test_wait_for_addresses_is_bounded_and_names_the_address():
   try:
     good = '127.0.0.1:%d' % listening.getsockname()[1]
     clusters.wait_for_addresses({'/job:ps/task:0': good}, wait_secs=5)
-    bad = '127.0.0.1:%d' % _free_ports(1)[0]
+    bad = '127.0.0.1:%d' % testutil.free_ports(1)[0]
     start = time.time()
     with pytest.raises(TimeoutError) as raised:
       clusters.wait_for_addresses({'/job:ps/task:0': good, '/job:ps/task:1': bad},
@@ -226,7 +214,7 @@ def test_worker_graph_placement_and_checkpoint_names(data_dir, compute_dtype):
 
 
 def test_worker_gives_up_on_an_unreachable_ps_naming_it(data_dir, tmp_path):
-  ps_port, worker_port = _free_ports(2)
+  ps_port, worker_port = testutil.free_ports(2)
   result = testutil.run_script('cifar10_distributed_train.py', [
       '--job_name=worker', '--task_index=0',
       '--ps_hosts=127.0.0.1:%d' % ps_port,
@@ -255,7 +243,7 @@ def _run_cluster(tmp_path, data_dir, extra_flags, tf_config_worker_1=False,
     (outputs, train_dir, rerun): outputs is a list of the two workers' logs;
     rerun the subprocess.CompletedProcess of the new chief, or None.
   """
-  ports = _free_ports(3)
+  ports = testutil.free_ports(3)
   ps_hosts = '127.0.0.1:%d' % ports[0]
   worker_hosts = '127.0.0.1:%d,127.0.0.1:%d' % (ports[1], ports[2])
   train_dir = str(tmp_path / 'train')
@@ -314,9 +302,12 @@ def _finished(outputs):
     lines = DONE_LINE.findall(output)
     assert len(lines) == 1 and int(lines[0][0]) == index, output[-3000:]
     done[index] = (int(lines[0][1]), int(lines[0][2]))
-    # Each worker logged in the original format, under its own index.
+    # Each worker that ran a step logged (its first step, at least) in the
+    # original format, under its own index. Which worker runs how many steps
+    # is the machine's business: either may run all of them.
     logged = LOG_LINE.findall(output)
-    assert logged and all(int(i) == index for i, _ in logged), output[-3000:]
+    assert bool(logged) == (done[index][1] > 0), output[-3000:]
+    assert all(int(i) == index for i, _ in logged), output[-3000:]
     assert 'Traceback' not in output and 'Exception in thread' not in output
   return done
 
@@ -360,9 +351,8 @@ def test_async_cluster_trains_to_the_global_step(data_dir, tmp_path):
   final_step = max(step for step, _ in done.values())
   assert final_step >= MAX_STEPS
   # Asynchronous: each worker step is one update of the global step, so the
-  # steps the two workers ran add up to it exactly, and both ran some.
+  # steps the two workers ran add up to it exactly.
   assert done[0][1] + done[1][1] == final_step
-  assert done[0][1] > 0 and done[1][1] > 0
   _check_chief_checkpoint(train_dir, MAX_STEPS, final_step)
 
 
@@ -377,10 +367,10 @@ def test_sync_cluster_trains_to_the_global_step(data_dir, tmp_path):
   # Synchronous training stops on the global step, which counts updates.
   assert done[0][0] == done[1][0]
   assert MAX_STEPS <= done[0][0] <= MAX_STEPS + 1
-  # Each update averages 2 fresh gradients, one per worker step at most; the
-  # chief ran fewer than 2 per update, so worker 1's gradients were used.
-  assert done[0][1] < 2 * done[0][0]
-  assert done[1][1] > 0
+  # Each update averages 2 gradients, one per worker step (from either
+  # worker), so the workers ran at least 2 steps per update; at the end each
+  # may have had one step in flight that the stop cut short.
+  assert done[0][1] + done[1][1] >= 2 * done[0][0] - 2
   checkpoint = _check_chief_checkpoint(train_dir, MAX_STEPS, done[0][0])
 
   result = testutil.run_script('cifar10_eval.py', [
@@ -404,10 +394,13 @@ def test_a_diverged_worker_names_the_global_step_and_prints_no_nan_line(
     capsys):
   with tf.Graph().as_default():
     global_step = tf.train.get_or_create_global_step()
+    # As build_worker_graph orders it: the step is read before the update.
+    step_before_update = global_step.read_value()
     # The loss turns NaN in the run that moves the global step from 3 to 4.
-    loss = tf.where(global_step >= 3, np.nan, 1.0)
-    train_op = tf.assign_add(global_step, 1)
-    logger = dist._WorkerLoggerHook(1, loss, global_step, batch_size=8,
+    loss = tf.where(step_before_update >= 3, np.nan, 1.0)
+    with tf.control_dependencies([step_before_update]):
+      train_op = tf.assign_add(global_step, 1)
+    logger = dist._WorkerLoggerHook(1, loss, step_before_update, batch_size=8,
                                     log_frequency=1)
     hooks = dist.step_hooks(logger, loss, max_steps=100)
     with pytest.raises(tf.train.NanLossDuringTrainingError):
@@ -419,6 +412,42 @@ def test_a_diverged_worker_names_the_global_step_and_prints_no_nan_line(
       'Model diverged with loss = NaN at global step 3;')
   steps = [int(step) for _, step in LOG_LINE.findall(capsys.readouterr().out)]
   assert steps == [0, 1, 2]  # No line for the NaN step.
+
+
+def _ancestors(op):
+  """Every op `op` waits for, through its inputs and control inputs."""
+  seen, stack = set(), [op]
+  while stack:
+    current = stack.pop()
+    if current not in seen:
+      seen.add(current)
+      stack.extend(t.op for t in current.inputs)
+      stack.extend(current.control_inputs)
+  return seen
+
+
+@pytest.mark.parametrize('sync', [False, True])
+def test_a_worker_reads_the_step_it_logs_before_its_own_update(sync,
+                                                              data_dir):
+  cluster = {'ps': ['127.0.0.1:1'], 'worker': ['127.0.0.1:2', '127.0.0.1:3']}
+  with tf.Graph().as_default() as g:
+    graph = dist.build_worker_graph(cluster, 1, data_dir, batch_size=2,
+                                    sync_replicas=sync)
+    read = graph['step_before_update'].op
+    handle = graph['global_step'].handle
+    # Asynchronously the worker's run increments the global step itself;
+    # synchronously its run hands its gradients to the accumulators, and the
+    # chief's update of the global step waits for them.
+    if sync:
+      updates = [op for op in g.get_operations()
+                 if op.type == 'ResourceAccumulatorApplyGradient']
+    else:
+      updates = [op for op in g.get_operations()
+                 if op.type == 'AssignAddVariableOp' and
+                 op.inputs[0] is handle]
+    assert updates
+    for op in updates:
+      assert read in _ancestors(op), op.name
 
 
 def test_a_lost_session_names_the_ps_task_tf_names():
@@ -447,7 +476,7 @@ def test_a_lost_session_names_the_ps_task_tf_names():
 
 
 def test_a_lost_session_whose_ps_task_stays_away_stops_naming_it():
-  address = '127.0.0.1:%d' % _free_ports(1)[0]
+  address = '127.0.0.1:%d' % testutil.free_ports(1)[0]
   lost = cluster_sessions.LostSessions('Worker 1', {'/job:ps/task:0': address},
                                        wait_secs=1)
   lost.created()

@@ -22,7 +22,7 @@ import cifar10_multi_gpu_train
 import cifar10_train
 from cifar10_support import checkpoints
 from cifar10_support import train_dirs
-from test_distributed_train import _free_ports, _start
+from test_distributed_train import _start
 from test_train import LINE
 import testutil
 
@@ -116,7 +116,7 @@ def test_each_trainer_resumes_the_others_checkpoints(data_dir, tmp_path):
 
 def _run_chief(data_dir, train_dir, max_steps, sync, tmp_path):
   """Runs a cluster of one ps and one worker (the chief) to max_steps."""
-  ps_port, worker_port = _free_ports(2)
+  ps_port, worker_port = testutil.free_ports(2)
   cluster = ['--ps_hosts=127.0.0.1:%d' % ps_port,
              '--worker_hosts=127.0.0.1:%d' % worker_port]
   ps = _start(['--job_name=ps', '--task_index=0'] + cluster,

@@ -2,7 +2,9 @@
 
 import fcntl
 import os
+import random
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -105,3 +107,25 @@ def shared_dir(tmp_path_factory, name, build):
       build(path)
       open(path + '.done', 'w').close()
   return path
+
+
+# Below Linux's ephemeral range (32768-60999 by default), from which the
+# kernel picks the source port of every outgoing connection: a cluster's own
+# gRPC channels could otherwise take a port before its task binds it.
+_TASK_PORTS = range(20000, 32768)
+
+
+def free_ports(count):
+  """`count` different ports on 127.0.0.1 that nothing listens on now,
+  outside the ephemeral range; for the tasks of a test cluster."""
+  ports = []
+  for port in random.sample(_TASK_PORTS, 200):
+    with socket.socket() as s:
+      try:
+        s.bind(('127.0.0.1', port))
+      except OSError:
+        continue
+    ports.append(port)
+    if len(ports) == count:
+      return ports
+  raise RuntimeError('no %d free ports in %s' % (count, _TASK_PORTS))
