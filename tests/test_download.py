@@ -4,6 +4,7 @@ A local HTTP server on 127.0.0.1 serves a small synthetic archive shaped like
 cifar-10-binary.tar.gz, whole, cut short or corrupted on request.
 """
 
+import fcntl
 import hashlib
 import http.server
 import io
@@ -12,7 +13,6 @@ import shutil
 import socket
 import tarfile
 import threading
-import time
 
 import pytest
 
@@ -40,7 +40,11 @@ def archive(tmp_path_factory):
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-  """Serves server.body; server.plan says how each request goes wrong."""
+  """Serves server.body; server.plan says how each request goes wrong.
+
+  With server.hold, a threading.Event, the next body stops after its first
+  chunk until the event is set (60 s at most).
+  """
 
   def do_GET(self):  # pylint: disable=invalid-name
     server = self.server
@@ -55,9 +59,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     self.end_headers()
     if how == 'truncate':  # Announces the full length, then hangs up.
       body = body[:len(body) // 2]
+    hold, server.hold = server.hold, None
     for start in range(0, len(body), 1 << 14):
       self.wfile.write(body[start:start + (1 << 14)])
-      time.sleep(server.chunk_delay)
+      if hold is not None:
+        self.wfile.flush()
+        hold.wait(60)
+        hold = None
 
   def log_message(self, *args):
     pass
@@ -69,7 +77,7 @@ def server(archive):
   httpd.body = archive[1]
   httpd.plan = []
   httpd.requests = 0
-  httpd.chunk_delay = 0.0
+  httpd.hold = None
   httpd.url = 'http://127.0.0.1:%d/cifar-10-binary.tar.gz' % httpd.server_port
   thread = threading.Thread(target=httpd.serve_forever, args=(0.05,),
                             daemon=True)
@@ -324,9 +332,19 @@ def test_unwritable_data_dir_is_reported(tmp_path):
 
 
 def test_concurrent_runs_download_once_and_never_see_partial_files(
-    tmp_path, server, archive, capsys):
-  # Slow enough (about a second) that the second run starts during the first.
-  server.chunk_delay = 1.0 / (len(archive[1]) >> 14)
+    tmp_path, server, archive, capsys, monkeypatch):
+  # The download stays in flight until the other run waits for the lock: a
+  # blocking LOCK_EX on the download lock, tried once LOCK_NB found it held.
+  hold = server.hold = threading.Event()
+  waiting = threading.Event()
+  real_flock = fcntl.flock
+
+  def flock(file, operation):
+    if (operation == fcntl.LOCK_EX and
+        getattr(file, 'name', '').endswith(download.LOCK_NAME)):
+      waiting.set()
+    return real_flock(file, operation)
+  monkeypatch.setattr(fcntl, 'flock', flock)
   batches = str(tmp_path / 'cifar-10-batches-bin')
   errors, seen_partial, done = [], [], threading.Event()
 
@@ -346,12 +364,20 @@ def test_concurrent_runs_download_once_and_never_see_partial_files(
   threads = [threading.Thread(target=run) for _ in range(2)]
   watcher = threading.Thread(target=watch)
   watcher.start()
-  for t in threads:
-    t.start()
-  for t in threads:
-    t.join(60)
-  done.set()
-  watcher.join(10)
+  try:
+    for t in threads:
+      t.start()
+    try:
+      one_waited = waiting.wait(60)
+    finally:
+      hold.set()  # Either way: the download goes on, the runs end.
+    for t in threads:
+      t.join(60)
+  finally:
+    done.set()
+    watcher.join(10)
+  assert one_waited, 'no run waited for the lock within 60 s'
+  assert not any(t.is_alive() for t in threads + [watcher])
   assert errors == [] and seen_partial == []
   assert server.requests == 1
   assert ('Waiting for another process to finish downloading into %s'

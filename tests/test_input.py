@@ -1,7 +1,6 @@
 """Tests for cifar10_input: the reader, both pipelines and the file checks."""
 
 import os
-import time
 
 import numpy as np
 import pytest
@@ -188,14 +187,12 @@ def test_malformed_data_file_is_a_fast_clear_error(tmp_path, problem, size,
     with open(path, 'r+b') as f:
       f.truncate(size)
 
-  start = time.time()
   with tf.Graph().as_default():
     with pytest.raises(ValueError) as error:
       cifar10_input.distorted_inputs(batches, batch_size=4)
     # Nothing was built: no queue that could hang.
     assert not tf.get_collection(tf.GraphKeys.QUEUE_RUNNERS)
   assert message.format(path=path) in str(error.value)
-  assert time.time() - start < 5
 
 
 def test_check_data_files_counts_records(tmp_path):

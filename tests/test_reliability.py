@@ -171,7 +171,8 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(
 # --- SIGKILL, SIGTERM, SIGINT -------------------------------------------------
 
 def _start(data_dir, train_dir, *flags):
-  """Starts cifar10_train.py; returns the process and its output lines."""
+  """Starts cifar10_train.py; returns the process, its output lines and the
+  thread that reads them (it ends at the end of the output: join it)."""
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONUNBUFFERED='1')
   proc = subprocess.Popen(
       [sys.executable, os.path.join(testutil.ROOT, 'cifar10_train.py'),
@@ -184,8 +185,15 @@ def _start(data_dir, train_dir, *flags):
   def read():
     for line in proc.stdout:
       lines.append(line)
-  threading.Thread(target=read, daemon=True).start()
-  return proc, lines
+  reader = threading.Thread(target=read, daemon=True)
+  reader.start()
+  return proc, lines, reader
+
+
+def _read_to_end(reader, timeout=30):
+  """Waits until the reader has taken every line the process wrote."""
+  reader.join(timeout)
+  assert not reader.is_alive(), 'output not closed %d s after exit' % timeout
 
 
 def _wait_for(proc, lines, condition, timeout=180):
@@ -234,7 +242,7 @@ def test_sigkill_then_restart_resumes_and_signals_stop_cleanly(data_dir,
   # SIGKILL at an arbitrary moment; with a checkpoint every step, most
   # moments are inside a save.
   delay = random.uniform(0, 0.3)
-  proc, lines = _start(data_dir, train_dir, '--save_checkpoint_steps=1')
+  proc, lines, _ = _start(data_dir, train_dir, '--save_checkpoint_steps=1')
   _wait_for(proc, lines, lambda: _saved_step(train_dir) >= 3)
   time.sleep(delay)
   proc.kill()
@@ -252,11 +260,12 @@ def test_sigkill_then_restart_resumes_and_signals_stop_cleanly(data_dir,
   # final checkpoint at the step reached, from which the next run resumes.
   # Periodic checkpoints are off: the final one is the signal's doing.
   for signum in (signal.SIGTERM, signal.SIGINT):
-    proc, lines = _start(data_dir, train_dir, '--save_checkpoint_secs=3600')
+    proc, lines, reader = _start(data_dir, train_dir,
+                                 '--save_checkpoint_secs=3600')
     _wait_for(proc, lines, lambda: len(_logged_steps(lines)) >= 3)
     proc.send_signal(signum)
     assert proc.wait(120) == 128 + signum
-    time.sleep(0.1)  # Lets the reader thread take the last lines.
+    _read_to_end(reader)  # Every line, up to the 'Received ...' one.
     _assert_resumed(lines, train_dir, resume_from)
     if signum == signal.SIGTERM:
       assert 'Removing %s, an interrupted save.\n' % partial in lines
