@@ -67,7 +67,7 @@ def strip_tower_prefix(name):
   return re.sub('%s_[0-9]*/' % TOWER_NAME, '', name)
 
 
-def _activation_summary(x):
+def activation_summary(x):
   """Adds a histogram and a sparsity summary of activations `x`.
 
   fast_ops' histogram_summary and zero_fraction compute what
@@ -200,7 +200,7 @@ def inference(images, compute_dtype=None):
     biases = _variable_on_cpu('biases', [64], tf.constant_initializer(0.0),
                               dtype)
     conv1 = tf.nn.relu(tf.nn.bias_add(conv, read(biases)), name=scope.name)
-    _activation_summary(conv1)
+    activation_summary(conv1)
 
   pool1 = tf.nn.max_pool(conv1, ksize=[1, 3, 3, 1], strides=[1, 2, 2, 1],
                          padding='SAME', name='pool1')
@@ -215,7 +215,7 @@ def inference(images, compute_dtype=None):
     biases = _variable_on_cpu('biases', [64], tf.constant_initializer(0.1),
                               dtype)
     conv2 = tf.nn.relu(tf.nn.bias_add(conv, read(biases)), name=scope.name)
-    _activation_summary(conv2)
+    activation_summary(conv2)
 
   # Unlike the first block, normalization comes before pooling here.
   norm2 = fast_ops.lrn(conv2, 4, bias=1.0, alpha=0.001 / 9.0, beta=0.75,
@@ -235,7 +235,7 @@ def inference(images, compute_dtype=None):
                               dtype)
     local3 = tf.nn.relu(tf.matmul(reshape, read(weights)) + read(biases),
                         name=scope.name)
-    _activation_summary(local3)
+    activation_summary(local3)
 
   with tf.variable_scope('local4') as scope:
     weights = _variable_with_weight_decay('weights', [384, 192], stddev=0.04,
@@ -244,7 +244,7 @@ def inference(images, compute_dtype=None):
                               dtype)
     local4 = tf.nn.relu(tf.matmul(local3, read(weights)) + read(biases),
                         name=scope.name)
-    _activation_summary(local4)
+    activation_summary(local4)
 
   # The softmax itself is left to the loss, which fuses it with the
   # cross-entropy for numerical stability.
@@ -260,7 +260,7 @@ def inference(images, compute_dtype=None):
                             name=None if mixed else scope.name)
     if mixed:
       softmax_linear = tf.cast(softmax_linear, dtype, name=scope.name)
-    _activation_summary(softmax_linear)
+    activation_summary(softmax_linear)
 
   return softmax_linear
 
@@ -306,7 +306,7 @@ def add_loss_summaries(total_loss, losses=None):
     # fast_ops.loss_average: the original's ExponentialMovingAverage(0.9),
     # starting at the first loss instead of 0.
     updates.append(fast_ops.loss_average(l))
-    with tf.device('/cpu:0'):  # See _activation_summary.
+    with tf.device('/cpu:0'):  # See activation_summary.
       tf.summary.scalar(name + ' (raw)', l)
       # The average after this step's update: the first point is the first
       # loss.

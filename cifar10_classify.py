@@ -163,7 +163,7 @@ def image_files(arguments):
   return files, problems
 
 
-def _reason(message):
+def _tf_error_reason(message):
   """The line of a TensorFlow error message that says what was wrong."""
   for line in message.splitlines():
     if line.strip() and not line[0].isspace() and not line.startswith(
@@ -201,12 +201,12 @@ def classify(files, checkpoint, dtype=tf.float32, batch_size=128,
     else:
       problems.append('%s: the file is empty' % path)
   with tf.Graph().as_default() as graph:
-    one = tf.placeholder(tf.string, [])
-    decoded_one = decode(one)
-    many = tf.placeholder(tf.string, [None])
+    encoded_file = tf.placeholder(tf.string, [])
+    decoded_file = decode(encoded_file)
+    encoded_batch = tf.placeholder(tf.string, [None])
     # A batch decodes in the same run as the model; fed instead when one of
     # its files does not decode and the others are decoded one by one.
-    pixels = tf.placeholder_with_default(decode_batch(many),
+    pixels = tf.placeholder_with_default(decode_batch(encoded_batch),
                                          [None, 32, 32, 3])
     probabilities, _ = model(pixels, dtype)
     saver = _averages_saver()
@@ -217,7 +217,7 @@ def classify(files, checkpoint, dtype=tf.float32, batch_size=128,
         chunk = readable[i:i + batch_size]
         try:
           scores = sess.run(probabilities,
-                            {many: [data for _, data in chunk]})
+                            {encoded_batch: [data for _, data in chunk]})
           results.extend(zip([path for path, _ in chunk], scores))
           continue
         except tf.errors.InvalidArgumentError:
@@ -225,11 +225,12 @@ def classify(files, checkpoint, dtype=tf.float32, batch_size=128,
         good = []
         for path, data in chunk:
           try:
-            good.append((path, sess.run(decoded_one, {one: data})))
+            good.append((path, sess.run(decoded_file,
+                                        {encoded_file: data})))
           except tf.errors.InvalidArgumentError as e:
             problems.append('%s: not a PNG, JPEG, BMP or GIF picture '
                             'TensorFlow can read (%s)'
-                            % (path, _reason(e.message)))
+                            % (path, _tf_error_reason(e.message)))
         if good:
           scores = sess.run(probabilities,
                             {pixels: np.stack([p for _, p in good])})
@@ -237,8 +238,10 @@ def classify(files, checkpoint, dtype=tf.float32, batch_size=128,
   return results, problems
 
 
-def format_line(path, probabilities, top_k=3):
-  """'path: cat 0.912, dog 0.051, frog 0.013'."""
+def format_top_classes(path, probabilities, top_k=3):
+  """The line printed for a picture: its path, then its top_k classes, most
+  likely first, with their probabilities: 'cat.jpg: cat 0.912, dog 0.051,
+  frog 0.013'."""
   best = np.argsort(-probabilities, kind='stable')[:top_k]
   return '%s: %s' % (path, ', '.join(
       '%s %.3f' % (cifar10_input.CLASS_NAMES[c], probabilities[c])
@@ -306,11 +309,11 @@ def main(argv):
   results, unreadable = [], []
   if files:
     results, unreadable = classify(
-        files, checkpoint, dtype, FLAGS.batch_size,
-        sessions.session_config(optimize_graph=False,
-                                threads=run_flags.threads(FLAGS)))
+        files, checkpoint, dtype=dtype, batch_size=FLAGS.batch_size,
+        session_config=sessions.session_config(
+            optimize_graph=False, threads=run_flags.threads(FLAGS)))
   for path, probabilities in results:
-    print(format_line(path, probabilities, FLAGS.top_k))
+    print(format_top_classes(path, probabilities, FLAGS.top_k))
   sys.stdout.flush()
   for problem in problems + unreadable:
     print('%s: %s' % (name, problem), file=sys.stderr)

@@ -65,16 +65,15 @@ import tensorflow.compat.v1 as tf
 import cifar10
 import cifar10_input
 import cifar10_train  # its flags and log format
-from cifar10_support import checkpoints
 from cifar10_support import cluster_sessions
 from cifar10_support import clusters
 from cifar10_support import console
 from cifar10_support import download
 from cifar10_support import precision
 from cifar10_support import run_flags
+from cifar10_support import run_settings
 from cifar10_support import sessions
 from cifar10_support import signals
-from cifar10_support import summaries
 from cifar10_support import train_dirs
 
 FLAGS = flags.FLAGS
@@ -116,10 +115,6 @@ _CLOSED_QUEUE = ('the synchronous token queue on the ps tasks is closed, as '
                  'early, or the ps tasks are still those of an earlier '
                  'synchronous run (a new synchronous run needs fresh ps '
                  'tasks)')
-# Grace period for a closing session's threads. The chief's gradient
-# aggregation thread always uses all of it in synchronous training (it is
-# blocked on gradients that will never come); the input threads need far less.
-_STOP_GRACE_SECS = 3
 
 
 class ClusterError(RuntimeError):
@@ -161,11 +156,7 @@ def _sync_train_op(total_loss, global_step, batch_size, replicas_to_aggregate,
   return train_op, opt
 
 
-def build_worker_graph(cluster, task_index, data_dir, batch_size=128,
-                       use_fp16=False, sync_replicas=False,
-                       replicas_to_aggregate=None,
-                       num_threads=cifar10_input.NUM_PREPROCESS_THREADS,
-                       compute_dtype=None):
+def build_worker_graph(settings, worker):
   """Builds one worker's training graph in the default graph.
 
   Variables go round-robin to the ps tasks; every other op, the input
@@ -174,17 +165,10 @@ def build_worker_graph(cluster, task_index, data_dir, batch_size=128,
   checkpoints on its own disk.
 
   Args:
-    cluster: dict {'ps': [host:port...], 'worker': [host:port...]}.
-    task_index: int, this worker's index.
-    data_dir: folder holding `cifar-10-batches-bin/`.
-    batch_size: int, images per worker step.
-    use_fp16: bool, float16 variables and activations.
-    sync_replicas: bool, aggregate gradients with SyncReplicasOptimizer.
-    replicas_to_aggregate: int, worker steps per update when synchronous;
-      None for one per worker.
-    num_threads: int, input preprocessing threads.
-    compute_dtype: None, or tf.bfloat16 for mixed precision on the worker's
-      CPU (cifar10.inference); the variables on the ps tasks stay float32.
+    settings: the run's run_settings.TrainSettings (data_dir, batch_size per
+      worker step, use_fp16, input_threads, compute_dtype: the variables on
+      the ps tasks stay float32).
+    worker: this worker's clusters.WorkerSettings.
 
   Returns:
     A dict with 'global_step' (int64 variable), 'step_before_update' (int64
@@ -194,25 +178,28 @@ def build_worker_graph(cluster, task_index, data_dir, batch_size=128,
     hands a token to every worker, so none stays blocked at the end); None
     otherwise.
   """
-  num_workers = len(cluster['worker'])
-  device = worker_device(task_index)
+  num_workers = len(worker.cluster['worker'])
+  device = worker_device(worker.task_index)
   setter = tf.train.replica_device_setter(
-      worker_device=device, cluster=tf.train.ClusterSpec(cluster))
+      worker_device=device, cluster=tf.train.ClusterSpec(worker.cluster))
   # tf.device rejects device functions in TF 2; the v1 form takes them.
   with tf.compat.v1.device(setter):
     global_step = tf.train.get_or_create_global_step()
     images, labels = cifar10.distorted_inputs(
-        data_dir, batch_size, use_fp16=use_fp16, num_threads=num_threads)
-    loss = cifar10.loss(cifar10.inference(images, compute_dtype), labels)
+        settings.data_dir, settings.batch_size, use_fp16=settings.use_fp16,
+        num_threads=settings.input_threads)
+    loss = cifar10.loss(cifar10.inference(images, settings.compute_dtype),
+                        labels)
     # The step the logger prints: read in the same run as the update, but
     # ordered before it, so that the read never sees this worker's own update
     # (other workers' may land in between; they show in the next line).
     step_before_update = global_step.read_value()
     sync_optimizer = release_op = None
-    if sync_replicas:
-      replicas = replicas_to_aggregate or num_workers
+    if worker.sync_replicas:
+      replicas = worker.replicas_to_aggregate or num_workers
       train_op, sync_optimizer = _sync_train_op(
-          loss, global_step, batch_size, replicas, num_workers,
+          loss, global_step, settings.batch_size,
+          replicas_to_aggregate=replicas, num_workers=num_workers,
           after=[step_before_update])
       release_op = sync_optimizer.get_init_tokens_op(
           num_tokens=max(replicas, num_workers))
@@ -223,7 +210,7 @@ def build_worker_graph(cluster, task_index, data_dir, batch_size=128,
           tf.errors.OutOfRangeError, tf.errors.CancelledError)
     else:
       with tf.control_dependencies([step_before_update]):
-        train_op = cifar10.train(loss, global_step, batch_size)
+        train_op = cifar10.train(loss, global_step, settings.batch_size)
   with tf.device(device):
     tf.add_to_collection(tf.GraphKeys.SAVERS,
                          tf.train.Saver(sharded=False, allow_empty=True))
@@ -233,7 +220,7 @@ def build_worker_graph(cluster, task_index, data_dir, batch_size=128,
           'sync_optimizer': sync_optimizer, 'release_op': release_op}
 
 
-class _WorkerLoggerHook(tf.train.SessionRunHook):
+class WorkerLoggerHook(tf.train.SessionRunHook):
   """Prints LOG_FORMAT every `log_frequency` of this worker's own steps.
 
   The printed step is `step_before_update` of the run: the global step this
@@ -301,125 +288,15 @@ def step_hooks(logger, loss, max_steps):
           tf.train.NanTensorHook(loss)]
 
 
-class _ReleaseTokensHook(tf.train.SessionRunHook):
-  """On a clean stop, gives every worker a token of the synchronous queue.
-
-  Once the global step reaches max_steps no update follows, so a worker that
-  already queued its gradients would wait for a token until its operation
-  timeout; with one it finishes its step and sees that training is over.
-  When the chief stops it closes the queue, which also ends every wait (as
-  the end of the input), and then no token is needed.
-  """
-
-  def __init__(self, release_op):
-    self._release_op = release_op
-
-  def end(self, session):
-    try:
-      session.run(self._release_op)
-    except tf.errors.CancelledError:
-      pass  # The chief has closed the queue.
-
-
-def _monitored_session(target, cluster, task_index, hooks, config, train_dir,
-                       save_checkpoint_secs, save_checkpoint_steps,
-                       save_summaries_steps, startup_wait_secs,
-                       global_step, lost_sessions, restore_plan=None,
-                       max_steps=None):
-  """The chief's session (initialises or restores, saves) or another's.
-
-  Either is re-created when a ps task restarts or a connection breaks: the
-  chief's restores the newest checkpoint again, another's waits for it.
+def train(settings, worker):
+  """Runs one worker until the global step reaches settings.max_steps.
 
   Args:
-    global_step: the global step variable.
-    lost_sessions: the worker's cluster_sessions.LostSessions.
-    restore_plan: the chief's checkpoints.RestorePlan, or None.
-    Others: as for `train`.
-
-  Returns:
-    A tf.train.MonitoredSession, already connected.
-  """
-  if task_index == 0:
-
-    def on_recovery(checkpoint, step):
-      if checkpoint is None:
-        restored = 'no checkpoint yet, so from step 0 again'
-      else:
-        restored = 'restored %s, global step %d; steps since then are lost' % (
-            os.path.basename(checkpoint), step)
-      print('Worker 0: session lost (%s): %s.' % (lost_sessions.reason,
-                                                   restored), flush=True)
-
-    # Restores on the chief's CPU, from its own disk, as its saver saves.
-    with tf.device(worker_device(task_index)):
-      scaffold = checkpoints.restoring_scaffold(restore_plan, train_dir,
-                                                on_recovery)
-    # After the NaN check, as in cifar10_train, so a diverged step is never
-    # saved.
-    # The global step moves with every worker's updates: re-read each run.
-    hooks = hooks + [
-        summaries.SummaryHook(train_dir, save_summaries_steps,
-                              max_steps, own_steps=False),
-        tf.train.CheckpointSaverHook(
-            train_dir, scaffold=scaffold, save_steps=save_checkpoint_steps,
-            save_secs=None if save_checkpoint_steps else save_checkpoint_secs)]
-    if save_summaries_steps:
-      hooks.append(tf.train.StepCounterHook(
-          every_n_steps=save_summaries_steps, output_dir=train_dir))
-    # As tf.train.MonitoredTrainingSession(is_chief=True) with no
-    # checkpoint_dir (the scaffold restores, from any trainer's checkpoint),
-    # and a session creator that bounds the wait for a lost ps task.
-    return tf.train.MonitoredSession(
-        session_creator=cluster_sessions.ChiefSessionCreator(
-            lost_sessions, scaffold=scaffold, master=target, config=config),
-        hooks=hooks, stop_grace_period_secs=_STOP_GRACE_SECS)
-  print('Worker %d: waiting up to %d s for the chief (worker 0 at %s) to '
-        'initialise the variables.' % (task_index, startup_wait_secs,
-                                        cluster['worker'][0]), flush=True)
-  hooks = hooks + [cluster_sessions.ChiefWatchHook(
-      task_index, cluster['worker'][0], startup_wait_secs)]
-  return tf.train.MonitoredSession(
-      session_creator=cluster_sessions.WorkerSessionCreator(
-          target, config, startup_wait_secs, cluster['worker'][0],
-          lost_sessions, global_step, task_index),
-      hooks=hooks, stop_grace_period_secs=_STOP_GRACE_SECS)
-
-
-def train(target, cluster, task_index, data_dir, train_dir,
-          max_steps=100000, batch_size=128, use_fp16=False, log_frequency=10,
-          sync_replicas=False, replicas_to_aggregate=None, fresh_start=False,
-          startup_wait_secs=300, operation_timeout_secs=300,
-          log_device_placement=False, save_checkpoint_secs=600,
-          save_checkpoint_steps=None, save_summaries_steps=100,
-          num_threads=cifar10_input.NUM_PREPROCESS_THREADS,
-          compute_dtype=None):
-  """Runs one worker until the global step reaches `max_steps`.
-
-  Args:
-    target: str, this worker's server target ('grpc://host:port').
-    cluster: dict {'ps': [...], 'worker': [...]} of host:port lists.
-    task_index: int, this worker's index; 0 is the chief.
-    data_dir: folder holding `cifar-10-batches-bin/`.
-    train_dir: the chief's checkpoint and summary folder (resumed from);
-      other workers do not touch it.
-    max_steps: int, global step at which training stops.
-    batch_size: int, images per worker step.
-    use_fp16: bool, float16 variables and activations.
-    log_frequency: int, this worker's steps between console lines.
-    sync_replicas: bool, synchronous updates.
-    replicas_to_aggregate: int, worker steps per synchronous update; None for
-      the number of workers.
-    fresh_start: bool, the chief deletes train_dir first.
-    startup_wait_secs: number, a non-chief's wait for the chief.
-    operation_timeout_secs: number, the longest any op may block.
-    log_device_placement: bool, log where each op runs.
-    save_checkpoint_secs: int, seconds between the chief's checkpoints.
-    save_checkpoint_steps: int, global steps between the chief's checkpoints;
-      when set, instead of save_checkpoint_secs.
-    save_summaries_steps: int, global steps between the chief's summaries.
-    num_threads: int, input preprocessing threads.
-    compute_dtype: as for `build_worker_graph`.
+    settings: the run's run_settings.TrainSettings; train_dir is the
+      chief's checkpoint and summary folder (resumed from; other workers do
+      not touch it), batch_size per worker step, log_frequency in this
+      worker's own steps.
+    worker: this worker's clusters.WorkerSettings.
 
   Returns:
     A dict with 'global_step' (int, at the stop), 'local_steps' (int, the
@@ -432,60 +309,43 @@ def train(target, cluster, task_index, data_dir, train_dir,
       op blocked for operation_timeout_secs (another task stopped or hangs).
     ClusterError: synchronous training found its token queue closed (the
       chief stopped, or the ps tasks are left over from an earlier run).
-    train_dirs.DivergedError: the loss became NaN; the chief does not save
-      that step.
-    checkpoints.ResumeError: the chief's newest checkpoint is of another
-      model, or every checkpoint is damaged.
-    train_dirs.TrainDirBusyError: another trainer holds the chief's
-      train_dir.
-    train_dirs.DiskFullError: the chief's disk filled up while saving.
+    train_dirs.RUN_ERRORS: a NaN loss (DivergedError: the chief does not
+      save that step); on the chief, a checkpoint of another model or only
+      damaged ones, a busy train_dir, or a full disk.
   """
-  is_chief = task_index == 0
+  task_index, is_chief = worker.task_index, worker.task_index == 0
   start = plan = None
   with contextlib.ExitStack() as claimed:
     if is_chief:  # Only the chief reads and writes train_dir.
-      start = claimed.enter_context(train_dirs.claim(train_dir, fresh_start))
+      start = claimed.enter_context(
+          train_dirs.claim(settings.train_dir, settings.fresh_start))
     with tf.Graph().as_default(), signals.stop_requests() as stop_signals:
-      graph = build_worker_graph(cluster, task_index, data_dir, batch_size,
-                                 use_fp16, sync_replicas, replicas_to_aggregate,
-                                 num_threads, compute_dtype)
+      graph = build_worker_graph(settings, worker)
       if is_chief:
         plan = start.restore_plan()
-      logger = _WorkerLoggerHook(task_index, graph['loss'],
-                                 graph['step_before_update'], batch_size,
-                                 log_frequency)
-      hooks = step_hooks(logger, graph['loss'], max_steps)
-      if sync_replicas:
+      logger = WorkerLoggerHook(task_index, graph['loss'],
+                                graph['step_before_update'],
+                                batch_size=settings.batch_size,
+                                log_frequency=settings.log_frequency)
+      hooks = step_hooks(logger, graph['loss'], settings.max_steps)
+      if worker.sync_replicas:
         hooks += [graph['sync_optimizer'].make_session_run_hook(is_chief),
-                  _ReleaseTokensHook(graph['release_op'])]
-      config = sessions.worker_config(task_index, operation_timeout_secs,
-                                      log_device_placement)
+                  cluster_sessions.ReleaseTokensHook(graph['release_op'])]
       full_disk = (start.stop_on_full_disk() if is_chief
                    else contextlib.nullcontext())
       lost_sessions = cluster_sessions.LostSessions(
-          'Worker %d' % task_index, clusters.tasks_of(cluster, 'ps'),
-          startup_wait_secs)
+          'Worker %d' % task_index, clusters.tasks_of(worker.cluster, 'ps'),
+          worker.startup_wait_secs)
       try:
         with full_disk, console.on_tensorflow_log(
             cluster_sessions.RECOVERED_ERROR_LOG, lost_sessions.note_error
-        ), _monitored_session(
-            target, cluster, task_index, hooks, config, train_dir,
-            save_checkpoint_secs, save_checkpoint_steps, save_summaries_steps,
-            startup_wait_secs, graph['global_step'], lost_sessions, plan,
-            max_steps) as mon_sess:
+        ), cluster_sessions.monitored_session(
+            settings, worker, hooks, lost_sessions,
+            global_step=graph['global_step'], restore_plan=plan) as mon_sess:
           while not mon_sess.should_stop() and not stop_signals:
             mon_sess.run(graph['train_op'])
       except tf.errors.DeadlineExceededError:
-        others = dict(clusters.tasks_of(cluster, 'ps'),
-                      **clusters.tasks_of(cluster, 'worker'))
-        del others['/job:worker/task:%d' % task_index]
-        gone = clusters.unreachable(others)
-        raise TimeoutError(
-            'an operation blocked for more than %s s '
-            '(--operation_timeout_secs) after global step %s: %s'
-            % (operation_timeout_secs, logger.global_step,
-               '%s does not answer' % clusters.describe(gone) if gone else
-               'did another task stop, or is the input queue still filling?'))
+        raise cluster_sessions.operation_timeout(worker, logger.global_step)
       except tf.errors.CancelledError as e:
         if 'sync_token_q' not in e.message:
           raise
@@ -495,10 +355,12 @@ def train(target, cluster, task_index, data_dir, train_dir,
           raise start.diverged(logger.global_step) from None
         raise train_dirs.DivergedError(diverged_message(
             logger.global_step)) from None
-  if sync_replicas and not stop_signals and logger.global_step < max_steps:
+  if (worker.sync_replicas and not stop_signals and
+      logger.global_step < settings.max_steps):
     # A closed token queue ends a worker's wait like the end of its input.
     raise ClusterError('stopped at global step %d, before --max_steps=%d: %s'
-                       % (logger.global_step, max_steps, _CLOSED_QUEUE))
+                       % (logger.global_step, settings.max_steps,
+                          _CLOSED_QUEUE))
   if stop_signals:
     print('Worker %d: received %s: stopped at global step %d.'
           % (task_index, signals.name(stop_signals[0]),
@@ -532,8 +394,9 @@ def main(argv):
   _check_flags()
   try:
     cluster, job_name, task_index = clusters.resolve_cluster(
-        FLAGS.job_name, FLAGS.task_index, FLAGS.ps_hosts, FLAGS.worker_hosts,
-        os.environ.get('TF_CONFIG'))
+        FLAGS.job_name, FLAGS.task_index, ps_hosts=FLAGS.ps_hosts,
+        worker_hosts=FLAGS.worker_hosts,
+        tf_config=os.environ.get('TF_CONFIG'))
   except ValueError as e:
     raise app.UsageError(str(e))
   if os.environ.get('TF_CONFIG') and (FLAGS.job_name or FLAGS.ps_hosts or
@@ -555,15 +418,7 @@ def main(argv):
              'port in use?): %s' % (job_name, task_index,
                                     cluster[job_name][task_index], e.message))
   if job_name == 'ps':
-    print('ps task %d serving at %s; stop it (Ctrl-C) when the workers are '
-          'done.' % (task_index, cluster['ps'][task_index]), flush=True)
-    # The server runs in its own threads. Python cannot interrupt
-    # server.join(), but it can interrupt a sleep: Ctrl-C stops the task.
-    try:
-      while True:
-        time.sleep(3600)
-    except KeyboardInterrupt:
-      print('ps task %d stopped.' % task_index, flush=True)
+    clusters.serve_until_interrupted(task_index, cluster['ps'][task_index])
     return
 
   replicas = None
@@ -573,8 +428,14 @@ def main(argv):
     print('SyncReplicas enabled: replicas_to_aggregate=%d; '
           'total_num_replicas=%d' % (replicas, len(cluster['worker'])))
   # Workers compute on their CPUs (worker_device): float16 never arises.
-  compute_dtype = precision.compute_dtype_here(
+  compute_dtype = precision.compute_dtype_for_this_machine(
       FLAGS.mixed_precision, on_gpu=False, use_fp16=FLAGS.use_fp16)
+  settings = run_settings.from_flags(FLAGS, compute_dtype)
+  worker = clusters.WorkerSettings(
+      server.target, cluster, task_index, sync_replicas=FLAGS.sync_replicas,
+      replicas_to_aggregate=replicas,
+      startup_wait_secs=FLAGS.startup_wait_secs,
+      operation_timeout_secs=FLAGS.operation_timeout_secs)
   print('Worker %d: waiting up to %d s for the ps tasks.'
         % (task_index, FLAGS.startup_wait_secs), flush=True)
   try:
@@ -585,23 +446,10 @@ def main(argv):
                                     FLAGS.startup_wait_secs)
     download.prepare(FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5,
                      cifar10_input.TRAIN_FILES)
-    stats = train(
-        server.target, cluster, task_index, data_dir=FLAGS.data_dir,
-        train_dir=FLAGS.train_dir, max_steps=FLAGS.max_steps,
-        batch_size=FLAGS.batch_size, use_fp16=FLAGS.use_fp16,
-        log_frequency=FLAGS.log_frequency, sync_replicas=FLAGS.sync_replicas,
-        replicas_to_aggregate=replicas, fresh_start=FLAGS.fresh_start,
-        startup_wait_secs=FLAGS.startup_wait_secs,
-        operation_timeout_secs=FLAGS.operation_timeout_secs,
-        log_device_placement=FLAGS.log_device_placement,
-        save_checkpoint_secs=FLAGS.save_checkpoint_secs,
-        save_checkpoint_steps=FLAGS.save_checkpoint_steps or None,
-        save_summaries_steps=FLAGS.save_summaries_steps,
-        compute_dtype=compute_dtype)
+    result = train(settings, worker)
   except (TimeoutError, ClusterError) + train_dirs.RUN_ERRORS as e:
     sys.exit('Worker %d: %s' % (task_index, e))
-  if stats['signal']:
-    sys.exit(signals.exit_status(stats['signal']))
+  signals.exit_if_stopped(result['signal'])
 
 
 if __name__ == '__main__':

@@ -22,6 +22,7 @@ The original's figure (theirs, not measured here): precision @ 1 of about
 0.86 after 100K steps of cifar10_train.py. Ours are in README.md.
 """
 
+import collections
 from datetime import datetime
 import os
 import sys
@@ -42,6 +43,7 @@ from cifar10_support import checkpoints
 from cifar10_support import console
 from cifar10_support import download
 from cifar10_support import eval_report
+from cifar10_support import eval_run
 from cifar10_support import precision
 from cifar10_support import run_flags
 from cifar10_support import sessions
@@ -66,9 +68,12 @@ ERROR_FORMAT = 'cifar10_eval.py: error: %s'
 CheckpointError = checkpoints.CheckpointError
 CheckpointUnreadableError = checkpoints.CheckpointUnreadableError
 
+# An evaluation's settings, one value that main builds from the flags.
+EvalSettings = eval_run.EvalSettings
 
-def check_eval_args(data_dir, eval_data, num_examples, batch_size):
-  """Checks the evaluation settings and data files before any graph is built.
+
+def check_eval_args(settings):
+  """Checks an EvalSettings and its data files before any graph is built.
 
   Returns:
     The number of records in the eval_data files, an int.
@@ -76,45 +81,61 @@ def check_eval_args(data_dir, eval_data, num_examples, batch_size):
   Raises:
     ValueError: naming the setting or file and the expected value.
   """
-  filenames = [os.path.join(data_dir, download.BATCHES_DIR, name)
-               for name in cifar10_input.eval_files(eval_data)]
+  filenames = [os.path.join(settings.data_dir, download.BATCHES_DIR, name)
+               for name in cifar10_input.eval_files(settings.eval_data)]
+  num_examples = settings.num_examples
   if not isinstance(num_examples, int) or num_examples < 1:
     raise ValueError('num_examples must be a positive integer, got %r'
                      % (num_examples,))
-  cifar10_input.check_batch_size(batch_size)
+  cifar10_input.check_batch_size(settings.batch_size)
   num_records = cifar10_input.check_data_files(filenames)
   if num_examples > num_records:
     raise ValueError(
         'num_examples=%d is more than the %d records in %s; each example is '
         'counted once, so use num_examples=%d or fewer'
         % (num_examples, num_records, ', '.join(filenames), num_records))
+  if settings.eval_interval_secs < 0:
+    raise ValueError('eval_interval_secs must be >= 0, got %r'
+                     % (settings.eval_interval_secs,))
   return num_records
 
 
-def _build_eval_graph(eval_data, data_dir, batch_size, use_fp16, num_threads,
-                      compute_dtype=None):
-  """Builds the input, the model, the counting ops and the averaged-weights saver.
+EvalGraph = collections.namedtuple('EvalGraph', [
+    'correct', 'predictions', 'labels', 'summary_op', 'var_map',
+    'report_ops'])
+EvalGraph.__doc__ = """What `build_eval_graph` returns ([batch]: one value per
+example of a batch).
+
+  correct: bool tensor [batch]; the label is the top-1 prediction.
+  predictions: int32 tensor [batch], the top-1 class.
+  labels: int32 tensor [batch].
+  summary_op: string tensor [], the merged summaries of the eval graph.
+  var_map: dict, checkpoint key -> variable: each variable restored from its
+    moving average.
+  report_ops: eval_report.ReportOps, the inputs of the confusion matrix's
+    and the per-class table's summaries, fed after counting.
+"""
+
+
+def build_eval_graph(settings, use_fp16=False):
+  """Builds the input, the model, the counting ops and the averaged-weights map.
 
   Call inside a `tf.Graph().as_default()` block.
 
+  Args:
+    settings: an EvalSettings (eval_data, data_dir, batch_size,
+      input_threads, compute_dtype).
+    use_fp16: bool, the checkpoint holds float16 weights.
+
   Returns:
-    A dict of:
-      correct: 1-D bool tensor [batch]; the label is the top-1 prediction.
-      predictions: 1-D int32 tensor [batch], the top-1 class.
-      labels: 1-D int32 tensor [batch].
-      summary_op: the merged summaries of the eval graph.
-      var_map: dict, checkpoint key -> variable, the moving averages.
-      confusion_summaries: the image and text summaries of the confusion
-        matrix and the per-class table, computed from the placeholders
-      confusion_input: uint8 [1, height, width, 3], the rendered matrix,
-      confusion_text: string [], the matrix as a markdown table, and
-      per_class_text: string [], the per-class table as markdown.
+    An EvalGraph.
   """
   # The input is read once, in file order, so no example counts twice.
-  images, labels = cifar10.inputs(eval_data, data_dir, batch_size,
-                                  use_fp16=use_fp16, num_threads=num_threads,
+  images, labels = cifar10.inputs(settings.eval_data, settings.data_dir,
+                                  settings.batch_size, use_fp16=use_fp16,
+                                  num_threads=settings.input_threads,
                                   single_pass=True)
-  logits = cifar10.inference(images, compute_dtype)
+  logits = cifar10.inference(images, settings.compute_dtype)
   # in_top_k takes float32 logits only, and the v1 argument order
   # (predictions, targets); --use_fp16 labels arrive as float16.
   logits = tf.cast(logits, tf.float32)
@@ -130,36 +151,32 @@ def _build_eval_graph(eval_data, data_dir, batch_size, use_fp16, num_threads,
   # checkpoint, which predicts better than the last raw weights.
   averages = tf.train.ExponentialMovingAverage(cifar10.MOVING_AVERAGE_DECAY)
   var_map = averages.variables_to_restore()
-
-  # Fed after counting; kept out of summary_op, which runs with the input.
-  confusion_input = tf.placeholder(tf.uint8, [1, None, None, 3])
-  confusion_text = tf.placeholder(tf.string, [])
-  per_class_text = tf.placeholder(tf.string, [])
-  confusion_summaries = tf.summary.merge(
-      [tf.summary.image('confusion_matrix', confusion_input, collections=[]),
-       tf.summary.text('confusion_matrix_counts', confusion_text,
-                       collections=[]),
-       tf.summary.text('precision_by_class', per_class_text,
-                       collections=[])])
-  return {'correct': correct, 'predictions': predictions, 'labels': labels,
-          'summary_op': summary_op, 'var_map': var_map,
-          'confusion_input': confusion_input,
-          'confusion_text': confusion_text,
-          'per_class_text': per_class_text,
-          'confusion_summaries': confusion_summaries}
+  return EvalGraph(correct=correct, predictions=predictions, labels=labels,
+                   summary_op=summary_op, var_map=var_map,
+                   report_ops=eval_report.build_report_ops())
 
 
-def _count(sess, graph_ops, num_examples):
+def count_examples(sess, eval_graph, num_examples):
   """Runs batches until exactly num_examples examples are counted.
 
+  Args:
+    sess: a session of the EvalGraph's graph, its input started.
+    eval_graph: the EvalGraph.
+    num_examples: int, at most the examples the input holds.
+
   Returns:
-    (correct [num_examples] bool, predictions [num_examples] int,
-     labels [num_examples] int, the serialized summaries of the first batch).
+    (correct bool [num_examples], predictions int32 [num_examples],
+     labels int32 [num_examples], the serialized summaries of the first
+     batch, bytes).
+
+  Raises:
+    ValueError: the input ended first.
   """
-  fetches = {k: graph_ops[k] for k in ('correct', 'predictions', 'labels')}
+  fetches = {k: getattr(eval_graph, k)
+             for k in ('correct', 'predictions', 'labels')}
   # The eval graph's summaries come with the first batch: the input ends
   # after the last one, so there would be no batch left to run them on.
-  first = dict(fetches, summary=graph_ops['summary_op'])
+  first = dict(fetches, summary=eval_graph.summary_op)
   parts = {k: [] for k in fetches}
   counted = 0
   summary = None
@@ -178,47 +195,17 @@ def _count(sess, graph_ops, num_examples):
   return tuple(np.concatenate(parts[k]) for k in fetches) + (summary,)
 
 
-def _write_summaries(writer, result, graph_summary, sess, graph_ops):
-  summary = tf.Summary()
-  summary.ParseFromString(graph_summary)
-  summary.value.add(tag='Precision @ 1', simple_value=result['precision'])
-  for row in result['per_class']:
-    if row['precision'] is not None:
-      summary.value.add(tag='Precision @ 1 by class/' + row['name'],
-                        simple_value=row['precision'])
-  writer.add_summary(summary, result['global_step'])
-  writer.add_summary(sess.run(graph_ops['confusion_summaries'], {
-      graph_ops['confusion_input']: eval_report.confusion_image(
-          result['confusion']),
-      graph_ops['confusion_text']: eval_report.confusion_markdown(
-          result['confusion']),
-      graph_ops['per_class_text']: eval_report.per_class_markdown(
-          result['per_class'], result['confusion'])}),
-                     result['global_step'])
-  writer.flush()
+def eval_once(checkpoint_path, settings, eval_dir=None):
+  """Evaluates one checkpoint on exactly `settings.num_examples` examples.
 
-
-def eval_once(checkpoint_path, data_dir, eval_dir=None, eval_data='test',
-              num_examples=10000, batch_size=128, session_config=None,
-              num_threads=1, compute_dtype=None):
-  """Evaluates one checkpoint on exactly `num_examples` examples.
-
-  The first `num_examples` records of the eval_data files, in file order,
+  The first num_examples records of the eval_data files, in file order,
   each counted once. The model's dtype follows the checkpoint, so --use_fp16
   checkpoints evaluate too.
 
   Args:
     checkpoint_path: checkpoint prefix, e.g. '/tmp/cifar10_train/model.ckpt-0'.
-    data_dir: folder holding `cifar-10-batches-bin/`.
+    settings: an EvalSettings that `check_eval_args` accepts.
     eval_dir: where summaries go; None writes none.
-    eval_data: 'test' or 'train_eval'.
-    num_examples: int, examples to count, at most the records in the files.
-    batch_size: int, examples per batch; any value counts the same examples.
-    session_config: tf.ConfigProto; None grows GPU memory as needed.
-    num_threads: int, input threads; 1 keeps the file order.
-    compute_dtype: None, or tf.bfloat16 / tf.float16 to compute the forward
-      pass in (cifar10.inference) from float32 weights; a float16
-      checkpoint computes in float16 whatever this says.
 
   Returns:
     A dict with 'checkpoint' (str), 'global_step' (int), 'num_examples'
@@ -228,103 +215,71 @@ def eval_once(checkpoint_path, data_dir, eval_dir=None, eval_data='test',
     true classes, columns predicted).
 
   Raises:
-    ValueError: bad settings or data files (before any graph is built).
     CheckpointError: the checkpoint lacks the model or its moving averages.
     CheckpointUnreadableError: its files are missing or incomplete.
   """
-  check_eval_args(data_dir, eval_data, num_examples, batch_size)
+  num_examples = settings.num_examples
   reader, dtype, global_step = checkpoints.open_model(checkpoint_path)
   print('%s: evaluating %s (global step %d, %s weights) on %d %s examples'
         % (datetime.now(), checkpoint_path, global_step, dtype.name,
-           num_examples, eval_data), flush=True)
+           num_examples, settings.eval_data), flush=True)
 
-  if compute_dtype is not None and dtype != tf.float32:
-    print('Note: %s holds %s weights (--use_fp16): --mixed_precision does '
-          'not apply, the model computes in %s.'
-          % (checkpoint_path, dtype.name, dtype.name), flush=True)
-    compute_dtype = None
+  # A float16 checkpoint computes in float16: compute_dtype does not apply.
+  settings = eval_run.for_weights(settings, checkpoint_path, dtype)
   with tf.Graph().as_default() as graph:
-    graph_ops = _build_eval_graph(eval_data, data_dir, batch_size,
-                                  dtype == tf.float16, num_threads,
-                                  compute_dtype)
-    checkpoints.check_averages_restorable(reader, graph_ops['var_map'],
+    eval_graph = build_eval_graph(settings, use_fp16=dtype == tf.float16)
+    checkpoints.check_averages_restorable(reader, eval_graph.var_map,
                                           checkpoint_path)
-    saver = tf.train.Saver(graph_ops['var_map'])
+    saver = tf.train.Saver(eval_graph.var_map)
     # The epoch counter of the single-pass input is a local variable.
     init_local = tf.local_variables_initializer()
     writer = tf.summary.FileWriterCache.get(eval_dir) if eval_dir else None
     graph.finalize()
 
-    with tf.Session(config=session_config or sessions.eval_config()) as sess:
-      try:
-        saver.restore(sess, checkpoint_path)
-      except tf.errors.OpError as e:
-        raise CheckpointUnreadableError(
-            'cannot restore checkpoint %s (pruned by training, not '
-            'completely written, or damaged): %s'
-            % (checkpoint_path, e.message.splitlines()[0]))
+    config = settings.session_config or sessions.eval_config()
+    with tf.Session(config=config) as sess:
+      # Pruned by training or half written meanwhile: CheckpointUnreadableError.
+      eval_run.restore(saver, sess, checkpoint_path)
       sess.run(init_local)
-      coord = tf.train.Coordinator()
-      threads = tf.train.start_queue_runners(sess=sess, coord=coord)
-      try:
-        correct, predictions, labels, graph_summary = _count(
-            sess, graph_ops, num_examples)
-      finally:
-        coord.request_stop()
-        coord.join(threads, stop_grace_period_secs=10)
+      # The input's queue runners fill its queue while batches are counted.
+      with eval_run.queue_runners(sess):
+        correct, predictions, labels, graph_summary = count_examples(
+            sess, eval_graph, num_examples)
 
       true_count = int(correct.sum())
-      per_class, confusion = eval_report.count_per_class(correct, predictions,
-                                                         labels)
-      result = {'checkpoint': checkpoint_path, 'global_step': global_step,
-                'num_examples': num_examples, 'true_count': true_count,
-                'precision': true_count / num_examples,
-                'per_class': per_class, 'confusion': confusion}
-      print(PRECISION_FORMAT % (datetime.now(), result['precision']))
-      print(eval_report.format_table(per_class, confusion), flush=True)
+      precision = true_count / num_examples
+      print(PRECISION_FORMAT % (datetime.now(), precision))
+      report = eval_report.EvalReport(cifar10_input.CLASS_NAMES, correct,
+                                      predictions, labels)
+      report.print_table()
       if writer:
-        _write_summaries(writer, result, graph_summary, sess, graph_ops)
-  return result
+        summary = tf.Summary()
+        summary.ParseFromString(graph_summary)
+        summary.value.add(tag='Precision @ 1', simple_value=precision)
+        report.write_summaries(writer, summary, global_step, sess=sess,
+                               report_ops=eval_graph.report_ops)
+  return {'checkpoint': checkpoint_path, 'global_step': global_step,
+          'num_examples': num_examples, 'true_count': true_count,
+          'precision': precision, 'per_class': report.per_class,
+          'confusion': report.confusion}
 
 
-def _newest_checkpoint(checkpoint_dir):
-  """The newest checkpoint in checkpoint_dir, and what identifies it.
-
-  Returns:
-    (path, identity), or (None, None) when there is none. The identity
-    includes the index file's modification time, so a checkpoint rewritten
-    under the same name (training restarted) counts as new.
-  """
-  path = checkpoints.newest(checkpoint_dir)
-  if path is None:
-    return None, None
-  try:
-    mtime = tf.io.gfile.stat(path + '.index').mtime_nsec
-  except tf.errors.OpError:
-    mtime = None
-  return path, (path, mtime)
-
-
-def evaluate(data_dir, checkpoint_dir, eval_dir, eval_data='test',
-             num_examples=10000, batch_size=128, run_once=False,
-             eval_interval_secs=300, max_evaluations=None,
-             session_config=None, num_threads=1, sleep=time.sleep,
-             compute_dtype=None):
+def evaluate(checkpoint_dir, eval_dir, settings, max_evaluations=None,
+             sleep=time.sleep, checked=False):
   """Evaluates the newest checkpoint, once or each new one as training runs.
 
-  Periodic mode checks checkpoint_dir every eval_interval_secs and evaluates
-  each checkpoint once, the newest only if several appeared meanwhile. A
-  checkpoint that is pruned or incomplete when read is skipped.
+  Without settings.run_once it looks in checkpoint_dir every
+  settings.eval_interval_secs and evaluates each new checkpoint once
+  (eval_run.follow: the newest if several appeared meanwhile; one pruned or
+  half written when read is skipped).
 
   Args:
-    data_dir, eval_data, num_examples, batch_size, session_config,
-      num_threads, compute_dtype: as `eval_once`.
     checkpoint_dir: the training run's train_dir.
     eval_dir: where summaries go; created if missing, never deleted.
-    run_once: bool, evaluate the newest checkpoint and return.
-    eval_interval_secs: seconds between looks at checkpoint_dir.
+    settings: an EvalSettings.
     max_evaluations: int or None; periodic mode returns after this many.
     sleep: called with eval_interval_secs to wait (tests replace it).
+    checked: True when main has checked settings (`check_eval_args`).
 
   Returns:
     The list of `eval_once` results, in order.
@@ -334,42 +289,13 @@ def evaluate(data_dir, checkpoint_dir, eval_dir, eval_data='test',
     CheckpointError: no checkpoint with run_once, or a checkpoint that lacks
       the model or its moving averages.
   """
-  check_eval_args(data_dir, eval_data, num_examples, batch_size)
-  if eval_interval_secs < 0:
-    raise ValueError('eval_interval_secs must be >= 0, got %r'
-                     % (eval_interval_secs,))
+  if not checked:
+    check_eval_args(settings)
   tf.io.gfile.makedirs(eval_dir)
-  results = []
-  last_identity = None
-  waiting = False
-  while True:
-    path, identity = _newest_checkpoint(checkpoint_dir)
-    if path is None and run_once:
-      raise CheckpointError(
-          "No checkpoint file found in checkpoint_dir %s (no 'checkpoint' "
-          'file listing one): point --checkpoint_dir at the --train_dir of a '
-          'training run that has saved a checkpoint' % checkpoint_dir)
-    if path is None and not waiting:
-      print('No checkpoint file found in %s; waiting for training to write '
-            'one (looking every %s s).' % (checkpoint_dir, eval_interval_secs),
-            flush=True)
-      waiting = True
-    elif path is not None and identity != last_identity:
-      last_identity = identity
-      try:
-        results.append(eval_once(path, data_dir, eval_dir, eval_data,
-                                 num_examples, batch_size, session_config,
-                                 num_threads, compute_dtype))
-      except CheckpointUnreadableError as e:
-        if run_once:
-          raise
-        print('Skipping: %s.' % e, flush=True)
-      if run_once or len(results) == max_evaluations:
-        return results
-      print('Waiting for a new checkpoint in %s (looking every %s s).'
-            % (checkpoint_dir, eval_interval_secs), flush=True)
-      waiting = True
-    sleep(eval_interval_secs)
+  return eval_run.follow(
+      checkpoint_dir, lambda path: eval_once(path, settings, eval_dir),
+      run_once=settings.run_once, interval_secs=settings.eval_interval_secs,
+      max_evaluations=max_evaluations, sleep=sleep)
 
 
 def main(argv):
@@ -380,26 +306,22 @@ def main(argv):
   if FLAGS.use_fp16:
     print('Note: --use_fp16 is not needed here; the model takes the dtype '
           'of the weights in each checkpoint.')
+  settings = eval_run.from_flags(FLAGS)
   files = cifar10_input.eval_files(FLAGS.eval_data)
   try:
     download.maybe_download_and_extract(FLAGS.data_dir, FLAGS.data_url,
                                         FLAGS.data_md5, files=files)
-    records = check_eval_args(FLAGS.data_dir, FLAGS.eval_data,
-                              FLAGS.num_examples, FLAGS.batch_size)
-    print(download.data_line(FLAGS.data_dir, files, records))
+    records = check_eval_args(settings)
+    print(download.data_check_message(FLAGS.data_dir, files, records))
   except ValueError as e:  # cifar10_input.DataError is one too
     sys.exit(ERROR_FORMAT % str(e).replace('num_examples=', '--num_examples='))
   # Eval runs where TensorFlow places it: on a GPU when there is one.
-  compute_dtype = precision.compute_dtype_here(FLAGS.mixed_precision,
-                                               sessions.has_gpu())
+  settings = settings._replace(
+      compute_dtype=precision.compute_dtype_for_this_machine(
+          FLAGS.mixed_precision, sessions.has_gpu()),
+      session_config=sessions.eval_config(run_flags.threads(FLAGS)))
   try:
-    evaluate(data_dir=FLAGS.data_dir, checkpoint_dir=FLAGS.checkpoint_dir,
-             eval_dir=FLAGS.eval_dir, eval_data=FLAGS.eval_data,
-             num_examples=FLAGS.num_examples, batch_size=FLAGS.batch_size,
-             run_once=FLAGS.run_once,
-             eval_interval_secs=FLAGS.eval_interval_secs,
-             session_config=sessions.eval_config(run_flags.threads(FLAGS)),
-             compute_dtype=compute_dtype)
+    evaluate(FLAGS.checkpoint_dir, FLAGS.eval_dir, settings, checked=True)
   except CheckpointError as e:
     sys.exit(ERROR_FORMAT % e)
 

@@ -4,15 +4,30 @@ The binary version of CIFAR-10 stores each example as one fixed-length record:
 one label byte (0-9) followed by 3072 pixel bytes, the 1024 red values, then the
 1024 green, then the 1024 blue, each plane row-major for a 32x32 image.
 
+What reads the records:
+
+  read_cifar10_chunk  reads both pipelines' records: up to READ_CHUNK (128)
+                      per call (tf.FixedLengthRecordReader.read_up_to), as
+                      the colour planes the file stores
+  read_cifar10        the original's reader, which it replaces: one record
+                      per call (tf.FixedLengthRecordReader.read), as a 32x32x3
+                      image; kept, and tested, as the lesson's reader
+
+Why: read and distorted one image per queue-runner step, each image cost a
+session call and about 20 small ops: 190 us of pipeline CPU, against 41 us
+a chunk at a time (benchmarks/README.md, change 3). And from the planes the
+pipelines crop first and transpose only the float crop, never a uint8 image
+(change 16). Both readers return the same records (tests/test_input.py).
+
 Everything here builds TF1 graph ops (`tf.compat.v1`); call it inside a
 `tf.Graph().as_default()` block.
 """
 
 import os
 
-import numpy as np
 import tensorflow.compat.v1 as tf
 
+from cifar10_support import data_files
 from cifar10_support import fast_ops
 
 # Images are cropped from 32x32 to this size; the model is built for it.
@@ -22,34 +37,27 @@ NUM_CLASSES = 10
 NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN = 50000
 NUM_EXAMPLES_PER_EPOCH_FOR_EVAL = 10000
 
-# Record layout of the binary files.
-LABEL_BYTES = 1
-HEIGHT, WIDTH, DEPTH = 32, 32, 3
-IMAGE_BYTES = HEIGHT * WIDTH * DEPTH
-RECORD_BYTES = LABEL_BYTES + IMAGE_BYTES  # 3073
-
-# The ten classes, in label order (batches.meta.txt of the download).
-CLASS_NAMES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog',
-               'horse', 'ship', 'truck')
-
-TRAIN_FILES = ['data_batch_%d.bin' % i for i in range(1, 6)]
-TEST_FILES = ['test_batch.bin']
+# The data files, their record layout and their check are
+# cifar10_support/data_files.py's (the download checks the files it extracts
+# with them); they keep their names here.
+LABEL_BYTES = data_files.LABEL_BYTES
+HEIGHT, WIDTH, DEPTH = data_files.HEIGHT, data_files.WIDTH, data_files.DEPTH
+IMAGE_BYTES = data_files.IMAGE_BYTES
+RECORD_BYTES = data_files.RECORD_BYTES  # 3073
+CLASS_NAMES = data_files.CLASS_NAMES
+TRAIN_FILES = data_files.TRAIN_FILES
+TEST_FILES = data_files.TEST_FILES
+DataError = data_files.DataError
+check_data_files = data_files.check_data_files
 
 # Threads that run the reader and the preprocessing in parallel.
 NUM_PREPROCESS_THREADS = 16
 # Part of an epoch kept in the shuffling queue, so batches mix well.
 MIN_FRACTION_OF_EXAMPLES_IN_QUEUE = 0.4
-# Records each queue-runner step reads and preprocesses together. One session
-# call per image cost as much CPU as a sixth of a training step; per chunk it
-# is negligible (benchmarks/README.md).
+# Records each queue-runner step reads and preprocesses together
+# (read_cifar10_chunk). One session call per image cost as much CPU as a
+# sixth of a training step; per chunk it is negligible (benchmarks/README.md).
 READ_CHUNK = 128
-
-
-class DataError(ValueError):
-  """A data file or the data archive is missing or malformed.
-
-  The message names the file and the problem; scripts print it and exit.
-  """
 
 
 class CIFAR10Record(object):
@@ -65,74 +73,13 @@ class CIFAR10Record(object):
     self.uint8image = uint8image
 
 
-def check_data_files(filenames, check_labels=True):
-  """Checks that each file exists and holds whole CIFAR-10 records.
-
-  Done in Python before any queue is built: a reader queue over a missing or
-  truncated file would hang or fail mid-training instead of saying why.
-
-  Args:
-    filenames: list of paths to CIFAR-10 binary files.
-    check_labels: also check that every record's label byte is in 0-9 (reads
-      the files once: 0.03 s for all 60000 records from the page cache).
-
-  Returns:
-    The total number of records in the files, an int.
-
-  Raises:
-    DataError (a ValueError): naming the file, the problem and what was
-      expected.
-  """
-  total = 0
-  for filename in filenames:
-    if not tf.io.gfile.exists(filename):
-      raise DataError('Failed to find file: %s (expected a CIFAR-10 binary file '
-                      'of %d-byte records; see README.md, "Data")'
-                      % (filename, RECORD_BYTES))
-    size = tf.io.gfile.stat(filename).length
-    if size == 0:
-      raise DataError('Data file %s is empty (0 bytes); expected a whole number '
-                      'of %d-byte records' % (filename, RECORD_BYTES))
-    if size % RECORD_BYTES:
-      raise DataError(
-          'Data file %s has %d bytes, which is not a whole number of %d-byte '
-          'records (%d records and %d bytes left over): the file is truncated '
-          'or not CIFAR-10 binary data; delete it and extract it again'
-          % (filename, size, RECORD_BYTES, size // RECORD_BYTES,
-             size % RECORD_BYTES))
-    if check_labels:
-      _check_labels(filename)
-    total += size // RECORD_BYTES
-  return total
-
-
-def _check_labels(filename):
-  """Raises DataError naming the first record whose label byte is not 0-9.
-
-  A bad label would otherwise surface mid-training as a deep TF error from
-  the loss, or not at all on a GPU.
-  """
-  if '://' in filename:
-    with tf.io.gfile.GFile(filename, 'rb') as f:
-      labels = np.frombuffer(f.read(), dtype=np.uint8)[::RECORD_BYTES]
-  else:
-    # Mapped rather than read: ten times faster (no copy of the whole file).
-    mapped = np.memmap(filename, dtype=np.uint8, mode='r')
-    labels = np.array(mapped[::RECORD_BYTES])
-    del mapped
-  bad = np.flatnonzero(labels >= NUM_CLASSES)
-  if bad.size:
-    record = int(bad[0])
-    raise DataError(
-        'Data file %s, record %d (byte offset %d): label byte is %d, expected '
-        '0-%d (%d records in the file have a bad label): the file is corrupt '
-        'or not CIFAR-10 binary data (CIFAR-100 has two label bytes)'
-        % (filename, record, record * RECORD_BYTES, labels[record],
-           NUM_CLASSES - 1, bad.size))
-
-
 def read_cifar10(filename_queue):
   """Reads the next example from a queue of CIFAR-10 files.
+
+  The original tutorial's reader, one record per call. The pipelines read
+  with `read_cifar10_chunk` instead, 128 records per call: one image per
+  queue-runner step cost 190 us of pipeline CPU per image against 41 us a
+  chunk at a time (benchmarks/README.md, change 3).
 
   Call it N times for N readers running in parallel; each call builds a reader.
 
@@ -166,8 +113,24 @@ def _decode(values):
   return labels, planes
 
 
-def _read_chunk(filename_queue):
-  """Reads up to READ_CHUNK records at once; see `_decode` for the outputs."""
+def read_cifar10_chunk(filename_queue):
+  """Reads up to READ_CHUNK records at once: what both pipelines read with.
+
+  Replaces `read_cifar10` (tf.FixedLengthRecordReader's `read`, one record
+  per call) with `read_up_to`, so that one queue-runner step reads, decodes
+  and preprocesses 128 records together: pipeline CPU per image 190 -> 41 us
+  against one image per step (benchmarks/README.md, change 3). It returns the colour planes as stored,
+  not `read_cifar10`'s height-width-RGB image, so that the pipelines crop
+  before they transpose, in float32 (change 16).
+
+  Args:
+    filename_queue: a queue of strings with the filenames to read from.
+
+  Returns:
+    labels: int32 tensor of [n, 1], the classes in 0..9, n <= READ_CHUNK.
+    planes: uint8 tensor of [n, 3, 32, 32], the images as stored: the red,
+      green and blue planes, each [row, column].
+  """
   reader = tf.FixedLengthRecordReader(record_bytes=RECORD_BYTES)
   _, values = reader.read_up_to(filename_queue, READ_CHUNK)
   return _decode(values)
@@ -185,18 +148,18 @@ def _random_distort(planes):
   flips = tf.random.uniform([n]) < 0.5
   deltas = tf.random.uniform([n], -63.0, 63.0)
   factors = tf.random.uniform([n], 0.2, 1.8)
-  return fast_ops.distort(planes, offsets, flips, deltas, factors,
-                          IMAGE_SIZE)
+  return fast_ops.distort(planes, offsets, flips, deltas=deltas,
+                          factors=factors, image_size=IMAGE_SIZE)
 
 
-def _generate_image_and_label_batch(images, labels, min_queue_examples,
-                                    batch_size, shuffle, num_threads,
+def _generate_image_and_label_batch(examples, min_queue_examples, batch_size,
+                                    shuffle, num_threads,
                                     allow_smaller_final_batch=False):
   """Batches chunks of examples through a (shuffling) queue.
 
   Args:
-    images: 4-D float32 tensor of [n, IMAGE_SIZE, IMAGE_SIZE, 3], a chunk.
-    labels: int32 tensor of [n, 1].
+    examples: (images, labels), a chunk: images a 4-D float32 tensor of
+      [n, IMAGE_SIZE, IMAGE_SIZE, 3], labels an int32 tensor of [n, 1].
     min_queue_examples: int, examples kept in the queue to draw batches from.
     batch_size: int, images per batch.
     shuffle: bool, whether to shuffle across examples.
@@ -212,12 +175,12 @@ def _generate_image_and_label_batch(images, labels, min_queue_examples,
   capacity = min_queue_examples + 3 * batch_size
   if shuffle:
     image_batch, label_batch = tf.train.shuffle_batch(
-        [images, labels], batch_size=batch_size, num_threads=num_threads,
+        list(examples), batch_size=batch_size, num_threads=num_threads,
         capacity=capacity, min_after_dequeue=min_queue_examples,
         enqueue_many=True)
   else:
     image_batch, label_batch = tf.train.batch(
-        [images, labels], batch_size=batch_size, num_threads=num_threads,
+        list(examples), batch_size=batch_size, num_threads=num_threads,
         capacity=capacity, enqueue_many=True,
         allow_smaller_final_batch=allow_smaller_final_batch)
   tf.summary.image('images', image_batch)
@@ -261,7 +224,7 @@ def distorted_inputs(data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS):
   with tf.device('/cpu:0'):
     filename_queue = tf.train.string_input_producer(filenames)
     with tf.name_scope('data_augmentation'):
-      labels, planes = _read_chunk(filename_queue)
+      labels, planes = read_cifar10_chunk(filename_queue)
       # Standardization undoes much of the brightness and contrast changes
       # (tensorflow#1458); they stay because the original trains with them.
       images = _random_distort(planes)
@@ -273,7 +236,7 @@ def distorted_inputs(data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS):
       print('Filling queue with %d CIFAR images before starting to train. '
             'This will take a few minutes.' % min_queue_examples)
     return _generate_image_and_label_batch(
-        images, labels, min_queue_examples, batch_size, shuffle=True,
+        (images, labels), min_queue_examples, batch_size, shuffle=True,
         num_threads=num_threads)
 
 
@@ -359,9 +322,9 @@ def inputs(eval_data, data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS,
             filenames, num_epochs=1, shuffle=False)
       else:
         filename_queue = tf.train.string_input_producer(filenames)
-      labels, planes = _read_chunk(filename_queue)
+      labels, planes = read_cifar10_chunk(filename_queue)
       images = eval_preprocess(planes)
       min_queue_examples = int(num_records * MIN_FRACTION_OF_EXAMPLES_IN_QUEUE)
     return _generate_image_and_label_batch(
-        images, labels, min_queue_examples, batch_size, shuffle=False,
+        (images, labels), min_queue_examples, batch_size, shuffle=False,
         num_threads=num_threads, allow_smaller_final_batch=single_pass)

@@ -28,7 +28,8 @@ the last tower's, with the same tags as single-device training.
 """
 
 import collections
-import re
+from datetime import datetime
+import time
 
 from cifar10_support import startup
 startup.before_tensorflow(__name__)
@@ -40,12 +41,18 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 import cifar10_input
-import cifar10_train  # its flags, and the training session it runs
+import cifar10_train  # its flags and its step line's format
 from cifar10_support import console
+from cifar10_support import download
 from cifar10_support import gpus
 from cifar10_support import precision
 from cifar10_support import run_flags
+from cifar10_support import run_settings
 from cifar10_support import sessions
+from cifar10_support import signals
+from cifar10_support import summaries
+from cifar10_support import towers
+from cifar10_support import train_dirs
 
 FLAGS = flags.FLAGS
 
@@ -68,8 +75,6 @@ flags.DEFINE_integer('split_gpu_memory_mb', 0,
                      '0 shares 90 percent of each card evenly among its '
                      'towers.')
 
-_TOWER_SCOPE = re.compile('^%s_[0-9]+/' % cifar10.TOWER_NAME)
-
 TrainStep = collections.namedtuple(
     'TrainStep', ['train_op', 'loss', 'grads_and_vars', 'tower_grads',
                   'summaries'])
@@ -81,31 +86,6 @@ TrainStep.__doc__ = """What `build_train_step` returns.
   tower_grads: one list of (gradient, variable) per tower.
   summaries: the summary tensors to write (merge them for the summary op).
 """
-
-
-def prefetch_queue(tensors, capacity):
-  """A FIFO queue of whole batches, kept full by one thread on /cpu:0.
-
-  Every tower dequeues its own batch, so one input pipeline serves them all;
-  one pipeline per tower filled its shuffling queue once per tower and made
-  several GPUs slower than one (tensorflow#4272).
-
-  Args:
-    tensors: list of batch tensors with fully defined shapes, e.g. images
-      [batch, 24, 24, 3] and labels [batch].
-    capacity: int, batches the queue holds.
-
-  Returns:
-    The tf.FIFOQueue; `dequeue()` gives tensors like `tensors`.
-  """
-  with tf.device('/cpu:0'), tf.name_scope('prefetch_queue'):
-    queue = tf.FIFOQueue(capacity, dtypes=[t.dtype for t in tensors],
-                         shapes=[t.shape for t in tensors])
-    tf.train.add_queue_runner(
-        tf.train.QueueRunner(queue, [queue.enqueue(tensors)]))
-    tf.summary.scalar('fraction_of_%d_full' % capacity,
-                      tf.cast(queue.size(), tf.float32) / capacity)
-  return queue
 
 
 def average_gradients(tower_grads):
@@ -122,42 +102,13 @@ def average_gradients(tower_grads):
     ValueError: naming the tower and variable, if a tower's variables differ
       from tower 0's or a gradient is None.
   """
-  if not tower_grads:
-    raise ValueError('average_gradients needs at least one tower')
-  names = [var.op.name for _, var in tower_grads[0]]
-  for i, grads_and_vars in enumerate(tower_grads):
-    tower_names = [var.op.name for _, var in grads_and_vars]
-    if tower_names != names:
-      missing = sorted(set(names) - set(tower_names))
-      extra = sorted(set(tower_names) - set(names))
-      raise ValueError(
-          'Tower %d has gradients for other variables than tower 0: missing '
-          '%s, extra %s%s' % (i, missing, extra,
-                              '' if missing or extra else ' (order differs)'))
-    for grad, var in grads_and_vars:
-      if grad is None:
-        raise ValueError('Tower %d has no gradient for variable %s: its loss '
-                         'does not depend on it' % (i, var.op.name))
+  towers.check_gradients(tower_grads)
   averaged = []
   for pairs in zip(*tower_grads):
     grads = [grad for grad, _ in pairs]
     mean = grads[0] if len(grads) == 1 else tf.add_n(grads) / len(grads)
     averaged.append((mean, pairs[0][1]))
   return averaged
-
-
-def _read_in_one_scope(getter, *args, **kwargs):
-  """A variable getter: the variable's value, read in scope variable_reads/.
-
-  Each tower still reads each variable once, as before, but the read ops
-  sit in one name scope instead of the tower's: in TensorBoard's graph a
-  tower then has 2 inputs (variable_reads, prefetch_queue) rather than 6 (one
-  per layer's variable scope plus its batch), which its graph plugin took for
-  a high-degree node and moved the towers to "Auxiliary Nodes".
-  """
-  var = getter(*args, **kwargs)
-  with tf.name_scope('variable_reads/'):
-    return var.value()
 
 
 def build_towers(opt, tower_batches, tower_device, compute_dtype=None,
@@ -183,7 +134,7 @@ def build_towers(opt, tower_batches, tower_device, compute_dtype=None,
   # afterwards (moving averages, optimizer) are created rather than looked up:
   # the original's "Variable tower_1/... does not exist" crash.
   with tf.variable_scope(tf.get_variable_scope(),
-                         custom_getter=_read_in_one_scope):
+                         custom_getter=summaries.read_in_one_scope):
     for i, (images, labels) in enumerate(tower_batches):
       with tf.device('/%s:%d' % (tower_device, i)), \
           tf.name_scope('%s_%d' % (cifar10.TOWER_NAME, i)) as scope:
@@ -193,36 +144,6 @@ def build_towers(opt, tower_batches, tower_device, compute_dtype=None,
         tower_grads.append(precision.compute_gradients(
             opt, tower_losses[-1], loss_scale))
   return tower_grads, tower_losses, scope
-
-
-def _retag(summary, tag):
-  """A copy of a scalar or histogram summary that writes under `tag`."""
-  values = summary.op.inputs[1]
-  if summary.op.type == 'ScalarSummary':
-    return tf.raw_ops.ScalarSummary(tags=tag, values=values)
-  if summary.op.type == 'TensorSummaryV2':  # fast_ops.histogram_summary
-    return tf.raw_ops.TensorSummaryV2(
-        tag=tag, tensor=values,
-        serialized_summary_metadata=summary.op.inputs[2])
-  raise ValueError('Cannot retag summary %s of type %s'
-                   % (summary.op.name, summary.op.type))
-
-
-def _summaries_to_write(last_scope):
-  """The global summaries plus the last tower's, tagged as on one device.
-
-  A summary's tag is its op's name scope, so the last tower's come out as
-  'tower_1/conv1/...'; copies without that prefix let TensorBoard overlay
-  single- and multi-tower runs.
-  """
-  summaries = []
-  for summary in tf.get_collection(tf.GraphKeys.SUMMARIES):
-    if summary.op.name.startswith(last_scope):
-      tag = tf.compat.as_str(tf.get_static_value(summary.op.inputs[0]).item())
-      summaries.append(_retag(summary, cifar10.strip_tower_prefix(tag)))
-    elif not _TOWER_SCOPE.match(summary.op.name):
-      summaries.append(summary)
-  return summaries
 
 
 def tower_input_batches(data_dir, num_towers, batch_size, use_fp16=False,
@@ -245,7 +166,7 @@ def tower_input_batches(data_dir, num_towers, batch_size, use_fp16=False,
       data_dir, batch_size, use_fp16=use_fp16, num_threads=num_threads)
   # Two batches per tower: the next step's batches are ready while this
   # step's gradients are computed.
-  queue = prefetch_queue([images, labels], capacity=2 * num_towers)
+  queue = towers.prefetch_queue([images, labels], capacity=2 * num_towers)
   # In the queue's name scope (a name ending in '/' re-enters it): one node
   # in TensorBoard's graph rather than one per tower.
   with tf.device('/cpu:0'), tf.name_scope('prefetch_queue/'):
@@ -273,7 +194,8 @@ def build_train_step(tower_batches, global_step, batch_size,
   loss_scale = (precision.dynamic_loss_scale()
                 if precision.needs_loss_scale(compute_dtype) else None)
   tower_grads, tower_losses, last_scope = build_towers(
-      opt, tower_batches, tower_device, compute_dtype, loss_scale)
+      opt, tower_batches, tower_device, compute_dtype=compute_dtype,
+      loss_scale=loss_scale)
 
   with tf.device('/cpu:0'):
     # Built once, outside the reused variable scope, for the last tower; in
@@ -297,41 +219,33 @@ def build_train_step(tower_batches, global_step, batch_size,
     # The retagged copies carry their tags explicitly: in the last tower's
     # scope they draw as part of it.
     with tf.name_scope(last_scope):
-      summaries = _summaries_to_write(last_scope)
-  return TrainStep(train_op, loss, grads, tower_grads, summaries)
+      tower_summaries = summaries.global_and_last_tower(last_scope,
+                                                        cifar10.TOWER_NAME)
+  return TrainStep(train_op, loss, grads_and_vars=grads,
+                   tower_grads=tower_grads, summaries=tower_summaries)
 
 
-def fallback_line(num_towers, visible):
-  """What GPU towers without a GPU of their own do, and how to change it."""
-  if visible:
-    remedy = ('--split_gpus splits the GPU(s) into %d virtual GPUs, one per '
-              'tower.' % num_towers)
-  else:
-    remedy = '--tower_device=cpu gives each tower its own CPU device.'
-  return ('%d GPU towers asked for (--num_gpus) but %d GPU(s) visible: towers '
-          'without a GPU run on the CPU (soft placement), as in the original; '
-          '%s' % (num_towers, visible, remedy))
+def print_step(step, loss_value, duration, batches, batch_size):
+  """Prints the step line for `batches` tower batches of `batch_size` images
+  trained in `duration` seconds: examples/sec counts every tower, sec/batch
+  is the time per tower batch, as in the original. Returns examples/sec."""
+  examples_per_sec = batches * batch_size / duration
+  print(cifar10_train.LOG_FORMAT % (datetime.now(), step, loss_value,
+                                    examples_per_sec, duration / batches),
+        flush=True)
+  return examples_per_sec
 
 
-def train(data_dir, train_dir, num_towers=1, tower_device='gpu',
-          max_steps=100000, batch_size=128, use_fp16=False, log_frequency=10,
-          log_device_placement=False, fresh_start=False,
-          save_checkpoint_secs=600, save_summaries_steps=100,
-          num_threads=cifar10_input.NUM_PREPROCESS_THREADS,
-          save_checkpoint_steps=None, config=None, threads=(None, None),
-          compute_dtype=None):
-  """Trains with `num_towers` towers up to global step `max_steps`.
+def train(settings, num_towers=1, tower_device='gpu', config=None):
+  """Trains with `num_towers` towers up to global step settings.max_steps.
 
   Args:
+    settings: a run_settings.TrainSettings; batch_size is per tower.
     num_towers: int, model replicas, one per device.
     tower_device: 'gpu' or 'cpu', see sessions.training_config.
-    batch_size: int, images per tower per step.
-    config: the session's tf.ConfigProto, e.g. gpus.split_config's
-      (its thread counts are set from `threads`); None for
+    config: the session's tf.ConfigProto, e.g. gpus.split_gpus_config's
+      (its thread counts are set from settings.threads); None for
       sessions.training_config's.
-    threads: (intra-op, inter-op) thread counts, see
-      sessions.training_config.
-    others: as for `cifar10_train.train`.
 
   Returns:
     A dict as `cifar10_train.train`'s; 'loss' is the towers' mean and
@@ -343,22 +257,57 @@ def train(data_dir, train_dir, num_towers=1, tower_device='gpu',
   if tower_device == 'gpu' and config is None:
     visible = len(tf.config.list_physical_devices('GPU'))
     if visible < num_towers:
-      print(fallback_line(num_towers, visible))
+      print(gpus.fallback_message(num_towers, visible))
+  with train_dirs.claim(settings.train_dir, settings.fresh_start) as start:
+    if start.nothing_to_train(settings.max_steps):
+      return {'global_step': start.step, 'loss': None,
+              'examples_per_sec': None, 'signal': None}
+    with tf.Graph().as_default(), signals.stop_requests() as stop_signals:
+      with tf.device('/cpu:0'):
+        global_step = tf.train.get_or_create_global_step()
+      tower_batches = tower_input_batches(
+          settings.data_dir, num_towers, settings.batch_size,
+          use_fp16=settings.use_fp16, num_threads=settings.input_threads)
+      step = build_train_step(
+          tower_batches, global_step, settings.batch_size,
+          tower_device=tower_device, compute_dtype=settings.compute_dtype)
 
-  def build(global_step):
-    tower_batches = tower_input_batches(data_dir, num_towers, batch_size,
-                                        use_fp16, num_threads)
-    step = build_train_step(tower_batches, global_step, batch_size,
-                            tower_device, compute_dtype)
-    return step.train_op, step.loss, tf.summary.merge(step.summaries)
+      saving = start.restore_then_save(settings,
+                                       tf.summary.merge(step.summaries))
+      hooks = [tf.train.StopAtStepHook(last_step=settings.max_steps),
+               tf.train.NanTensorHook(step.loss)] + saving.hooks
+      if config:
+        config = sessions.set_threads(config, settings.threads, num_towers)
+      else:
+        config = sessions.training_config(settings.threads, num_towers,
+                                          tower_device,
+                                          settings.log_device_placement)
+      # The first window also counts session start-up and the queue filling.
+      window_start, window_steps = time.time(), 0
+      step_number = loss_value = examples_per_sec = None
+      with start.stop_on_full_disk(), \
+          start.nan_loss_reported(lambda: step_number):
+        with tf.train.MonitoredTrainingSession(
+            scaffold=saving.scaffold, hooks=hooks, config=config,
+            **saving.session_args) as mon_sess:
+          # Read without the hooks, which would take it for a training step.
+          step_number = mon_sess.run_step_fn(
+              lambda step_context: step_context.session.run(global_step))
+          while not mon_sess.should_stop() and not stop_signals:
+            _, loss_value = mon_sess.run([step.train_op, step.loss])
+            window_steps += 1
+            if step_number % settings.log_frequency == 0:
+              examples_per_sec = print_step(
+                  step_number, loss_value, time.time() - window_start,
+                  batches=window_steps * num_towers,
+                  batch_size=settings.batch_size)
+              window_start, window_steps = time.time(), 0
+            step_number += 1
 
-  return cifar10_train.run_training(
-      build, train_dir, max_steps, batch_size, log_frequency, fresh_start,
-      (sessions.set_threads(config, threads, num_towers) if config else
-       sessions.training_config(threads, num_towers, tower_device,
-                                log_device_placement)),
-      save_checkpoint_secs, save_summaries_steps, num_towers,
-      save_checkpoint_steps=save_checkpoint_steps)
+  start.report_end(step_number, stop_signals)
+  return {'global_step': step_number, 'loss': loss_value,
+          'examples_per_sec': examples_per_sec,
+          'signal': stop_signals[0] if stop_signals else None}
 
 
 def main(argv):
@@ -372,14 +321,17 @@ def main(argv):
     config = gpus.split_gpus_config(FLAGS.num_gpus, FLAGS.tower_device,
                                     FLAGS.split_gpu_memory_mb,
                                     FLAGS.log_device_placement)
-  cifar10_train.check_flags(FLAGS)
+  run_flags.check_training_flags(FLAGS)
   # --tower_device=cpu keeps the towers on CPU devices even beside a GPU.
   on_gpu = FLAGS.tower_device == 'gpu' and sessions.has_gpu()
-  compute_dtype = precision.compute_dtype_here(
+  compute_dtype = precision.compute_dtype_for_this_machine(
       FLAGS.mixed_precision, on_gpu, FLAGS.use_fp16)
-  cifar10_train.run_or_exit(train, FLAGS, num_towers=FLAGS.num_gpus,
-                            tower_device=FLAGS.tower_device, config=config,
-                            compute_dtype=compute_dtype)
+  settings = run_settings.from_flags(FLAGS, compute_dtype)
+  with train_dirs.run_errors_end_the_process():
+    download.prepare(FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5,
+                     cifar10_input.TRAIN_FILES)
+    result = train(settings, FLAGS.num_gpus, FLAGS.tower_device, config)
+  signals.exit_if_stopped(result['signal'])
 
 
 if __name__ == '__main__':

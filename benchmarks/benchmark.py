@@ -98,6 +98,8 @@ import cifar10_multi_gpu_train
 import cifar10_train
 from cifar10_support import download
 from cifar10_support import precision
+from cifar10_support import run_settings
+from cifar10_support import saving
 from cifar10_support import sessions
 import step_time
 import synthetic
@@ -134,7 +136,7 @@ def _read_text(path):
     return ''
 
 
-def machine_line(cpuinfo=None, cpu_count=None, usable_cores=None,
+def describe_machine(cpuinfo=None, cpu_count=None, usable_cores=None,
                  environ=None, tf_version=None):
   """One line describing the machine the benchmark runs on.
 
@@ -204,7 +206,7 @@ def _inter_op_text(num_threads):
   return '%d' % num_threads
 
 
-def thread_line(config):
+def describe_threads(config):
   """The thread settings of a session's tf.ConfigProto, in one line.
 
   A session with session_inter_op_thread_pool entries runs its steps in the
@@ -323,26 +325,38 @@ class TrainScriptVariant(Variant):
   def __init__(self, steps, data_dir, train_dir, batch_size, config=None,
                compute_dtype=None):
     super(TrainScriptVariant, self).__init__(
-        _row_name('train', compute_dtype), steps, batch_size,
+        row_name('train', compute_dtype), steps, batch_size,
         TRAIN_FLOP_PER_EXAMPLE)
     self.graph = tf.Graph()
     with self.graph.as_default():
-      global_step = tf.train.get_or_create_global_step()
-      self.train_op, loss, _ = cifar10_train.build_training_graph(
-          global_step, data_dir, batch_size, compute_dtype=compute_dtype)
+      # cifar10_train.train's graph.
+      with tf.device('/cpu:0'):
+        global_step = tf.train.get_or_create_global_step()
+      images, labels = cifar10.distorted_inputs(data_dir, batch_size)
+      loss = cifar10.loss(cifar10.inference(images, compute_dtype), labels)
+      self.train_op = cifar10.train(
+          loss, global_step, batch_size,
+          loss_scaling=precision.needs_loss_scale(compute_dtype))
       # config: the script's own unless a test bounds its ops' time.
-      self._start(train_dir, loss, global_step, batch_size,
-                  model_config() if config is None else config)
+      self._start(run_settings.TrainSettings(
+          data_dir, train_dir, max_steps=10 ** 9, batch_size=batch_size),
+                  model_config() if config is None else config, loss,
+                  logger=cifar10_train.LoggerHook(loss, global_step,
+                                                  batch_size, 10))
 
-  def _start(self, train_dir, loss, global_step, batch_size, config,
-             summary_op=None, num_towers=1):
+  def _start(self, settings, config, loss, logger=None, summary_op=None):
+    """Opens cifar10_train.train's session, with its hooks (the logger's
+    lines go to /dev/null), in a fresh settings.train_dir."""
     self.config = config  # the session's, as given to it
     self._log = open(os.devnull, 'w')
     with contextlib.redirect_stdout(self._log):
-      self.sess, _ = cifar10_train.monitored_session(
-          train_dir, loss, global_step, batch_size, max_steps=10 ** 9,
-          log_frequency=10, config=config, summary_op=summary_op,
-          num_towers=num_towers)
+      scaffold, saving_hooks, session_args = saving.restore_then_save(
+          None, settings.train_dir, settings, summary_op)
+      hooks = [tf.train.StopAtStepHook(last_step=settings.max_steps),
+               tf.train.NanTensorHook(loss)] + (
+                   [logger] if logger else []) + saving_hooks
+      self.sess = tf.train.MonitoredTrainingSession(
+          scaffold=scaffold, hooks=hooks, config=config, **session_args)
 
   def measure(self):
     # Redirected once a window, not once a step: the loop stays as it is.
@@ -409,10 +423,11 @@ class TowersVariant(TrainScriptVariant):
       step = cifar10_multi_gpu_train.build_train_step(
           batches, global_step, batch_size, tower_device='cpu')
       self.train_op = step.train_op
-      self._start(train_dir, step.loss, global_step, batch_size,
+      self._start(run_settings.TrainSettings(
+          data_dir, train_dir, max_steps=10 ** 9, batch_size=batch_size),
                   sessions.training_config(THREADS['model'], num_towers,
-                                           'cpu'),
-                  tf.summary.merge(step.summaries), num_towers)
+                                           'cpu'), step.loss,
+                  summary_op=tf.summary.merge(step.summaries))
 
 
 def _build_bound(batch_size):
@@ -449,7 +464,7 @@ class EvalVariant(Variant):
   """
 
   def __init__(self, data_dir, batch_size, num_examples, compute_dtype=None):
-    super(EvalVariant, self).__init__(_row_name('eval', compute_dtype), 1,
+    super(EvalVariant, self).__init__(row_name('eval', compute_dtype), 1,
                                       num_examples, FORWARD_FLOP_PER_EXAMPLE)
     self.data_dir = data_dir
     self.batch_size = batch_size
@@ -457,16 +472,16 @@ class EvalVariant(Variant):
 
   def measure(self):
     with tf.Graph().as_default():
-      ops = cifar10_eval._build_eval_graph(  # pylint: disable=protected-access
-          'test', self.data_dir, self.batch_size, False, 1,
-          self.compute_dtype)
+      eval_graph = cifar10_eval.build_eval_graph(cifar10_eval.EvalSettings(
+          self.data_dir, batch_size=self.batch_size,
+          compute_dtype=self.compute_dtype))
       with tf.Session(config=eval_config()) as sess:
         sess.run([tf.global_variables_initializer(),
                   tf.local_variables_initializer()])
         coord = tf.train.Coordinator()
         threads = tf.train.start_queue_runners(sess, coord)
         start = time.time()
-        cifar10_eval._count(sess, ops, self.examples_per_step)  # pylint: disable=protected-access
+        cifar10_eval.count_examples(sess, eval_graph, self.examples_per_step)
         self.rates.append(self.examples_per_step / (time.time() - start))
         coord.request_stop()
         coord.join(threads, stop_grace_period_secs=10)
@@ -528,7 +543,7 @@ class ClassifyVariant(Variant):
 
 # --num_intra_threads and --num_inter_threads, for the model's sessions (as
 # the scripts take them); set once, in main.
-THREADS = {'model': (None, None)}
+THREADS = {'model': sessions.BY_RULE}
 
 
 def model_config():
@@ -605,7 +620,7 @@ BASELINES.update({'%s_%s' % (name, suffix): name
                   for suffix in ('bf16', 'fp16')})
 
 
-def _row_name(name, compute_dtype):
+def row_name(name, compute_dtype):
   """'train' for float32; 'train_bf16' or 'train_fp16' in mixed precision."""
   if compute_dtype is None:
     return name
@@ -768,11 +783,12 @@ def main():
   eval_batches = -(-num_test // batch)
 
   # The configuration the `train` variant's session is given, below.
-  THREADS['model'] = (args.num_intra_threads, args.num_inter_threads)
+  THREADS['model'] = sessions.ThreadCounts(args.num_intra_threads,
+                                           args.num_inter_threads)
   train_config = model_config()
-  print(machine_line())
-  print('train session %s' % thread_line(train_config))
-  print('matmul sessions %s' % thread_line(matmul_session_config()))
+  print(describe_machine())
+  print('train session %s' % describe_threads(train_config))
+  print('matmul sessions %s' % describe_threads(matmul_session_config()))
   on_gpu = bool(tf.config.list_physical_devices('GPU'))
   mixed, mixed_line = mixed_precision_rows(
       args.mixed_precision, on_gpu, *precision.this_machine(on_gpu))
@@ -806,7 +822,7 @@ def main():
                            os.path.join(scratch, 'train_mixed'), batch,
                            model_config(), mixed),
         EvalVariant(data_dir, batch, num_test, mixed),
-        SessionVariant(_row_name('forward', mixed), eval_batches, batch,
+        SessionVariant(row_name('forward', mixed), eval_batches, batch,
                        _build_forward(batch, mixed),
                        FORWARD_FLOP_PER_EXAMPLE, eval_config()),
     ]

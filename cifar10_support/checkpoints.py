@@ -257,13 +257,14 @@ def check_averages_restorable(reader, var_map, checkpoint):
 
 
 RestorePlan = collections.namedtuple('RestorePlan',
-                                     ['checkpoint', 'variables', 'fresh'])
+                                     ['checkpoint', 'variables',
+                                      'not_in_checkpoint'])
 RestorePlan.__doc__ = """What `plan_restore` returns.
 
   checkpoint: str, the checkpoint's path prefix.
   variables: dict, checkpoint name -> variable of this graph, to restore.
-  fresh: sorted list of the names of this graph's variables that the
-    checkpoint lacks (trainer-only state): they keep their initial values.
+  not_in_checkpoint: sorted list of the names of this graph's variables that
+    the checkpoint lacks (trainer-only state): they keep their initial values.
 """
 
 
@@ -310,7 +311,7 @@ def plan_restore(checkpoint, variables=None, trainable=None):
   shapes = reader.get_variable_to_shape_map()
   dtypes = reader.get_variable_to_dtype_map()
   required = model_state_names(var.op.name for var in trainable)
-  restore, fresh = {}, []
+  restore, missing = {}, []
   for var in sorted(variables, key=lambda v: v.op.name):
     name = var.op.name
     here = _describe(var.shape.as_list(), var.dtype.base_dtype)
@@ -320,7 +321,7 @@ def plan_restore(checkpoint, variables=None, trainable=None):
             'checkpoint %s has no %s, which this model needs (%s): it was '
             'written by another model. Nothing was changed; train this one in '
             'another --train_dir' % (checkpoint, name, here))
-      fresh.append(name)
+      missing.append(name)
       continue
     there = _describe(shapes[name], dtypes[name])
     if there != here:
@@ -334,15 +335,16 @@ def plan_restore(checkpoint, variables=None, trainable=None):
           'this model in another --train_dir' % (checkpoint, name, there, here,
                                                  hint))
     restore[name] = var
-  return RestorePlan(checkpoint, restore, fresh)
+  return RestorePlan(checkpoint, restore, missing)
 
 
-def fresh_line(plan):
+def not_in_checkpoint_message(plan):
   """The line saying what starts fresh, or None if everything was restored."""
-  if not plan.fresh:
+  if not plan.not_in_checkpoint:
     return None
   return ('Starting fresh (not in %s, which another trainer wrote): %s.'
-          % (os.path.basename(plan.checkpoint), ', '.join(plan.fresh)))
+          % (os.path.basename(plan.checkpoint),
+             ', '.join(plan.not_in_checkpoint)))
 
 
 def restoring_scaffold(plan, train_dir, on_recovery=None, **kwargs):
@@ -396,18 +398,18 @@ def restoring_scaffold(plan, train_dir, on_recovery=None, **kwargs):
       if checkpoint:
         with session.graph.as_default():
           current = plan_restore(checkpoint)
-        if fresh_line(current):
-          print(fresh_line(current))
+        if not_in_checkpoint_message(current):
+          print(not_in_checkpoint_message(current))
     if current is not None:
       saver = plan_savers.get(frozenset(current.variables))
-      if saver is None and not current.fresh:
+      if saver is None and not current.not_in_checkpoint:
         saver = scaffold.saver  # Saves, so restores, every variable.
       if saver is None:
         raise ResumeError(
             'checkpoint %s lacks variables that this run started with '
             '(%s): it cannot be restored into the running session. Run the '
             'same command again to resume from it'
-            % (current.checkpoint, ', '.join(current.fresh)))
+            % (current.checkpoint, ', '.join(current.not_in_checkpoint)))
       saver.restore(session, current.checkpoint)
       _take_over_pruning(scaffold.saver, current.checkpoint)
     else:

@@ -10,6 +10,9 @@ this module adds is what TensorFlow leaves unbounded or unsaid:
     ChiefSessionCreator the chief's session, through LostSessions
     WorkerSessionCreator another worker's: waits for the chief's variables
     ChiefWatchHook      another worker stops when the chief stays away
+    ReleaseTokensHook   no synchronous worker left waiting at the end
+    monitored_session   a worker's MonitoredSession, built of the above
+    operation_timeout   what a worker says when an operation blocked
 
 docs/distributed.md ("Faults") says what each fault costs.
 """
@@ -22,13 +25,20 @@ import time
 
 import tensorflow.compat.v1 as tf
 
+from cifar10_support import checkpoints
 from cifar10_support import clusters
+from cifar10_support import sessions
+from cifar10_support import summaries
 
 # How MonitoredSession's log line for an error it recovers from begins.
 RECOVERED_ERROR_LOG = 'An error was raised'
 # How often a waiting worker asks whether the chief is done
 # (MonitoredTrainingSession's default waits 30 s between checks).
 _READY_POLL_SECS = 1
+# Grace period for a closing session's threads. The chief's gradient
+# aggregation thread always uses all of it in synchronous training (it is
+# blocked on gradients that will never come); the input threads need far less.
+_STOP_GRACE_SECS = 3
 
 
 def _in_error(task):
@@ -247,3 +257,118 @@ class ChiefWatchHook(tf.train.SessionRunHook):
           '%s has not answered for %d s (--startup_wait_secs): '
           'stopping, since nothing is saved without it. Start it again, then '
           'this worker.' % (clusters.describe(self._chief), self._wait_secs))
+
+
+class ReleaseTokensHook(tf.train.SessionRunHook):
+  """On a clean stop, gives every worker a token of the synchronous queue.
+
+  Once the global step reaches max_steps no update follows, so a worker that
+  already queued its gradients would wait for a token until its operation
+  timeout; with one it finishes its step and sees that training is over.
+  When the chief stops it closes the queue, which also ends every wait (as
+  the end of the input), and then no token is needed.
+  """
+
+  def __init__(self, release_op):
+    self._release_op = release_op
+
+  def end(self, session):
+    try:
+      session.run(self._release_op)
+    except tf.errors.CancelledError:
+      pass  # The chief has closed the queue.
+
+
+def monitored_session(settings, worker, hooks, lost_sessions, global_step,
+                      restore_plan=None):
+  """The chief's session (initialises or restores, saves) or another's.
+
+  Either is re-created when a ps task restarts or a connection breaks: the
+  chief's restores the newest checkpoint again, another's waits for it.
+  Call it inside the worker's graph, once built.
+
+  Args:
+    settings: the run's run_settings.TrainSettings (the chief saves to its
+      train_dir).
+    worker: the clusters.WorkerSettings.
+    hooks: the worker's own hooks (stop, log, NaN check, ...).
+    lost_sessions: the worker's LostSessions.
+    global_step: the global step variable.
+    restore_plan: the chief's checkpoints.RestorePlan, or None.
+
+  Returns:
+    A tf.train.MonitoredSession, not yet entered.
+  """
+  task_index, chief = worker.task_index, worker.cluster['worker'][0]
+  config = sessions.worker_config(task_index, worker.operation_timeout_secs,
+                                  settings.log_device_placement)
+  if task_index == 0:
+    return _chief_session(settings, worker, hooks, lost_sessions, config,
+                          restore_plan)
+  print('Worker %d: waiting up to %d s for the chief (worker 0 at %s) to '
+        'initialise the variables.' % (task_index, worker.startup_wait_secs,
+                                        chief), flush=True)
+  hooks = hooks + [ChiefWatchHook(task_index, chief,
+                                  worker.startup_wait_secs)]
+  return tf.train.MonitoredSession(
+      session_creator=WorkerSessionCreator(
+          worker.target, config, worker.startup_wait_secs, chief,
+          lost_sessions, global_step, task_index),
+      hooks=hooks, stop_grace_period_secs=_STOP_GRACE_SECS)
+
+
+def _chief_session(settings, worker, hooks, lost_sessions, config,
+                   restore_plan):
+  """The chief's part of `monitored_session`."""
+
+  def on_recovery(checkpoint, step):
+    if checkpoint is None:
+      restored = 'no checkpoint yet, so from step 0 again'
+    else:
+      restored = 'restored %s, global step %d; steps since then are lost' % (
+          os.path.basename(checkpoint), step)
+    print('Worker 0: session lost (%s): %s.' % (lost_sessions.reason,
+                                                 restored), flush=True)
+
+  train_dir = settings.train_dir
+  # Restores on the chief's CPU, from its own disk, as its saver saves.
+  with tf.device('/job:worker/task:%d/cpu:0' % worker.task_index):
+    scaffold = checkpoints.restoring_scaffold(restore_plan, train_dir,
+                                              on_recovery)
+  # After the NaN check, as in cifar10_train, so a diverged step is never
+  # saved. The global step moves with every worker's updates: re-read each
+  # run.
+  steps = settings.save_checkpoint_steps
+  hooks = hooks + [
+      summaries.SummaryHook(train_dir, settings.save_summaries_steps,
+                            settings.max_steps, own_steps=False),
+      tf.train.CheckpointSaverHook(
+          train_dir, scaffold=scaffold, save_steps=steps,
+          save_secs=None if steps else settings.save_checkpoint_secs)]
+  if settings.save_summaries_steps:
+    hooks.append(tf.train.StepCounterHook(
+        every_n_steps=settings.save_summaries_steps, output_dir=train_dir))
+  # As tf.train.MonitoredTrainingSession(is_chief=True) with no
+  # checkpoint_dir (the scaffold restores, from any trainer's checkpoint),
+  # and a session creator that bounds the wait for a lost ps task.
+  return tf.train.MonitoredSession(
+      session_creator=ChiefSessionCreator(
+          lost_sessions, scaffold=scaffold, master=worker.target,
+          config=config),
+      hooks=hooks, stop_grace_period_secs=_STOP_GRACE_SECS)
+
+
+def operation_timeout(worker, global_step):
+  """The TimeoutError for an operation that blocked past the worker's
+  operation timeout after `global_step`, naming the tasks that no longer
+  answer."""
+  others = dict(clusters.tasks_of(worker.cluster, 'ps'),
+                **clusters.tasks_of(worker.cluster, 'worker'))
+  del others['/job:worker/task:%d' % worker.task_index]
+  gone = clusters.unreachable(others)
+  return TimeoutError(
+      'an operation blocked for more than %s s (--operation_timeout_secs) '
+      'after global step %s: %s'
+      % (worker.operation_timeout_secs, global_step,
+         '%s does not answer' % clusters.describe(gone) if gone else
+         'did another task stop, or is the input queue still filling?'))

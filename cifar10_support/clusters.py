@@ -9,6 +9,7 @@ Every malformed list, repeated address or out-of-range index is a ValueError
 naming the flag (or TF_CONFIG) at fault; no task waits forever.
 """
 
+import collections
 import json
 import socket
 import time
@@ -198,3 +199,37 @@ def describe(tasks):
     else:
       names.append('%s task %s at %s' % (job, index, address))
   return ' and '.join(names)
+
+
+WorkerSettings = collections.namedtuple('WorkerSettings', [
+    'target', 'cluster', 'task_index', 'sync_replicas',
+    'replicas_to_aggregate', 'startup_wait_secs', 'operation_timeout_secs'],
+                                        defaults=(False, None, 300, 300))
+WorkerSettings.__doc__ = """A cluster worker's own settings, beside the run's
+run_settings.TrainSettings (flags of the same name where there is one).
+
+  target: str, this worker's server target ('grpc://host:port').
+  cluster: dict {'ps': [host:port...], 'worker': [host:port...]}.
+  task_index: int, this worker's index; worker 0 is the chief.
+  sync_replicas: bool, aggregate gradients with SyncReplicasOptimizer.
+  replicas_to_aggregate: int, worker steps per synchronous update; None for
+    one per worker.
+  startup_wait_secs: number, how long to wait for the ps tasks and, if not
+    the chief, for the chief; also how long either may be away mid-run.
+  operation_timeout_secs: number, the longest any op may block.
+"""
+
+
+def serve_until_interrupted(task_index, address):
+  """A ps task's life once its server runs: serve until Ctrl-C (SIGINT).
+
+  The server runs in its own threads. Python cannot interrupt
+  server.join(), but it can interrupt a sleep.
+  """
+  print('ps task %d serving at %s; stop it (Ctrl-C) when the workers are '
+        'done.' % (task_index, address), flush=True)
+  try:
+    while True:
+      time.sleep(3600)
+  except KeyboardInterrupt:
+    print('ps task %d stopped.' % task_index, flush=True)

@@ -45,13 +45,13 @@ import tempfile
 _state = {'verbose': None}
 
 # Lines absl and TensorFlow write to stderr while TensorFlow loads.
-_IMPORT_NOISE = re.compile(
+IMPORT_NOISE = re.compile(
     r'^(WARNING: All log messages before absl::InitializeLog\(\)'
     r'|[IW]\d{4} '
     r'|To enable the following instructions: )')
 
 # Python-side TensorFlow records that say nothing to this project's users.
-_PYTHON_NOISE = re.compile(
+PYTHON_NOISE = re.compile(
     r'is deprecated and will be removed|Instructions for updating:'
     r'|^Summary name .* is illegal; using .* instead\.$'
     # StepCounterHook reads the global step in the same run that increments
@@ -111,7 +111,7 @@ def quiet_cpp_level(user_level, driver_present):
 
 
 @contextlib.contextmanager
-def _filtered_stderr(noise):
+def filtered_stderr(noise):
   """Drops lines matching `noise` that the block writes to file descriptor 2.
 
   absl's C++ logging writes to the descriptor directly, so sys.stderr cannot
@@ -153,17 +153,17 @@ def before_tensorflow():
     return
   os.environ['TF_CPP_MIN_LOG_LEVEL'] = quiet_cpp_level(user_level,
                                                        has_nvidia_driver())
-  with _filtered_stderr(_IMPORT_NOISE):
+  with filtered_stderr(IMPORT_NOISE):
     import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
 
 
-class _NoiseFilter(logging.Filter):
+class NoiseFilter(logging.Filter):
 
   def filter(self, record):
-    return not _PYTHON_NOISE.search(record.getMessage())
+    return not PYTHON_NOISE.search(record.getMessage())
 
 
-_NOISE_FILTER = _NoiseFilter()
+NOISE_FILTER = NoiseFilter()
 
 
 def quiet_python_logs():
@@ -171,7 +171,7 @@ def quiet_python_logs():
 
   Under absl's app.run, TF's logger has its own handler and also propagates
   to absl's root handler, which would print every line twice. Unless the
-  user set TF_CPP_MIN_LOG_LEVEL=0, INFO lines and the notices _PYTHON_NOISE
+  user set TF_CPP_MIN_LOG_LEVEL=0, INFO lines and the notices PYTHON_NOISE
   matches are dropped; real warnings and errors stay.
   """
   tf_logger = logging.getLogger('tensorflow')
@@ -179,8 +179,8 @@ def quiet_python_logs():
   if tensorflow_verbose():
     return
   tf_logger.setLevel(logging.WARNING)
-  if _NOISE_FILTER not in tf_logger.filters:
-    tf_logger.addFilter(_NOISE_FILTER)
+  if NOISE_FILTER not in tf_logger.filters:
+    tf_logger.addFilter(NOISE_FILTER)
 
 
 @contextlib.contextmanager

@@ -29,8 +29,8 @@ import urllib.parse
 import urllib.request
 import zlib
 
-import cifar10_input
-from cifar10_input import DataError
+from cifar10_support import data_files
+from cifar10_support.data_files import DataError
 
 DATA_URL = 'https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz'
 DATA_MD5 = 'c32a1d4ab5d03f1284b67883e8d87530'
@@ -53,7 +53,7 @@ class _DownloadFailed(Exception):
     self.transient = transient
 
 
-ALL_FILES = cifar10_input.TRAIN_FILES + cifar10_input.TEST_FILES
+ALL_FILES = data_files.TRAIN_FILES + data_files.TEST_FILES
 
 
 def batches_problem(batches_dir, names=ALL_FILES):
@@ -63,7 +63,7 @@ def batches_problem(batches_dir, names=ALL_FILES):
   the training and evaluation input checks.
   """
   try:
-    cifar10_input.check_data_files(
+    data_files.check_data_files(
         [os.path.join(batches_dir, name) for name in names],
         check_labels=False)
   except DataError as e:
@@ -113,8 +113,9 @@ def maybe_download_and_extract(data_dir, data_url=DATA_URL, data_md5=DATA_MD5,
     attempts: int, download attempts before giving up.
     retry_wait_secs: float, pause between attempts.
     timeout_secs: float, longest a connect or a read may block.
-    files: the data file names the caller reads: cifar10_input.TRAIN_FILES
-      to train, cifar10_input.eval_files(...) to evaluate; all by default.
+    files: the data file names the caller reads: data_files.TRAIN_FILES
+      (cifar10_input.TRAIN_FILES) to train, cifar10_input.eval_files(...) to
+      evaluate; all by default.
 
   Raises:
     DataError: with one message naming the problem and the fix.
@@ -372,7 +373,7 @@ def _check_member(member, archive, work_dir):
                     % (archive, member.name))
 
 
-def data_line(data_dir, files, records=None):
+def data_check_message(data_dir, files, records=None):
   """The line a script prints once its data files are checked.
 
   Args:
@@ -389,7 +390,7 @@ def data_line(data_dir, files, records=None):
   """
   batches_dir = os.path.join(data_dir, BATCHES_DIR)
   if records is None:
-    records = cifar10_input.check_data_files(
+    records = data_files.check_data_files(
         [os.path.join(batches_dir, name) for name in files])
   return 'Data: %s, %d file%s, %d records (checked).' % (
       batches_dir, len(files), 's' if len(files) > 1 else '', records)
@@ -398,10 +399,11 @@ def data_line(data_dir, files, records=None):
 def prepare(data_dir, data_url, data_md5, files):
   """Fetches `files` if needed, checks them and prints the data line.
 
-  For a trainer's main(): `maybe_download_and_extract`, then `data_line`.
+  For a trainer's main(): `maybe_download_and_extract`, then
+  `data_check_message`.
 
   Raises:
     DataError: a file is missing or malformed and cannot be fetched.
   """
   maybe_download_and_extract(data_dir, data_url, data_md5, files=files)
-  print(data_line(data_dir, files))
+  print(data_check_message(data_dir, files))

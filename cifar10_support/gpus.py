@@ -150,3 +150,15 @@ def split_gpus_config(num_towers, tower_device, tower_mb=0,
   print('--split_gpus: %d GPU(s) split into %d virtual GPUs of %d MB, one per '
         'tower.' % (visible, num_towers, devices[0].memory_limit_mb[0]))
   return config
+
+
+def fallback_message(num_towers, visible):
+  """What GPU towers without a GPU of their own do, and how to change it."""
+  if visible:
+    remedy = ('--split_gpus splits the GPU(s) into %d virtual GPUs, one per '
+              'tower.' % num_towers)
+  else:
+    remedy = '--tower_device=cpu gives each tower its own CPU device.'
+  return ('%d GPU towers asked for (--num_gpus) but %d GPU(s) visible: towers '
+          'without a GPU run on the CPU (soft placement), as in the original; '
+          '%s' % (num_towers, visible, remedy))

@@ -14,7 +14,7 @@ import numpy as np
 # Each glyph is 5 columns by 9 rows: rows 0-6 stand on the baseline (lowercase
 # letters are the 5 rows 2-6, ascenders reach row 0) and rows 7-8 hold the
 # descenders of g and p, so the letters keep their usual shapes.
-_GLYPHS = {
+GLYPHS = {
     'a': ('.....', '.....', '.###.', '....#', '.####', '#...#', '.####',
           '.....', '.....'),
     'b': ('#....', '#....', '####.', '#...#', '#...#', '#...#', '####.',
@@ -75,7 +75,7 @@ def text_pixels(text, scale=1):
   Raises:
     ValueError: a character that the font lacks.
   """
-  missing = sorted(set(text) - set(_GLYPHS))
+  missing = sorted(set(text) - set(GLYPHS))
   if missing:
     raise ValueError('no glyph for %r in %r' % (''.join(missing), text))
   gap = np.zeros([GLYPH_HEIGHT, LETTER_SPACING], bool)
@@ -83,7 +83,7 @@ def text_pixels(text, scale=1):
   for i, char in enumerate(text):
     if i:
       columns.append(gap)
-    columns.append(np.array([[c == '#' for c in row] for row in _GLYPHS[char]]))
+    columns.append(np.array([[c == '#' for c in row] for row in GLYPHS[char]]))
   mask = (np.concatenate(columns, axis=1) if columns
           else np.zeros([GLYPH_HEIGHT, 0], bool))
   return np.kron(mask, np.ones([scale, scale], bool)).astype(bool)

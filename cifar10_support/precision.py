@@ -134,7 +134,7 @@ def choose(requested, on_gpu, cpu_feature, capability):
                 'float32: running in float32.')
 
 
-def compute_dtype_here(requested, on_gpu, use_fp16=False):
+def compute_dtype_for_this_machine(requested, on_gpu, use_fp16=False):
   """`choose` for this machine; prints its line. For a script's main(),
   before any graph is built.
 

@@ -53,8 +53,9 @@ def define_checkpoint_dir_flag():
 
 
 def threads(flag_values):
-  """(--num_intra_threads, --num_inter_threads) of parsed flag values."""
-  return flag_values.num_intra_threads, flag_values.num_inter_threads
+  """The sessions.ThreadCounts of parsed flag values."""
+  return sessions.ThreadCounts(flag_values.num_intra_threads,
+                               flag_values.num_inter_threads)
 
 
 def check_no_arguments(argv):
@@ -83,6 +84,20 @@ def check_flag_range(name, value, minimum=None, maximum=None):
   if ((minimum is not None and value < minimum) or
       (maximum is not None and value > maximum)):
     raise app.UsageError('--%s must be %s, got %s' % (name, expected, value))
+
+
+def check_training_flags(flag_values):
+  """Usage errors for the training flags every trainer shares.
+
+  For a trainer's main(), before anything is written: it creates
+  --train_dir if needed.
+  """
+  for name in ('max_steps', 'batch_size', 'log_frequency',
+               'save_checkpoint_secs'):
+    check_flag_range(name, getattr(flag_values, name), minimum=1)
+  for name in ('save_checkpoint_steps', 'save_summaries_steps'):
+    check_flag_range(name, getattr(flag_values, name), minimum=0)
+  check_flag_writable_dir('train_dir', flag_values.train_dir)
 
 
 def check_flag_writable_dir(name, path):

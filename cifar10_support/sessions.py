@@ -8,10 +8,11 @@ Every session the scripts open takes its tf.ConfigProto from here:
     worker_config(task_index, ...)  a cluster worker's session
     server_config(threads)          a cluster task's server (its threads)
 
-threads is (--num_intra_threads, --num_inter_threads), None in either place
-for the rule of `thread_settings`.
+threads is a `ThreadCounts` (--num_intra_threads, --num_inter_threads), None
+in either place for the rule of `thread_settings`; BY_RULE is None in both.
 """
 
+import collections
 import os
 
 import tensorflow.compat.v1 as tf
@@ -21,6 +22,12 @@ import tensorflow.compat.v1 as tf
 # 4-7% (benchmarks/README.md, change 6); on 16 cores it costs 11-28% against
 # TensorFlow's default inter-op pool. Between the two it is not measured yet.
 ONE_OP_AT_A_TIME_MAX_CORES = 4
+
+ThreadCounts = collections.namedtuple('ThreadCounts', ['intra', 'inter'])
+ThreadCounts.__doc__ = """Thread counts asked for: --num_intra_threads (threads
+each op may use) and --num_inter_threads (ops that may run at once); None
+for `thread_settings`' rule, 0 for TensorFlow's choice."""
+BY_RULE = ThreadCounts(None, None)
 
 
 def usable_cores():
@@ -63,14 +70,15 @@ def thread_settings(num_cores, gpu, num_towers=1, intra=None, inter=None,
   return (0 if intra is None else intra), inter
 
 
-def threads_here(threads=(None, None), num_towers=1, cluster_task=False):
+def thread_counts_for_this_machine(threads=BY_RULE, num_towers=1,
+                                   cluster_task=False):
   """`thread_settings` for this process: its usable cores, whether a GPU is
   visible, and the flags (threads: (intra, inter), None for the rule)."""
   return thread_settings(usable_cores(), has_gpu(), num_towers, *threads,
                          cluster_task=cluster_task)
 
 
-def set_threads(config, threads=(None, None), num_towers=1):
+def set_threads(config, threads=BY_RULE, num_towers=1):
   """Sets a tf.ConfigProto's thread counts by `thread_settings`; returns it.
 
   On a machine without a GPU and with few cores that is one op at a time (a
@@ -85,7 +93,7 @@ def set_threads(config, threads=(None, None), num_towers=1):
     threads: (--num_intra_threads, --num_inter_threads).
     num_towers: int, CPU towers meant to run side by side.
   """
-  intra, inter = threads_here(threads, num_towers)
+  intra, inter = thread_counts_for_this_machine(threads, num_towers)
   config.intra_op_parallelism_threads = intra
   if inter:
     # A named pool of the session's own: the global inter-op pool is sized
@@ -103,7 +111,7 @@ def config_threads(config):
   return config.intra_op_parallelism_threads, inter
 
 
-def session_config(optimize_graph=True, threads=(None, None), num_towers=1,
+def session_config(optimize_graph=True, threads=BY_RULE, num_towers=1,
                    **kwargs):
   """`tf.ConfigProto(**kwargs)` with `set_threads`' thread counts.
 
@@ -126,7 +134,7 @@ def session_config(optimize_graph=True, threads=(None, None), num_towers=1,
   return config
 
 
-def training_config(threads=(None, None), num_towers=1, tower_device=None,
+def training_config(threads=BY_RULE, num_towers=1, tower_device=None,
                     log_device_placement=False):
   """The training session's config, for one device or for towers.
 
@@ -153,7 +161,7 @@ def training_config(threads=(None, None), num_towers=1, tower_device=None,
   return session_config(threads=threads, num_towers=num_towers, **kwargs)
 
 
-def eval_config(threads=(None, None)):
+def eval_config(threads=BY_RULE):
   """The config of evaluation's and classification's short sessions.
 
   Args:
@@ -181,13 +189,13 @@ def worker_config(task_index, operation_timeout_secs,
       log_device_placement=log_device_placement)
 
 
-def server_config(threads=(None, None)):
+def server_config(threads=BY_RULE):
   """A cluster task's tf.train.Server config: the threads of every op it runs.
 
   Args:
     threads: (--num_intra_threads, --num_inter_threads); None in either
       place for `thread_settings`' rule for a cluster task.
   """
-  intra, inter = threads_here(threads, cluster_task=True)
+  intra, inter = thread_counts_for_this_machine(threads, cluster_task=True)
   return tf.ConfigProto(intra_op_parallelism_threads=intra,
                         inter_op_parallelism_threads=inter)

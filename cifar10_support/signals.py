@@ -7,6 +7,7 @@
 
 import contextlib
 import signal
+import sys
 import threading
 
 
@@ -55,3 +56,10 @@ def exit_status(signum):
   written.
   """
   return 128 + signum
+
+
+def exit_if_stopped(signum):
+  """Ends the process with `exit_status(signum)` if a signal (not None)
+  stopped the run; returns otherwise."""
+  if signum:
+    sys.exit(exit_status(signum))

@@ -7,10 +7,12 @@ the first step of each session, whenever the global step reaches a multiple
 of N, and after the step that reaches the run's last step.
 """
 
+import re
+
 import tensorflow.compat.v1 as tf
 
 
-def due(step, every_steps, last_step, previous):
+def are_due(step, every_steps, last_step, previous):
   """Whether the summaries of the run ending at global step `step` are due.
 
   Args:
@@ -32,7 +34,7 @@ def due(step, every_steps, last_step, previous):
 
 
 class SummaryHook(tf.train.SessionRunHook):
-  """Writes the summary op's values to `summary_dir`, at `due` steps.
+  """Writes the summary op's values to `summary_dir`, at steps `are_due` picks.
 
   Each is written at the global step after its run, as TensorFlow's hook
   does, and the first one of a session also tells TensorBoard that the run
@@ -45,7 +47,7 @@ class SummaryHook(tf.train.SessionRunHook):
     """Args:
 
       summary_dir: str, where the event file goes.
-      every_steps: int, N (see `due`); 0 writes nothing.
+      every_steps: int, N (see `are_due`); 0 writes nothing.
       last_step: int, the global step training stops at.
       summary_op: scalar string tensor, or None for every summary in the
         graph (the scaffold's summary op).
@@ -71,7 +73,7 @@ class SummaryHook(tf.train.SessionRunHook):
 
   def before_run(self, run_context):
     self._writing = (self._summary_op is not None and
-                     due(self._step + 1, self._every_steps, self._last_step,
+                     are_due(self._step + 1, self._every_steps, self._last_step,
                          self._previous))
     if not self._writing:
       return None
@@ -92,3 +94,58 @@ class SummaryHook(tf.train.SessionRunHook):
 
   def end(self, session):
     self._writer.flush()
+
+
+def read_in_one_scope(getter, *args, **kwargs):
+  """A variable getter: the variable's value, read in scope variable_reads/.
+
+  For the towers of cifar10_multi_gpu_train.py (its custom_getter).
+
+  Each tower still reads each variable once, as before, but the read ops
+  sit in one name scope instead of the tower's: in TensorBoard's graph a
+  tower then has 2 inputs (variable_reads, prefetch_queue) rather than 6 (one
+  per layer's variable scope plus its batch), which its graph plugin took for
+  a high-degree node and moved the towers to "Auxiliary Nodes".
+  """
+  var = getter(*args, **kwargs)
+  with tf.name_scope('variable_reads/'):
+    return var.value()
+
+
+def _retag(summary, tag):
+  """A copy of a scalar or histogram summary that writes under `tag`."""
+  values = summary.op.inputs[1]
+  if summary.op.type == 'ScalarSummary':
+    return tf.raw_ops.ScalarSummary(tags=tag, values=values)
+  if summary.op.type == 'TensorSummaryV2':  # fast_ops.histogram_summary
+    return tf.raw_ops.TensorSummaryV2(
+        tag=tag, tensor=values,
+        serialized_summary_metadata=summary.op.inputs[2])
+  raise ValueError('Cannot retag summary %s of type %s'
+                   % (summary.op.name, summary.op.type))
+
+
+def global_and_last_tower(last_scope, tower_name):
+  """The graph's global summaries plus the last tower's, tagged as on one
+  device: what cifar10_multi_gpu_train.py writes.
+
+  A summary's tag is its op's name scope, so the last tower's come out as
+  'tower_1/conv1/...'; copies without that prefix let TensorBoard overlay
+  single- and multi-tower runs.
+
+  Args:
+    last_scope: str, the last tower's name scope, e.g. 'tower_1/'.
+    tower_name: str, the towers' scope names before '_<i>' (cifar10.TOWER_NAME).
+
+  Returns:
+    A list of summary tensors, to merge into the summary op.
+  """
+  in_a_tower = re.compile('^%s_[0-9]+/' % tower_name)
+  kept = []
+  for summary in tf.get_collection(tf.GraphKeys.SUMMARIES):
+    if summary.op.name.startswith(last_scope):
+      tag = tf.compat.as_str(tf.get_static_value(summary.op.inputs[0]).item())
+      kept.append(_retag(summary, in_a_tower.sub('', tag)))
+    elif not in_a_tower.match(summary.op.name):
+      kept.append(summary)
+  return kept

@@ -6,10 +6,12 @@ restores, and its step. Everything that guards the directory while training
 runs hangs off that answer:
 
     with train_dirs.claim(path, fresh_start) as start:  # lock, say where
+      if start.nothing_to_train(max_steps): ...
       ...build the graph...
-      plan = start.restore_plan()     # checks it fits; drops interrupted saves
-      with start.stop_on_full_disk():  # a full disk is one line, not a trace
-        ...train...                    # a NaN: raise start.diverged(step)
+      saving = start.restore_then_save(settings)  # checks the checkpoint fits
+      with start.stop_on_full_disk(), start.nan_loss_reported(lambda: step):
+        ...train...          # a full disk, a NaN: one line, not a traceback
+    start.report_end(step, stop_signals)
 
 One trainer per train_dir: two would resume from the same checkpoint and
 then write `model.ckpt-N` files and the `checkpoint` index over each other.
@@ -26,12 +28,15 @@ import errno
 import fcntl
 import os
 import socket
+import sys
 import time
 
 import tensorflow.compat.v1 as tf
 
-import cifar10_input
 from cifar10_support import checkpoints
+from cifar10_support import data_files
+from cifar10_support import saving
+from cifar10_support import signals
 
 LOCK_NAME = '.cifar10_train.lock'
 
@@ -54,7 +59,7 @@ class DiskFullError(RuntimeError):
 
 # What stops a training run with one line and exit status 1: each trainer's
 # main catches these (and its own).
-RUN_ERRORS = (cifar10_input.DataError, DivergedError, DiskFullError,
+RUN_ERRORS = (data_files.DataError, DivergedError, DiskFullError,
               TrainDirLockError, checkpoints.ResumeError)
 
 # flock errors of file systems that do not support it (some network and FUSE
@@ -135,7 +140,7 @@ def train_dir_lock(train_dir):
       fcntl.flock(lock_file, fcntl.LOCK_UN)
 
 
-class Start(object):
+class StartPoint(object):
   """Where training starts in a claimed train_dir; what `claim` yields.
 
   Attributes:
@@ -172,15 +177,51 @@ class Start(object):
     plan = None
     if self.checkpoint is not None:
       plan = checkpoints.plan_restore(self.checkpoint)
-      line = checkpoints.fresh_line(plan)
+      line = checkpoints.not_in_checkpoint_message(plan)
       if line:
         print(line)
     _remove_interrupted_saves(self.train_dir)
     return plan
 
+  def nothing_to_train(self, max_steps):
+    """Whether the checkpoint is already at `max_steps`; says so if it is."""
+    if self.step < max_steps:
+      return False
+    print('Checkpoint step %d is already at --max_steps=%d: nothing to '
+          'train.' % (self.step, max_steps))
+    return True
+
+  def restore_then_save(self, settings, summary_op=None):
+    """The restoring scaffold and saving hooks (saving.restore_then_save) of
+    a run from here: `restore_plan`, then the scaffold and hooks built on it.
+    Call it inside the training graph, once built."""
+    return saving.restore_then_save(self.restore_plan(), self.train_dir,
+                                    settings, summary_op)
+
   def stop_on_full_disk(self):
     """A context in which running out of space is one DiskFullError."""
     return stop_on_full_disk(self.train_dir)
+
+  @contextlib.contextmanager
+  def nan_loss_reported(self, step):
+    """A context in which a NaN loss (tf.train.NanTensorHook's error) is one
+    DivergedError naming the global step `step()` and the checkpoint a new
+    run resumes from."""
+    try:
+      yield
+    except tf.train.NanLossDuringTrainingError:
+      raise self.diverged(step()) from None
+
+  def report_end(self, step, stop_signals):
+    """Prints how the run ended, at global step `step`, and its final
+    checkpoint; stop_signals as signals.stop_requests yields it."""
+    final = checkpoints.newest(self.train_dir)
+    if stop_signals:
+      print('Received %s: stopped at step %d; final checkpoint %s.'
+            % (signals.name(stop_signals[0]), step, final), flush=True)
+    else:
+      print('Done: step %d reached (--max_steps); final checkpoint %s.'
+            % (step, final), flush=True)
 
   def diverged(self, step):
     """The DivergedError for a NaN loss at global step `step`."""
@@ -197,6 +238,17 @@ class Start(object):
 
 
 @contextlib.contextmanager
+def run_errors_end_the_process():
+  """A context that ends the process on a run error (RUN_ERRORS: bad data,
+  NaN, full disk, busy or unusable train_dir) with one line,
+  '<script>: <message>', and exit status 1."""
+  try:
+    yield
+  except RUN_ERRORS as e:
+    sys.exit('%s: %s' % (os.path.basename(sys.argv[0]), e))
+
+
+@contextlib.contextmanager
 def claim(train_dir, fresh_start):
   """Locks train_dir for this run and says where training starts from.
 
@@ -206,7 +258,7 @@ def claim(train_dir, fresh_start):
   each), never deleted.
 
   Yields:
-    A `Start`.
+    A `StartPoint`.
 
   Raises:
     TrainDirBusyError: another trainer holds train_dir.
@@ -225,7 +277,7 @@ def claim(train_dir, fresh_start):
           tf.io.gfile.rmtree(path)
         else:
           tf.io.gfile.remove(path)
-    start = Start(train_dir, checkpoints.newest_restorable(train_dir))
+    start = StartPoint(train_dir, checkpoints.newest_restorable(train_dir))
     if start.checkpoint is None:
       print('No checkpoint in %s: training from step 0.' % train_dir)
     else:

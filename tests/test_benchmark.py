@@ -106,7 +106,7 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
       'bf16', on_gpu, precision.cpu_bf16_feature(),
       precision.gpu_capability() if on_gpu else None)
   assert line in out.splitlines(), out[:3000]
-  mixed = {benchmark._row_name(name, dtype): name for name in MIXED}  # pylint: disable=protected-access
+  mixed = {benchmark.row_name(name, dtype): name for name in MIXED}
   rows = {m.group(1): (m.group(3), m.group(4)) for m in ROW.finditer(out)
           if m.group(1) in VARIANTS + MATMULS + list(mixed)}
   assert sorted(rows) == sorted(VARIANTS + MATMULS + list(mixed)), out
@@ -155,19 +155,19 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
       r'^(\w+) +step ([\d.]+) ms = input ([\d.]+) ms \(\d+%\) \+ compute '
       r'([\d.]+) ms \(\d+%\) \+ host ([\d.]+) ms \(\d+%: ', out, re.M)
   assert sorted(name for name, *_ in splits) == sorted(
-      ['towers', 'towers2', 'train', benchmark._row_name('train', dtype)]), out  # pylint: disable=protected-access
+      ['towers', 'towers2', 'train', benchmark.row_name('train', dtype)]), out
   for _, step, *parts in splits:
     assert sum(map(float, parts)) == pytest.approx(float(step), abs=0.2), out
 
 
-def test_machine_line_reports_cpu_cores_features_tf_and_onednn(monkeypatch):
+def test_describe_machine_reports_cpu_cores_features_tf_and_onednn(monkeypatch):
   import benchmark
 
   cpuinfo = ('processor\t: 0\nvendor_id\t: GenuineIntel\n'
              'model name\t: Intel(R) Xeon(R) Platinum 8480+\n'
              'flags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n\n'
              'processor\t: 1\nmodel name\t: Another CPU\nflags\t\t: fpu\n')
-  line = benchmark.machine_line(cpuinfo, 16, 4, {'TF_ENABLE_ONEDNN_OPTS': '1'},
+  line = benchmark.describe_machine(cpuinfo, 16, 4, {'TF_ENABLE_ONEDNN_OPTS': '1'},
                                 '2.99.0')
   assert line == ('machine: Intel(R) Xeon(R) Platinum 8480+, 16 cores (4 '
                   'usable by this process); AVX-512 yes, AVX512_BF16 yes, '
@@ -176,18 +176,18 @@ def test_machine_line_reports_cpu_cores_features_tf_and_onednn(monkeypatch):
 
   # AVX2 only, every core usable, oneDNN off; no model name: the fallback.
   monkeypatch.setattr(benchmark.platform, 'processor', lambda: 'x86_64')
-  line = benchmark.machine_line('processor\t: 0\nflags\t\t: fpu avx2 fma\n',
+  line = benchmark.describe_machine('processor\t: 0\nflags\t\t: fpu avx2 fma\n',
                                 2, 2, {'TF_ENABLE_ONEDNN_OPTS': '0'}, '2.21.0')
   assert line == ('machine: x86_64, 2 cores; AVX-512 no, AVX512_BF16 no, '
                   'AMX no; TensorFlow 2.21.0; oneDNN off '
                   '(TF_ENABLE_ONEDNN_OPTS=0)')
-  line = benchmark.machine_line('', 8, 8, {}, '2.21.0')
+  line = benchmark.describe_machine('', 8, 8, {}, '2.21.0')
   assert line == ("machine: x86_64, 8 cores; CPU flags unknown (no flags in "
                   "/proc/cpuinfo); TensorFlow 2.21.0; oneDNN TF's default "
                   "(TF_ENABLE_ONEDNN_OPTS unset)")
 
   # This machine, read by the function itself.
-  line = benchmark.machine_line()
+  line = benchmark.describe_machine()
   assert '; TensorFlow %s; ' % benchmark.tf.__version__ in line
   assert ', %d cores' % os.cpu_count() in line
   info = _cpuinfo()
@@ -195,16 +195,16 @@ def test_machine_line_reports_cpu_cores_features_tf_and_onednn(monkeypatch):
     assert line.startswith('machine: %s, ' % info[0])
 
 
-def test_thread_line_describes_a_session_config():
+def test_describe_threads_describes_a_session_config():
   import benchmark
   tf = benchmark.tf
 
-  assert (benchmark.thread_line(tf.ConfigProto()) ==
+  assert (benchmark.describe_threads(tf.ConfigProto()) ==
           "threads: intra 0 (TF's choice), inter 0 (TF's choice)")
-  assert (benchmark.thread_line(tf.ConfigProto(
+  assert (benchmark.describe_threads(tf.ConfigProto(
       intra_op_parallelism_threads=4, inter_op_parallelism_threads=1)) ==
           'threads: intra 4, inter 1 (one op at a time)')
-  assert (benchmark.thread_line(tf.ConfigProto(
+  assert (benchmark.describe_threads(tf.ConfigProto(
       inter_op_parallelism_threads=-1)) ==
           "threads: intra 0 (TF's choice), inter -1 (ops run in the caller's "
           "thread)")
@@ -213,7 +213,7 @@ def test_thread_line_describes_a_session_config():
   pool = one.session_inter_op_thread_pool.add()
   pool.num_threads = 1
   pool.global_name = 'serial'
-  assert (benchmark.thread_line(one) ==
+  assert (benchmark.describe_threads(one) ==
           "threads: intra 0 (TF's choice), inter 1 (one op at a time) from "
           "session_inter_op_thread_pool [1 thread, global 'serial']")
 
@@ -221,13 +221,13 @@ def test_thread_line_describes_a_session_config():
                        use_per_session_threads=False)
   two.session_inter_op_thread_pool.add(num_threads=3)
   two.session_inter_op_thread_pool.add(num_threads=0, global_name='spare')
-  assert (benchmark.thread_line(two) ==
+  assert (benchmark.describe_threads(two) ==
           "threads: intra 2, inter 3 from session_inter_op_thread_pool "
           "[3 threads; 0 threads (TF's choice), global 'spare'] (the first "
           "runs the session's steps)")
 
   # The matmul sessions: TF's defaults, so that products run side by side.
-  assert (benchmark.thread_line(benchmark.matmul_session_config()) ==
+  assert (benchmark.describe_threads(benchmark.matmul_session_config()) ==
           "threads: intra 0 (TF's choice), inter 0 (TF's choice)")
 
 
@@ -347,7 +347,7 @@ def test_matmul_products_run_side_by_side():
 
   assert all(len(run) == 2 for run in side_by_side + serial)
   # The process's pool, one thread a core (>= 2 here), not a one-thread one.
-  assert benchmark.thread_line(config) == (
+  assert benchmark.describe_threads(config) == (
       "threads: intra 0 (TF's choice), inter 0 (TF's choice)")
   assert not config.session_inter_op_thread_pool
   assert not config.use_per_session_threads
@@ -466,5 +466,5 @@ def test_mixed_precision_rows_follow_the_scripts_except_emulation():
   assert dtype == tf.bfloat16 and 'emulates bfloat16' in line
   dtype, _ = benchmark.mixed_precision_rows('bf16', True, None, (7, 0))
   assert dtype == tf.float16
-  assert benchmark._row_name('train', tf.float16) == 'train_fp16'  # pylint: disable=protected-access
-  assert benchmark._row_name('eval', None) == 'eval'  # pylint: disable=protected-access
+  assert benchmark.row_name('train', tf.float16) == 'train_fp16'
+  assert benchmark.row_name('eval', None) == 'eval'

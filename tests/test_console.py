@@ -165,7 +165,7 @@ def test_only_known_noise_is_dropped_from_the_import():
       import os, sys
       sys.path.insert(0, %r)
       from cifar10_support import console
-      with console._filtered_stderr(console._IMPORT_NOISE):
+      with console.filtered_stderr(console.IMPORT_NOISE):
         os.write(2, b'WARNING: All log messages before absl::InitializeLog() '
                     b'is called are written to STDERR\\n')
         os.write(2, b'I0000 00:00:17.1 1 port.cc:153] oneDNN custom ops\\n')
@@ -208,7 +208,7 @@ def test_python_filter_drops_known_notices_and_keeps_real_warnings():
   def kept(message):
     record = logging.LogRecord('tensorflow', logging.WARNING, 'x.py', 1,
                                message, None, None)
-    return console._NOISE_FILTER.filter(record)
+    return console.NOISE_FILTER.filter(record)
 
   assert not kept('From x.py:297: string_input_producer (from tensorflow.'
                   'python.training.input) is deprecated and will be removed '

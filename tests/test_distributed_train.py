@@ -20,6 +20,7 @@ import cifar10
 import cifar10_distributed_train as dist
 from cifar10_support import cluster_sessions
 from cifar10_support import clusters
+from cifar10_support import run_settings
 import testutil
 
 # Worker lines: the original format behind the worker's index.
@@ -34,7 +35,7 @@ MAX_STEPS = 24
 CLUSTER_TIMEOUT_SECS = 240
 
 
-def _start(args, log_path, tf_config=None):
+def start_task(args, log_path, tf_config=None):
   """Starts cifar10_distributed_train.py; its output goes to log_path."""
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONUNBUFFERED='1')
   env.pop('TF_CONFIG', None)
@@ -177,9 +178,11 @@ def test_wait_for_addresses_is_bounded_and_names_the_address():
 def test_worker_graph_placement_and_checkpoint_names(data_dir, compute_dtype):
   cluster = {'ps': ['h0:1', 'h1:1'], 'worker': ['h2:1', 'h3:1']}
   with tf.Graph().as_default() as graph:
-    built = dist.build_worker_graph(cluster, 1, data_dir, batch_size=8,
-                                    sync_replicas=True, num_threads=1,
-                                    compute_dtype=compute_dtype)
+    built = dist.build_worker_graph(
+        run_settings.TrainSettings(data_dir, None, batch_size=8,
+                                   input_threads=1,
+                                   compute_dtype=compute_dtype),
+        clusters.WorkerSettings(None, cluster, 1, sync_replicas=True))
     variables = tf.global_variables()
     # Run by the session hooks in training; unused here, which TF would
     # report at exit.
@@ -256,18 +259,18 @@ def _run_cluster(tmp_path, data_dir, extra_flags, tf_config_worker_1=False,
   logs = [str(tmp_path / name) for name in ('ps.log', 'w0.log', 'w1.log')]
   processes = []
   try:
-    processes.append(_start(['--job_name=ps', '--task_index=0'] +
+    processes.append(start_task(['--job_name=ps', '--task_index=0'] +
                             cluster_flags, logs[0]))
     # Worker 1 needs no --train_dir: only the chief writes.
     if tf_config_worker_1:
       tf_config = json.dumps({
           'cluster': {'ps': [ps_hosts], 'worker': worker_hosts.split(',')},
           'task': {'type': 'worker', 'index': 1}})
-      processes.append(_start(settings, logs[2], tf_config=tf_config))
+      processes.append(start_task(settings, logs[2], tf_config=tf_config))
     else:
-      processes.append(_start(['--job_name=worker', '--task_index=1'] +
+      processes.append(start_task(['--job_name=worker', '--task_index=1'] +
                               cluster_flags + settings, logs[2]))
-    processes.append(_start(chief + ['--train_dir=' + train_dir], logs[1]))
+    processes.append(start_task(chief + ['--train_dir=' + train_dir], logs[1]))
     deadline = time.time() + CLUSTER_TIMEOUT_SECS
     codes = [p.wait(timeout=max(deadline - time.time(), 1))
              for p in processes[1:]]
@@ -400,7 +403,7 @@ def test_a_diverged_worker_names_the_global_step_and_prints_no_nan_line(
     loss = tf.where(step_before_update >= 3, np.nan, 1.0)
     with tf.control_dependencies([step_before_update]):
       train_op = tf.assign_add(global_step, 1)
-    logger = dist._WorkerLoggerHook(1, loss, step_before_update, batch_size=8,
+    logger = dist.WorkerLoggerHook(1, loss, step_before_update, batch_size=8,
                                     log_frequency=1)
     hooks = dist.step_hooks(logger, loss, max_steps=100)
     with pytest.raises(tf.train.NanLossDuringTrainingError):
@@ -431,8 +434,9 @@ def test_a_worker_reads_the_step_it_logs_before_its_own_update(sync,
                                                               data_dir):
   cluster = {'ps': ['127.0.0.1:1'], 'worker': ['127.0.0.1:2', '127.0.0.1:3']}
   with tf.Graph().as_default() as g:
-    graph = dist.build_worker_graph(cluster, 1, data_dir, batch_size=2,
-                                    sync_replicas=sync)
+    graph = dist.build_worker_graph(
+        run_settings.TrainSettings(data_dir, None, batch_size=2),
+        clusters.WorkerSettings(None, cluster, 1, sync_replicas=sync))
     read = graph['step_before_update'].op
     handle = graph['global_step'].handle
     # Asynchronously the worker's run increments the global step itself;

@@ -50,10 +50,11 @@ def _test_labels(data_dir):
 
 def _eval_once(checkpoint, data_dir, **kwargs):
   kwargs.setdefault('session_config', session_config())
-  return cifar10_eval.eval_once(checkpoint, data_dir, **kwargs)
+  return cifar10_eval.eval_once(
+      checkpoint, cifar10_eval.EvalSettings(data_dir, **kwargs))
 
 
-def _save_checkpoint(path, step, raw_class, shadow_class, dtype=tf.float32,
+def save_checkpoint(path, step, raw_class, shadow_class, dtype=tf.float32,
                      with_averages=True):
   """Saves a model whose raw weights predict raw_class for every image and
   whose moving averages predict shadow_class."""
@@ -122,7 +123,7 @@ def test_script_run_once_after_training(data_dir, train_dir, tmp_path):
   assert 'model.ckpt-%d (global step %d' % (TRAIN_STEPS, TRAIN_STEPS) in (
       result.stdout)
   table = result.stdout.split('most confused with\n')[1].splitlines()[:10]
-  assert [line.split()[0] for line in table] == list(eval_report.CLASS_NAMES)
+  assert [line.split()[0] for line in table] == list(cifar10_input.CLASS_NAMES)
   # Synthetic test file: 20 records, two of each class.
   assert [int(line.split()[1]) for line in table] == [2] * 10
   assert (eval_dir / 'keep.txt').exists()
@@ -161,9 +162,11 @@ def test_test_file_alone_is_enough_and_nothing_is_fetched(data_dir, train_dir,
   download.maybe_download_and_extract(
       str(only_test.parent), url, download.DATA_MD5,
       files=cifar10_input.eval_files('test'))
-  cifar10_eval.evaluate(str(only_test.parent), train_dir, str(tmp_path / 'e'),
-                        num_examples=20, batch_size=8, run_once=True,
-                        session_config=session_config())
+  cifar10_eval.evaluate(train_dir, str(tmp_path / 'e'),
+                        cifar10_eval.EvalSettings(
+                            str(only_test.parent), num_examples=20,
+                            batch_size=8, run_once=True,
+                            session_config=session_config()))
 
   printed = capsys.readouterr().out
   assert len(PRECISION_LINE.findall(printed)) == 1
@@ -236,7 +239,7 @@ def test_per_class_numbers_add_up(data_dir, train_dir):
 @pytest.mark.parametrize('dtype', [tf.float32, tf.float16])
 def test_restores_the_moving_averages_not_the_raw_weights(
     data_dir, tmp_path, dtype):
-  _save_checkpoint(str(tmp_path / 'model.ckpt'), 5, raw_class=3,
+  save_checkpoint(str(tmp_path / 'model.ckpt'), 5, raw_class=3,
                    shadow_class=7, dtype=dtype)
 
   result = _eval_once(str(tmp_path / 'model.ckpt-5'), data_dir,
@@ -255,7 +258,7 @@ def test_tied_logits_count_as_one_prediction_not_a_hit_for_each(
   # one_hot(-1) is all zeros: every logit is equal. in_top_k alone would call
   # every example right (precision 1.0); the argmax, class 0, is right for
   # the two airplanes only.
-  _save_checkpoint(str(tmp_path / 'model.ckpt'), 5, raw_class=3,
+  save_checkpoint(str(tmp_path / 'model.ckpt'), 5, raw_class=3,
                    shadow_class=-1)
 
   result = _eval_once(str(tmp_path / 'model.ckpt-5'), data_dir,
@@ -266,7 +269,7 @@ def test_tied_logits_count_as_one_prediction_not_a_hit_for_each(
 
 
 def test_checkpoint_without_moving_averages_says_so(data_dir, tmp_path):
-  _save_checkpoint(str(tmp_path / 'model.ckpt'), 5, raw_class=3,
+  save_checkpoint(str(tmp_path / 'model.ckpt'), 5, raw_class=3,
                    shadow_class=7, with_averages=False)
 
   with pytest.raises(cifar10_eval.CheckpointError,
@@ -294,11 +297,11 @@ def test_follows_training_each_checkpoint_once(data_dir, tmp_path, capsys):
 
   # What training does while the evaluator sleeps between looks.
   actions = [
-      lambda: _save_checkpoint(str(checkpoint_dir / 'model.ckpt'), 1, 0, 1),
+      lambda: save_checkpoint(str(checkpoint_dir / 'model.ckpt'), 1, 0, 1),
       lambda: None,  # No new checkpoint: nothing is evaluated.
       pruned,
       half_written,
-      lambda: _save_checkpoint(str(checkpoint_dir / 'model.ckpt'), 11, 0, 2),
+      lambda: save_checkpoint(str(checkpoint_dir / 'model.ckpt'), 11, 0, 2),
   ]
   sleeps = []
 
@@ -307,9 +310,10 @@ def test_follows_training_each_checkpoint_once(data_dir, tmp_path, capsys):
     actions[len(sleeps) - 1]()
 
   results = cifar10_eval.evaluate(
-      data_dir, str(checkpoint_dir), str(eval_dir), num_examples=20,
-      batch_size=8, eval_interval_secs=3, max_evaluations=2,
-      session_config=session_config(), sleep=sleep)
+      str(checkpoint_dir), str(eval_dir), cifar10_eval.EvalSettings(
+          data_dir, num_examples=20, batch_size=8, eval_interval_secs=3,
+          session_config=session_config()),
+      max_evaluations=2, sleep=sleep)
 
   output = capsys.readouterr().out
   assert [r['global_step'] for r in results] == [1, 11]
@@ -369,8 +373,8 @@ def test_bad_settings_fail_before_any_graph(data_dir, tmp_path, kwargs,
   settings = dict({'num_examples': 20, 'batch_size': 8}, **kwargs)
 
   with pytest.raises(ValueError, match=message):
-    cifar10_eval.evaluate(data_dir, str(tmp_path), str(tmp_path / 'eval'),
-                          **settings)
+    cifar10_eval.evaluate(str(tmp_path), str(tmp_path / 'eval'),
+                          cifar10_eval.EvalSettings(data_dir, **settings))
   # Nothing was built or written: not even eval_dir.
   assert not (tmp_path / 'eval').exists()
 
@@ -381,7 +385,8 @@ def test_confusion_image_shows_row_fractions():
   confusion[1, 0] = 2
   confusion[1, 1] = 2
 
-  image = eval_report.confusion_image(confusion, cell=4)
+  image = eval_report.confusion_image(confusion, cifar10_input.CLASS_NAMES,
+                                      cell=4)
 
   assert image.ndim == 4 and image.dtype == np.uint8
   assert image.shape[0] == 1 and image.shape[3] == 3

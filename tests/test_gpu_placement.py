@@ -62,7 +62,7 @@ SETTINGS = {'fp32': (False, None), 'fp16': (True, None),
 def graph(request, data_dir):
   use_fp16, compute_dtype = SETTINGS[request.param]
   with tf.Graph().as_default() as g:
-    with tf.device('/cpu:0'):  # As cifar10_train.run_training makes it.
+    with tf.device('/cpu:0'):  # As cifar10_multi_gpu_train.train makes it.
       global_step = tf.train.get_or_create_global_step()
     batches = cifar10_multi_gpu_train.tower_input_batches(
         data_dir, NUM_TOWERS, batch_size=8, use_fp16=use_fp16,

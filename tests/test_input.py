@@ -7,6 +7,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import cifar10_input
+from cifar10_support import data_files
 from cifar10_support import fast_ops
 from cifar10_support import sessions
 import synthetic
@@ -62,6 +63,41 @@ def test_record_layout_is_label_then_red_green_blue_planes(tmp_path):
   assert label.tolist() == [7]
   assert image[1, 2].tolist() == [99, 20, 30]
   assert image[0, 0].tolist() == [10, 20, 30]
+
+
+def test_read_cifar10_chunk_reads_what_read_cifar10_reads(tmp_path):
+  # The pipelines' reader: the same records as the lesson's, as stored planes.
+  rng = np.random.RandomState(2)
+  labels = rng.randint(0, 10, size=5).tolist()
+  images = rng.randint(0, 256, size=(5, 32, 32, 3)).astype(np.uint8)
+  filename = str(tmp_path / 'cifar')
+  synthetic.write_records(filename, labels, images)
+  _, one_at_a_time = _read_all(filename, 5)
+
+  with tf.Graph().as_default():
+    queue = tf.FIFOQueue(10, [tf.string], shapes=())
+    chunk_labels, planes = cifar10_input.read_cifar10_chunk(queue)
+    with tf.Session(config=session_config()) as sess:
+      sess.run(queue.enqueue([filename]))
+      sess.run(queue.close())
+      got_labels, got_planes = sess.run([chunk_labels, planes])
+
+  assert chunk_labels.dtype == tf.int32 and planes.dtype == tf.uint8
+  assert got_labels.tolist() == [label.tolist()
+                                 for _, label, _ in one_at_a_time]
+  np.testing.assert_array_equal(got_planes.transpose(0, 2, 3, 1),
+                                [image for _, _, image in one_at_a_time])
+
+
+def test_cifar10_input_keeps_the_data_file_names():
+  # They live in cifar10_support.data_files, which the download uses too.
+  for name in ['DataError', 'check_data_files', 'TRAIN_FILES', 'TEST_FILES',
+               'CLASS_NAMES', 'LABEL_BYTES', 'HEIGHT', 'WIDTH', 'DEPTH',
+               'IMAGE_BYTES', 'RECORD_BYTES']:
+    assert getattr(cifar10_input, name) is getattr(data_files, name), name
+  assert cifar10_input.RECORD_BYTES == 3073
+  assert cifar10_input.NUM_CLASSES == len(cifar10_input.CLASS_NAMES)
+  assert issubclass(cifar10_input.DataError, ValueError)
 
 
 def _position_image():

@@ -22,8 +22,9 @@ import cifar10
 import cifar10_eval
 import cifar10_train
 from cifar10_support import precision
+from cifar10_support import run_settings
 import synthetic
-from test_eval import _save_checkpoint
+from test_eval import save_checkpoint
 from test_train import LINE
 from testutil import ROOT
 from testutil import run_script
@@ -225,9 +226,9 @@ def test_bfloat16_checkpoint_is_float32_and_evaluates_both_ways(data_dir,
   dirs = {}
   for name, dtype in (('float32', None), ('bfloat16', tf.bfloat16)):
     dirs[name] = str(tmp_path / name)
-    cifar10_train.train(data_dir, dirs[name], max_steps=3, batch_size=8,
-                        num_threads=1, save_checkpoint_secs=3600,
-                        compute_dtype=dtype)
+    cifar10_train.train(run_settings.TrainSettings(
+        data_dir, dirs[name], max_steps=3, batch_size=8, input_threads=1,
+        save_checkpoint_secs=3600, compute_dtype=dtype))
   checkpoints = {name: tf.train.latest_checkpoint(path)
                  for name, path in dirs.items()}
   contents = _checkpoint_contents(checkpoints['bfloat16'])
@@ -235,19 +236,17 @@ def test_bfloat16_checkpoint_is_float32_and_evaluates_both_ways(data_dir,
   assert len(contents) == 25
   assert {dtype for dtype, _ in contents.values()} == {tf.float32, tf.int64}
   for name, checkpoint in checkpoints.items():
-    results = [cifar10_eval.eval_once(checkpoint, data_dir, num_examples=20,
-                                      batch_size=10,
-                                      session_config=session_config(),
-                                      compute_dtype=dtype)
+    results = [cifar10_eval.eval_once(checkpoint, cifar10_eval.EvalSettings(
+                   data_dir, num_examples=20, batch_size=10,
+                   session_config=session_config(), compute_dtype=dtype))
                for dtype in (None, tf.bfloat16)]
     assert [r['global_step'] for r in results] == [3, 3], name
     assert [r['num_examples'] for r in results] == [20, 20], name
   # Each resumes in training the other way round.
   for name, dtype in (('float32', tf.bfloat16), ('bfloat16', None)):
-    stats = cifar10_train.train(data_dir, dirs[name], max_steps=5,
-                                batch_size=8, num_threads=1,
-                                save_checkpoint_secs=3600,
-                                compute_dtype=dtype)
+    stats = cifar10_train.train(run_settings.TrainSettings(
+        data_dir, dirs[name], max_steps=5, batch_size=8, input_threads=1,
+        save_checkpoint_secs=3600, compute_dtype=dtype))
     assert stats['global_step'] == 5, name
     assert _checkpoint_contents(tf.train.latest_checkpoint(dirs[name])) == (
         contents)
@@ -255,8 +254,8 @@ def test_bfloat16_checkpoint_is_float32_and_evaluates_both_ways(data_dir,
 
 def test_eval_graph_computes_in_bfloat16_and_predicts_as_float32(data_dir):
   with tf.Graph().as_default() as graph:
-    cifar10_eval._build_eval_graph('test', data_dir, 10, False, 1,  # pylint: disable=protected-access
-                                   tf.bfloat16)
+    cifar10_eval.build_eval_graph(cifar10_eval.EvalSettings(
+        data_dir, batch_size=10, compute_dtype=tf.bfloat16))
   convs = [op for op in graph.get_operations() if op.type == 'Conv2D']
   assert [op.get_attr('T') for op in convs] == [tf.bfloat16] * 2
 
@@ -267,11 +266,10 @@ def test_eval_with_the_flag_predicts_what_the_weights_say(data_dir, tmp_path,
   # Averaged weights that predict class 3 for every image: 2 of the 20 test
   # records are 3s.
   path = str(tmp_path / 'model.ckpt')
-  _save_checkpoint(path, 7, raw_class=5, shadow_class=3, dtype=dtype)
-  result = cifar10_eval.eval_once(path + '-7', data_dir, num_examples=20,
-                                  batch_size=10,
-                                  session_config=session_config(),
-                                  compute_dtype=tf.bfloat16)
+  save_checkpoint(path, 7, raw_class=5, shadow_class=3, dtype=dtype)
+  result = cifar10_eval.eval_once(path + '-7', cifar10_eval.EvalSettings(
+      data_dir, num_examples=20, batch_size=10,
+      session_config=session_config(), compute_dtype=tf.bfloat16))
   assert result['true_count'] == 2
   assert result['confusion'][:, 3].sum() == 20
   note = ('Note: %s-7 holds float16 weights (--use_fp16): --mixed_precision '

@@ -233,7 +233,7 @@ def test_session_config_follows_the_thread_rule_and_skips_rewrites():
 def test_activation_summary_sparsity_is_the_fraction_of_zeros():
   with tf.Graph().as_default():
     x = tf.constant([[0.0, 1.5, 0.0, 2.0], [0.0, 0.0, 3.0, 0.0]], name='act')
-    cifar10._activation_summary(x)  # pylint: disable=protected-access
+    cifar10.activation_summary(x)
     with tf.Session(config=session_config()) as sess:
       summary = tf.Summary.FromString(sess.run(tf.summary.merge_all()))
   values = {v.tag: v for v in summary.value}

@@ -15,7 +15,8 @@ import cifar10_multi_gpu_train as multi
 import cifar10_train
 from cifar10_support import gpus
 from cifar10_support import sessions
-from test_train import LINE, _event_tags, _event_values, _histogram_tags
+from cifar10_support import run_settings
+from test_train import LINE, event_tags, event_values, histogram_tags
 from testutil import OP_TIMEOUT_MS, run_script
 
 BATCH = 8
@@ -202,17 +203,11 @@ def test_average_gradients_names_the_mismatch():
       np.testing.assert_allclose(sess.run(mean), [2.0, 3.0])
 
 
-def test_logger_counts_every_tower(monkeypatch, capsys):
-  clock = iter([100.0, 102.0, 102.0])
-  monkeypatch.setattr(cifar10_train.time, 'time', lambda: next(clock))
-  logger = cifar10_train._LoggerHook(  # pylint: disable=protected-access
-      None, None, batch_size=8, log_frequency=1, num_towers=2)
-  logger.begin()
-  logger.step = 0
-  logger.after_run(None, tf.train.SessionRunValues(
-      results=1.5, options=None, run_metadata=None))
+def test_logger_counts_every_tower(capsys):
   # One step of 2 towers x 8 images in 2 seconds.
-  assert logger.last_examples_per_sec == 8.0
+  examples_per_sec = multi.print_step(0, 1.5, duration=2.0, batches=2,
+                                      batch_size=8)
+  assert examples_per_sec == 8.0
   assert re.search(r'step 0, loss = 1\.50 \(8\.0 examples/sec; 1\.000 '
                    r'sec/batch\)', capsys.readouterr().out)
 
@@ -248,8 +243,8 @@ def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path, capsys):
   assert first.stdout.count('Filling queue with') == 1
   checkpoint = tf.train.latest_checkpoint(train_dir)
   assert checkpoint.endswith('model.ckpt-6')
-  tags = _event_tags(train_dir)
-  histograms = _histogram_tags(_event_values(train_dir))
+  tags = event_tags(train_dir)
+  histograms = histogram_tags(event_values(train_dir))
   assert {'conv1/conv1/conv1/activations',
           'conv1/weights/gradients'} <= histograms
   assert {'images/image/0', 'learning_rate', 'total_loss__raw_',
@@ -264,15 +259,16 @@ def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path, capsys):
   # Evaluation and the resumed run are functions of this process; the
   # script's own run was the first.
   capsys.readouterr()
-  result = cifar10_eval.eval_once(checkpoint, data_dir, num_examples=16,
-                                  batch_size=BATCH,
-                                  session_config=_config(1))
+  result = cifar10_eval.eval_once(checkpoint, cifar10_eval.EvalSettings(
+      data_dir, num_examples=16, batch_size=BATCH,
+      session_config=_config(1)))
   assert result['checkpoint'] == checkpoint
   assert re.search(r'precision @ 1 = \d\.\d{3}', capsys.readouterr().out)
 
   # GPU towers on a machine with fewer GPUs: one line, then soft placement.
-  multi.train(data_dir, train_dir, num_towers=2, tower_device='gpu',
-              max_steps=10, batch_size=BATCH, log_frequency=2)
+  multi.train(run_settings.TrainSettings(
+      data_dir, train_dir, max_steps=10, batch_size=BATCH, log_frequency=2),
+      num_towers=2, tower_device='gpu')
   second = capsys.readouterr().out
 
   assert 'Resuming from checkpoint %s at step 6' % checkpoint in second
@@ -342,11 +338,11 @@ def test_split_that_cannot_work_is_one_usage_line(args, message):
   assert str(e.value).startswith(message)
 
 
-def test_fallback_line_names_the_flag_that_helps():
-  assert multi.fallback_line(4, 1).endswith(
+def test_gpu_fallback_message_names_the_flag_that_helps():
+  assert gpus.fallback_message(4, 1).endswith(
       'soft placement), as in the original; --split_gpus splits the GPU(s) '
       'into 4 virtual GPUs, one per tower.')
-  assert multi.fallback_line(2, 0).endswith(
+  assert gpus.fallback_message(2, 0).endswith(
       '--tower_device=cpu gives each tower its own CPU device.')
 
 

@@ -5,10 +5,11 @@ import itertools
 import numpy as np
 import pytest
 
+import cifar10_input
 from cifar10_support import eval_report
 from cifar10_support import picture
 
-NAMES = eval_report.CLASS_NAMES
+NAMES = cifar10_input.CLASS_NAMES
 TITLES = ('true', 'predicted')
 GREY = [200, 200, 200]
 WHITE = [255, 255, 255]
@@ -42,12 +43,13 @@ def _grid(image, cell, n=10):
 
 
 def _diagonal_image(cell=eval_report.CONFUSION_CELL_PIXELS):
-  return eval_report.confusion_image(np.diag(np.arange(1, 11)), cell)[0]
+  return eval_report.confusion_image(np.diag(np.arange(1, 11)), NAMES,
+                                     cell)[0]
 
 
 def test_font_has_a_glyph_for_every_letter_of_the_labels():
   letters = set(''.join(NAMES + TITLES))
-  glyphs = picture._GLYPHS  # pylint: disable=protected-access
+  glyphs = picture.GLYPHS
 
   assert letters <= set(glyphs)
   for letter, rows in glyphs.items():
@@ -93,7 +95,7 @@ def test_confusion_image_colours_each_cell_by_its_row_fraction():
   confusion[1, :2] = [3, 3]  # half and half
   confusion[9] = 0  # a class with no examples
 
-  image = eval_report.confusion_image(confusion)
+  image = eval_report.confusion_image(confusion, NAMES)
 
   assert image.dtype == np.uint8 and image.ndim == 4
   assert image.shape[0] == 1 and image.shape[3] == 3

@@ -23,6 +23,7 @@ import cifar10_input
 import cifar10_train
 from cifar10_support import run_flags
 from cifar10_support import train_dirs
+from cifar10_support import run_settings
 import synthetic
 import testutil
 
@@ -152,9 +153,10 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(
   monkeypatch.setattr(cifar10, 'loss', _nan_from_step(3))
   train_dir = str(tmp_path / 'train')
   with pytest.raises(train_dirs.DivergedError) as e:
-    cifar10_train.train(data_dir, train_dir, max_steps=20, batch_size=8,
-                        log_frequency=1, save_checkpoint_steps=1,
-                        save_summaries_steps=summary_steps, num_threads=2)
+    cifar10_train.train(run_settings.TrainSettings(
+        data_dir, train_dir, max_steps=20, batch_size=8, log_frequency=1,
+        save_checkpoint_steps=1, save_summaries_steps=summary_steps,
+        input_threads=2))
   good = os.path.join(train_dir, 'model.ckpt-3')
   assert str(e.value) == (
       'Model diverged with loss = NaN at step 3: training stopped without '
@@ -170,7 +172,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(
 
 # --- SIGKILL, SIGTERM, SIGINT -------------------------------------------------
 
-def _start(data_dir, train_dir, *flags):
+def start_trainer(data_dir, train_dir, *flags):
   """Starts cifar10_train.py; returns the process, its output lines and the
   thread that reads them (it ends at the end of the output: join it)."""
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONUNBUFFERED='1')
@@ -196,7 +198,7 @@ def _read_to_end(reader, timeout=30):
   assert not reader.is_alive(), 'output not closed %d s after exit' % timeout
 
 
-def _wait_for(proc, lines, condition, timeout=180):
+def wait_for(proc, lines, condition, timeout=180):
   deadline = time.time() + timeout
   while not condition():
     if proc.poll() is not None or time.time() > deadline:
@@ -206,7 +208,7 @@ def _wait_for(proc, lines, condition, timeout=180):
     time.sleep(0.02)
 
 
-def _logged_steps(lines):
+def logged_steps(lines):
   return [int(m.group(1)) for m in map(STEP_LINE.search, list(lines)) if m]
 
 
@@ -229,11 +231,11 @@ def _readable_checkpoint_steps(train_dir):
   return steps
 
 
-def _assert_resumed(lines, train_dir, step):
+def assert_resumed(lines, train_dir, step):
   text = ''.join(lines)
   assert ('Resuming from checkpoint %s at step %d'
           % (os.path.join(train_dir, 'model.ckpt-%d' % step), step)) in text
-  assert _logged_steps(lines)[0] == step
+  assert logged_steps(lines)[0] == step
 
 
 def test_sigkill_then_restart_resumes_and_signals_stop_cleanly(data_dir,
@@ -242,8 +244,8 @@ def test_sigkill_then_restart_resumes_and_signals_stop_cleanly(data_dir,
   # SIGKILL at an arbitrary moment; with a checkpoint every step, most
   # moments are inside a save.
   delay = random.uniform(0, 0.3)
-  proc, lines, _ = _start(data_dir, train_dir, '--save_checkpoint_steps=1')
-  _wait_for(proc, lines, lambda: _saved_step(train_dir) >= 3)
+  proc, lines, _ = start_trainer(data_dir, train_dir, '--save_checkpoint_steps=1')
+  wait_for(proc, lines, lambda: _saved_step(train_dir) >= 3)
   time.sleep(delay)
   proc.kill()
   proc.wait(30)
@@ -260,17 +262,17 @@ def test_sigkill_then_restart_resumes_and_signals_stop_cleanly(data_dir,
   # final checkpoint at the step reached, from which the next run resumes.
   # Periodic checkpoints are off: the final one is the signal's doing.
   for signum in (signal.SIGTERM, signal.SIGINT):
-    proc, lines, reader = _start(data_dir, train_dir,
+    proc, lines, reader = start_trainer(data_dir, train_dir,
                                  '--save_checkpoint_secs=3600')
-    _wait_for(proc, lines, lambda: len(_logged_steps(lines)) >= 3)
+    wait_for(proc, lines, lambda: len(logged_steps(lines)) >= 3)
     proc.send_signal(signum)
     assert proc.wait(120) == 128 + signum
     _read_to_end(reader)  # Every line, up to the 'Received ...' one.
-    _assert_resumed(lines, train_dir, resume_from)
+    assert_resumed(lines, train_dir, resume_from)
     if signum == signal.SIGTERM:
       assert 'Removing %s, an interrupted save.\n' % partial in lines
       assert not os.path.exists(partial)
-    stopped_at = _logged_steps(lines)[-1] + 1
+    stopped_at = logged_steps(lines)[-1] + 1
     assert stopped_at >= resume_from + 3
     assert ('Received %s: stopped at step %d; final checkpoint %s.\n'
             % (signal.Signals(signum).name, stopped_at,

@@ -22,7 +22,8 @@ import cifar10_multi_gpu_train
 import cifar10_train
 from cifar10_support import checkpoints
 from cifar10_support import train_dirs
-from test_distributed_train import _start
+from cifar10_support import run_settings
+from test_distributed_train import start_task
 from test_train import LINE
 import testutil
 
@@ -60,8 +61,9 @@ def _run(trainer, data_dir, train_dir, max_steps):
   train, kwargs = TRAINERS[trainer]
   printed = io.StringIO()
   with contextlib.redirect_stdout(printed):
-    train(data_dir=data_dir, train_dir=train_dir, batch_size=BATCH,
-          log_frequency=2, max_steps=max_steps, **kwargs)
+    train(run_settings.TrainSettings(data_dir, train_dir, batch_size=BATCH,
+                                     log_frequency=2, max_steps=max_steps),
+          **kwargs)
   return printed.getvalue()
 
 
@@ -119,7 +121,7 @@ def _run_chief(data_dir, train_dir, max_steps, sync, tmp_path):
   ps_port, worker_port = testutil.free_ports(2)
   cluster = ['--ps_hosts=127.0.0.1:%d' % ps_port,
              '--worker_hosts=127.0.0.1:%d' % worker_port]
-  ps = _start(['--job_name=ps', '--task_index=0'] + cluster,
+  ps = start_task(['--job_name=ps', '--task_index=0'] + cluster,
               str(tmp_path / ('ps-%d.log' % max_steps)))
   try:
     result = testutil.run_script('cifar10_distributed_train.py', [
@@ -172,8 +174,8 @@ def _listing(directory):
 
 def test_float16_checkpoint_is_refused_and_left_as_it_was(data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
-  cifar10_train.train(data_dir, train_dir, max_steps=2, batch_size=BATCH,
-                      use_fp16=True)
+  cifar10_train.train(run_settings.TrainSettings(
+      data_dir, train_dir, max_steps=2, batch_size=BATCH, use_fp16=True))
   before = _listing(train_dir)
 
   # The refusal is the script's: one line, exit status 1.
@@ -233,8 +235,8 @@ def test_plan_restores_shared_state_and_starts_own_state_fresh(tmp_path):
   assert plan.checkpoint == checkpoint
   assert sorted(plan.variables) == [
       'conv1/weights', 'conv1/weights/ExponentialMovingAverage', 'global_step']
-  assert plan.fresh == ['loss/avg']
-  assert checkpoints.fresh_line(plan) == (
+  assert plan.not_in_checkpoint == ['loss/avg']
+  assert checkpoints.not_in_checkpoint_message(plan) == (
       'Starting fresh (not in model.ckpt-7, which another trainer wrote): '
       'loss/avg.')
 

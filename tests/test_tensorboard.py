@@ -18,6 +18,7 @@ import tensorflow.compat.v1 as tf
 import cifar10_eval
 import cifar10_multi_gpu_train
 import cifar10_train
+from cifar10_support import run_settings
 import testutil
 from testutil import ROOT
 
@@ -37,8 +38,10 @@ def _scalars(run_dir, tag):
 
 def _train(train, data_dir, train_dir, **kwargs):
   """A trainer's train function, in this process, as its script calls it."""
-  train(data_dir=data_dir, train_dir=train_dir, batch_size=8,
-        log_frequency=100, **kwargs)
+  towers = {name: kwargs.pop(name) for name in ('num_towers', 'tower_device')
+            if name in kwargs}
+  train(run_settings.TrainSettings(data_dir, train_dir, batch_size=8,
+                                   log_frequency=100, **kwargs), **towers)
 
 
 @pytest.fixture(scope='module')
@@ -52,9 +55,11 @@ def logdir(data_dir, tmp_path_factory):
   def build(root):
     _train(cifar10_train.train, data_dir, os.path.join(root, 'train'),
            max_steps=STEPS, save_summaries_steps=EVERY)
-    cifar10_eval.evaluate(data_dir, os.path.join(root, 'train'),
-                          os.path.join(root, 'eval'), num_examples=20,
-                          batch_size=8, run_once=True)
+    cifar10_eval.evaluate(os.path.join(root, 'train'),
+                          os.path.join(root, 'eval'),
+                          cifar10_eval.EvalSettings(data_dir, num_examples=20,
+                                                    batch_size=8,
+                                                    run_once=True))
     _train(cifar10_multi_gpu_train.train, data_dir,
            os.path.join(root, 'towers'), max_steps=12,
            save_summaries_steps=5, num_towers=2, tower_device='cpu')

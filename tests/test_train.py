@@ -7,6 +7,7 @@ import re
 import tensorflow.compat.v1 as tf
 
 import cifar10_train
+from cifar10_support import run_settings
 from testutil import run_script
 
 LINE = re.compile(r'^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}): step (\d+), '
@@ -39,8 +40,8 @@ def _train(data_dir, train_dir, *extra):
 
 def _train_here(capsys, data_dir, train_dir, **kwargs):
   """cifar10_train.train in this process, as the script calls it; its output."""
-  cifar10_train.train(data_dir, train_dir, batch_size=8, log_frequency=5,
-                      **kwargs)
+  cifar10_train.train(run_settings.TrainSettings(
+      data_dir, train_dir, batch_size=8, log_frequency=5, **kwargs))
   return capsys.readouterr().out
 
 
@@ -53,7 +54,7 @@ def _checkpoint_steps(train_dir):
                 for f in glob.glob(os.path.join(train_dir, 'model.ckpt-*.index')))
 
 
-def _event_values(train_dir):
+def event_values(train_dir):
   """tag -> the first summary value written under it (the one that carries
   the tag's metadata, such as its plugin)."""
   values = {}
@@ -65,11 +66,11 @@ def _event_values(train_dir):
   return values
 
 
-def _event_tags(train_dir):
-  return set(_event_values(train_dir))
+def event_tags(train_dir):
+  return set(event_values(train_dir))
 
 
-def _histogram_tags(values):
+def histogram_tags(values):
   """The tags written in TensorBoard's histogram format, 30 buckets each."""
   tags = set()
   for tag, value in values.items():
@@ -93,11 +94,11 @@ def test_train_logs_checkpoints_summarizes_and_resumes(data_dir, tmp_path,
   assert first.stdout.count('step 5, loss') == 1
   assert first.stdout.count('saved checkpoint %s/model.ckpt-20\n' % train_dir) == 1
   assert _checkpoint_steps(train_dir) == [0, 20]
-  values = _event_values(train_dir)
+  values = event_values(train_dir)
   assert ORIGINAL_TAGS <= set(values)
   # 10 weights, 10 gradients, 5 activations; none in TF1's slow format.
-  assert len(_histogram_tags(values)) == 25
-  assert 'conv1/conv1/conv1/activations' in _histogram_tags(values)
+  assert len(histogram_tags(values)) == 25
+  assert 'conv1/conv1/conv1/activations' in histogram_tags(values)
   assert not [tag for tag, value in values.items() if value.HasField('histo')]
   assert os.path.exists(os.path.join(train_dir, 'graph.pbtxt'))
 

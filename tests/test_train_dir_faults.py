@@ -19,9 +19,10 @@ import cifar10_eval
 import cifar10_train
 from cifar10_support import checkpoints
 from cifar10_support import train_dirs
+from cifar10_support import run_settings
 import testutil
 from test_reliability import STEP_LINE
-from test_reliability import _assert_resumed, _logged_steps, _start, _wait_for
+from test_reliability import assert_resumed, logged_steps, start_trainer, wait_for
 
 BATCH = 8
 
@@ -54,9 +55,9 @@ def test_lock_names_its_holder_and_is_free_again_after(tmp_path):
 def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
     data_dir, tmp_path, capsys):
   train_dir = str(tmp_path / 'train')
-  first, lines, _ = _start(data_dir, train_dir, '--save_checkpoint_steps=2')
+  first, lines, _ = start_trainer(data_dir, train_dir, '--save_checkpoint_steps=2')
   try:
-    _wait_for(first, lines, lambda: len(_logged_steps(lines)) >= 3)
+    wait_for(first, lines, lambda: len(logged_steps(lines)) >= 3)
     # Paused, it holds the lock while the others try, and cannot end on its
     # own meanwhile (a long run at lr 0.1 on 100 records can diverge).
     os.kill(first.pid, signal.SIGSTOP)
@@ -78,9 +79,11 @@ def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
 
     # Evaluation takes no lock: it runs beside the trainer (in this process).
     capsys.readouterr()
-    cifar10_eval.evaluate(data_dir, train_dir, str(tmp_path / 'e'),
-                          num_examples=20, batch_size=10, run_once=True,
-                          session_config=testutil.session_config())
+    cifar10_eval.evaluate(train_dir, str(tmp_path / 'e'),
+                          cifar10_eval.EvalSettings(
+                              data_dir, num_examples=20, batch_size=10,
+                              run_once=True,
+                              session_config=testutil.session_config()))
     assert 'precision @ 1 = ' in capsys.readouterr().out
     assert first.poll() is None  # Still there, still holding the lock.
   finally:
@@ -91,9 +94,10 @@ def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
   assert os.path.exists(os.path.join(train_dir, train_dirs.LOCK_NAME))
   resume_from = checkpoints.step_of(
       tf.train.latest_checkpoint(train_dir))
-  cifar10_train.train(data_dir, train_dir, max_steps=resume_from + 2,
-                      batch_size=BATCH, log_frequency=1)
-  _assert_resumed(capsys.readouterr().out.splitlines(True), train_dir,
+  cifar10_train.train(run_settings.TrainSettings(
+      data_dir, train_dir, max_steps=resume_from + 2, batch_size=BATCH,
+      log_frequency=1))
+  assert_resumed(capsys.readouterr().out.splitlines(True), train_dir,
                   resume_from)
 
 
@@ -182,9 +186,10 @@ def test_full_disk_stops_with_one_message_and_the_next_run_resumes(
     subprocess.run(['mount', '-o', 'remount,size=64m', mount_point],
                    check=True, timeout=30)
     step = checkpoints.step_of(newest)
-    cifar10_train.train(data_dir, train_dir, max_steps=step + 2,
-                        batch_size=BATCH, log_frequency=1)
-    _assert_resumed(capsys.readouterr().out.splitlines(True), train_dir, step)
+    cifar10_train.train(run_settings.TrainSettings(
+        data_dir, train_dir, max_steps=step + 2, batch_size=BATCH,
+        log_frequency=1))
+    assert_resumed(capsys.readouterr().out.splitlines(True), train_dir, step)
   finally:
     subprocess.run(['umount', '-l', mount_point], timeout=30)
 
@@ -208,16 +213,17 @@ def test_full_disk_injected(data_dir, tmp_path, monkeypatch):
 
   monkeypatch.setattr(tf.train.Saver, 'save', save)
   with pytest.raises(train_dirs.DiskFullError) as e:
-    cifar10_train.train(data_dir, train_dir, max_steps=40, batch_size=BATCH,
-                        save_checkpoint_steps=2, num_threads=2)
+    cifar10_train.train(run_settings.TrainSettings(
+        data_dir, train_dir, max_steps=40, batch_size=BATCH,
+        save_checkpoint_steps=2, input_threads=2))
   newest = _listed_checkpoints_restore(train_dir)
   assert newest.endswith('model.ckpt-2')
   assert str(e.value).startswith('the disk of --train_dir=%s is full (no '
                                  'space left on device' % train_dir)
   assert not glob.glob(os.path.join(train_dir, '*_temp'))
   monkeypatch.setattr(tf.train.Saver, 'save', real_save)
-  result = cifar10_train.train(data_dir, train_dir, max_steps=4,
-                               batch_size=BATCH, num_threads=2)
+  result = cifar10_train.train(run_settings.TrainSettings(
+      data_dir, train_dir, max_steps=4, batch_size=BATCH, input_threads=2))
   assert result['global_step'] == 4
 
 
@@ -251,8 +257,8 @@ DAMAGE = {
 def two_checkpoints(data_dir, tmp_path_factory):
   """A train_dir with checkpoints 0 and 4."""
   train_dir = str(tmp_path_factory.mktemp('two_checkpoints') / 'train')
-  cifar10_train.train(data_dir, train_dir, max_steps=4, batch_size=BATCH,
-                      num_threads=2)
+  cifar10_train.train(run_settings.TrainSettings(
+      data_dir, train_dir, max_steps=4, batch_size=BATCH, input_threads=2))
   return train_dir
 
 
@@ -279,19 +285,22 @@ def test_damaged_newest_checkpoint_falls_back_and_is_skipped_by_eval(
   def stop(_):
     raise KeyboardInterrupt
   with pytest.raises(KeyboardInterrupt):
-    cifar10_eval.evaluate(data_dir, train_dir, str(tmp_path / 'eval'),
-                          num_examples=20, batch_size=10, sleep=stop,
-                          session_config=testutil.session_config())
+    cifar10_eval.evaluate(train_dir, str(tmp_path / 'eval'),
+                          cifar10_eval.EvalSettings(
+                              data_dir, num_examples=20, batch_size=10,
+                              session_config=testutil.session_config()),
+                          sleep=stop)
   assert ('Skipping: cannot read checkpoint %s (pruned by training, not '
           'completely written, or damaged): ' % damaged
           in capsys.readouterr().out)
 
-  cifar10_train.train(data_dir, train_dir, max_steps=6, batch_size=BATCH,
-                      log_frequency=1, num_threads=2)
+  cifar10_train.train(run_settings.TrainSettings(
+      data_dir, train_dir, max_steps=6, batch_size=BATCH, log_frequency=1,
+      input_threads=2))
   printed = capsys.readouterr().out
 
   assert 'Checkpoint %s is damaged and left as it is (' % damaged in printed
-  _assert_resumed(printed.splitlines(True), train_dir, 0)
+  assert_resumed(printed.splitlines(True), train_dir, 0)
   assert tf.train.latest_checkpoint(train_dir).endswith('model.ckpt-6')
   # Skipped, never deleted nor listed again.
   assert {path: open(path, 'rb').read() for path in files} == files

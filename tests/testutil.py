@@ -58,25 +58,34 @@ FIXTURE_SEED = 1
 def train_fixture(data_dir, train_dir, max_steps, batch_size, **kwargs):
   """cifar10_train.train, deterministic where it can be: a graph seed, one
   input thread, and FIXTURE_LEARNING_RATE; for fixtures that need a model
-  that learned, not for tests of training itself."""
+  that learned, not for tests of training itself.
+
+  Args:
+    **kwargs: other fields of run_settings.TrainSettings.
+  """
   import cifar10  # pylint: disable=g-import-not-at-top
   import cifar10_train  # pylint: disable=g-import-not-at-top
-  from cifar10_support import sessions  # pylint: disable=g-import-not-at-top
+  from cifar10_support import run_settings  # pylint: disable=g-import-not-at-top
 
-  def build(global_step):
+  real_inputs = cifar10.distorted_inputs
+
+  def seeded_inputs(*args, **inputs_kwargs):
+    # The first random op of the training graph: every op from here on
+    # takes its seed from the graph's.
     tf.set_random_seed(FIXTURE_SEED)
-    return cifar10_train.build_training_graph(global_step, data_dir,
-                                              batch_size, num_threads=1)
+    return real_inputs(*args, **inputs_kwargs)
 
+  kwargs.setdefault('log_frequency', 100)
   original = cifar10.INITIAL_LEARNING_RATE
   cifar10.INITIAL_LEARNING_RATE = FIXTURE_LEARNING_RATE
+  cifar10.distorted_inputs = seeded_inputs
   try:
-    return cifar10_train.run_training(
-        build, train_dir, max_steps, batch_size,
-        kwargs.pop('log_frequency', 100), False, sessions.training_config(),
-        **kwargs)
+    return cifar10_train.train(run_settings.TrainSettings(
+        data_dir, train_dir, max_steps=max_steps, batch_size=batch_size,
+        input_threads=1, **kwargs))
   finally:
     cifar10.INITIAL_LEARNING_RATE = original
+    cifar10.distorted_inputs = real_inputs
 
 
 def shared_dir(tmp_path_factory, name, build):

@@ -1,0 +1,168 @@
+"""An evaluation run beyond the lesson: its settings, following training.
+
+cifar10_eval.py's main builds one `EvalSettings` from its flags
+(`from_flags`); tests and the benchmark build it directly, naming only what
+they change:
+
+    eval_run.EvalSettings(data_dir, num_examples=20, batch_size=8)
+
+cifar10_eval.evaluate hands `follow` its function that evaluates one
+checkpoint. `follow` looks in the training run's directory every interval,
+evaluates each new checkpoint once (the newest only, if several appeared
+meanwhile), skips one that is pruned or incomplete when read (`restore`
+says which), and says on the console what it waits for. With run_once it
+evaluates the newest checkpoint and returns.
+"""
+
+import collections
+import contextlib
+import time
+
+import tensorflow.compat.v1 as tf
+
+from cifar10_support import checkpoints
+
+
+EvalSettings = collections.namedtuple('EvalSettings', [
+    'data_dir', 'eval_data', 'num_examples', 'batch_size', 'run_once',
+    'eval_interval_secs', 'session_config', 'input_threads',
+    'compute_dtype'], defaults=('test', 10000, 128, False, 300, None, 1, None))
+EvalSettings.__doc__ = """The settings of an evaluation (the flag of the same
+name where there is one; the defaults are the flags').
+
+  data_dir: str, the folder holding `cifar-10-batches-bin/`.
+  eval_data: 'test' or 'train_eval'.
+  num_examples: int, examples to count, at most the records in the files.
+  batch_size: int, examples per batch; any value counts the same examples.
+  run_once: bool, evaluate the newest checkpoint and return (else follow
+    training).
+  eval_interval_secs: int, seconds between looks for a new checkpoint.
+  session_config: tf.ConfigProto; None for sessions.eval_config(), which
+    grows GPU memory as needed.
+  input_threads: int, input threads; 1 keeps the file order.
+  compute_dtype: None, or tf.bfloat16 / tf.float16 to compute the forward
+    pass in (cifar10.inference) from float32 weights; a float16 checkpoint
+    computes in float16 whatever this says.
+"""
+
+
+def from_flags(flag_values):
+  """The EvalSettings of cifar10_eval.py's parsed flags, but for
+  session_config and compute_dtype: they ask TensorFlow about the machine,
+  so main sets them after the data check."""
+  return EvalSettings(
+      data_dir=flag_values.data_dir, eval_data=flag_values.eval_data,
+      num_examples=flag_values.num_examples,
+      batch_size=flag_values.batch_size, run_once=flag_values.run_once,
+      eval_interval_secs=flag_values.eval_interval_secs)
+
+
+def for_weights(settings, checkpoint_path, weights_dtype):
+  """The settings to evaluate a checkpoint with: compute_dtype None, with a
+  note, when its weights are not float32 (a --use_fp16 checkpoint computes
+  in float16 whatever --mixed_precision says)."""
+  if settings.compute_dtype is None or weights_dtype == tf.float32:
+    return settings
+  print('Note: %s holds %s weights (--use_fp16): --mixed_precision does '
+        'not apply, the model computes in %s.'
+        % (checkpoint_path, weights_dtype.name, weights_dtype.name),
+        flush=True)
+  return settings._replace(compute_dtype=None)
+
+
+@contextlib.contextmanager
+def queue_runners(sess):
+  """Runs the graph's queue runners (its input) for the block, then stops
+  them and waits for their threads."""
+  coord = tf.train.Coordinator()
+  threads = tf.train.start_queue_runners(sess=sess, coord=coord)
+  try:
+    yield
+  finally:
+    coord.request_stop()
+    coord.join(threads, stop_grace_period_secs=10)
+
+
+def restore(saver, sess, checkpoint_path):
+  """saver.restore, with a checkpoint that cannot be read said in one line.
+
+  Raises:
+    checkpoints.CheckpointUnreadableError: the checkpoint was pruned by
+      training, is not completely written, or is damaged.
+  """
+  try:
+    saver.restore(sess, checkpoint_path)
+  except tf.errors.OpError as e:
+    raise checkpoints.CheckpointUnreadableError(
+        'cannot restore checkpoint %s (pruned by training, not '
+        'completely written, or damaged): %s'
+        % (checkpoint_path, e.message.splitlines()[0]))
+
+
+def newest_checkpoint(checkpoint_dir):
+  """The newest checkpoint in checkpoint_dir, and what identifies it.
+
+  Returns:
+    (path, identity), or (None, None) when there is none. The identity
+    includes the index file's modification time, so a checkpoint rewritten
+    under the same name (training restarted) counts as new.
+  """
+  path = checkpoints.newest(checkpoint_dir)
+  if path is None:
+    return None, None
+  try:
+    mtime = tf.io.gfile.stat(path + '.index').mtime_nsec
+  except tf.errors.OpError:
+    mtime = None
+  return path, (path, mtime)
+
+
+def follow(checkpoint_dir, evaluate_checkpoint, run_once, interval_secs,
+           max_evaluations=None, sleep=time.sleep):
+  """Calls evaluate_checkpoint on the newest checkpoint, once or on each new one.
+
+  Args:
+    checkpoint_dir: the training run's train_dir.
+    evaluate_checkpoint: called with a checkpoint path; returns its result.
+      A checkpoints.CheckpointUnreadableError it raises skips the checkpoint
+      (raised again with run_once).
+    run_once: bool, evaluate the newest checkpoint and return.
+    interval_secs: seconds between looks at checkpoint_dir.
+    max_evaluations: int or None; without run_once, return after this many.
+    sleep: called with interval_secs to wait (tests replace it).
+
+  Returns:
+    The list of evaluate_checkpoint's results, in order.
+
+  Raises:
+    checkpoints.CheckpointError: no checkpoint with run_once.
+  """
+  results = []
+  last_identity = None
+  waiting = False
+  while True:
+    path, identity = newest_checkpoint(checkpoint_dir)
+    if path is None and run_once:
+      raise checkpoints.CheckpointError(
+          "No checkpoint file found in checkpoint_dir %s (no 'checkpoint' "
+          'file listing one): point --checkpoint_dir at the --train_dir of a '
+          'training run that has saved a checkpoint' % checkpoint_dir)
+    if path is None and not waiting:
+      print('No checkpoint file found in %s; waiting for training to write '
+            'one (looking every %s s).' % (checkpoint_dir, interval_secs),
+            flush=True)
+      waiting = True
+    elif path is not None and identity != last_identity:
+      last_identity = identity
+      try:
+        results.append(evaluate_checkpoint(path))
+      except checkpoints.CheckpointUnreadableError as e:
+        if run_once:
+          raise
+        print('Skipping: %s.' % e, flush=True)
+      if run_once or len(results) == max_evaluations:
+        return results
+      print('Waiting for a new checkpoint in %s (looking every %s s).'
+            % (checkpoint_dir, interval_secs), flush=True)
+      waiting = True
+    sleep(interval_secs)

@@ -1,0 +1,85 @@
+"""A training session's restoring scaffold and saving hooks, built as one.
+
+    saving = start.restore_then_save(settings)   # train_dirs.StartPoint
+    hooks = [tf.train.StopAtStepHook(...), tf.train.NanTensorHook(loss),
+             logger] + saving.hooks
+    with tf.train.MonitoredTrainingSession(
+        scaffold=saving.scaffold, hooks=hooks, config=config,
+        **saving.session_args) as mon_sess:
+
+The scaffold restores the newest checkpoint that fits (from any trainer of
+this model), also into a session re-created after an error; the hooks write
+summaries and checkpoints after the NaN check, so that a diverged step is
+never saved; `session_args` turn MonitoredTrainingSession's own savers off,
+which would run before every other hook.
+"""
+
+import collections
+from datetime import datetime
+import os
+
+import tensorflow.compat.v1 as tf
+
+from cifar10_support import checkpoints
+from cifar10_support import summaries
+
+Saving = collections.namedtuple('Saving', ['scaffold', 'hooks',
+                                           'session_args'])
+Saving.__doc__ = """What `restore_then_save` returns.
+
+  scaffold: the tf.train.Scaffold that restores
+    (checkpoints.restoring_scaffold).
+  hooks: the summary and checkpoint hooks, to put after the NaN check.
+  session_args: dict of MonitoredTrainingSession's keyword arguments that
+    leave summaries and checkpoints to these hooks.
+"""
+
+
+class SaveAnnouncer(tf.train.CheckpointSaverListener):
+  """Prints a line after each checkpoint is written (TF's own is INFO):
+
+      <date time>: saved checkpoint <train_dir>/model.ckpt-<step>
+  """
+
+  def __init__(self, train_dir):
+    self._prefix = os.path.join(train_dir, 'model.ckpt')
+
+  def after_save(self, session, global_step_value):
+    print('%s: saved checkpoint %s-%d' % (datetime.now(), self._prefix,
+                                          global_step_value), flush=True)
+
+
+def restore_then_save(plan, train_dir, settings, summary_op=None):
+  """The restoring scaffold and saving hooks of a run in train_dir.
+
+  Call it inside the training graph, once built.
+
+  Args:
+    plan: the checkpoints.RestorePlan to resume from, or None to start from
+      the initial values.
+    train_dir: str, where the checkpoints and summaries go.
+    settings: the run's run_settings.TrainSettings (max_steps and the save_*
+      settings).
+    summary_op: the summaries to write, or None for every one in the graph.
+
+  Returns:
+    A `Saving`.
+  """
+  scaffold = checkpoints.restoring_scaffold(plan, train_dir,
+                                            summary_op=summary_op)
+  steps = settings.save_checkpoint_steps
+  hooks = [
+      summaries.SummaryHook(train_dir, settings.save_summaries_steps,
+                            settings.max_steps, summary_op),
+      tf.train.CheckpointSaverHook(
+          train_dir, scaffold=scaffold, save_steps=steps or None,
+          save_secs=None if steps else settings.save_checkpoint_secs,
+          listeners=[SaveAnnouncer(train_dir)])]
+  # No checkpoint_dir: the scaffold restores, from any trainer's checkpoint.
+  # The session's step counter writes global_step/sec with the summaries.
+  session_args = dict(
+      checkpoint_dir=None, summary_dir=train_dir, save_checkpoint_secs=None,
+      save_checkpoint_steps=None, save_summaries_steps=None,
+      save_summaries_secs=None,
+      log_step_count_steps=settings.save_summaries_steps or None)
+  return Saving(scaffold, hooks, session_args)

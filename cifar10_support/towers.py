@@ -1,0 +1,66 @@
+"""What cifar10_multi_gpu_train.py's towers need beyond the lesson.
+
+    prefetch_queue   a queue of whole batches between one input pipeline and
+                     the towers: the original took it from tf.contrib.slim
+                     (slim.prefetch_queue.prefetch_queue), which TensorFlow 2
+                     no longer has; this is the same queue, built from
+                     tf.FIFOQueue and a QueueRunner
+    check_gradients  towers whose gradients cannot be averaged: one error
+                     naming the tower and the variable
+"""
+
+import tensorflow.compat.v1 as tf
+
+
+def prefetch_queue(tensors, capacity):
+  """A FIFO queue of whole batches, kept full by one thread on /cpu:0.
+
+  Every tower dequeues its own batch, so one input pipeline serves them all;
+  one pipeline per tower filled its shuffling queue once per tower and made
+  several GPUs slower than one (tensorflow#4272).
+
+  Args:
+    tensors: list of batch tensors with fully defined shapes, e.g. images
+      [batch, 24, 24, 3] and labels [batch].
+    capacity: int, batches the queue holds.
+
+  Returns:
+    The tf.FIFOQueue; `dequeue()` gives tensors like `tensors`.
+  """
+  with tf.device('/cpu:0'), tf.name_scope('prefetch_queue'):
+    queue = tf.FIFOQueue(capacity, dtypes=[t.dtype for t in tensors],
+                         shapes=[t.shape for t in tensors])
+    tf.train.add_queue_runner(
+        tf.train.QueueRunner(queue, [queue.enqueue(tensors)]))
+    tf.summary.scalar('fraction_of_%d_full' % capacity,
+                      tf.cast(queue.size(), tf.float32) / capacity)
+  return queue
+
+
+def check_gradients(tower_grads):
+  """Raises ValueError unless every tower has a gradient for each of tower
+  0's variables, in the same order: what average_gradients needs.
+
+  Args:
+    tower_grads: one list per tower of (gradient, variable) pairs.
+
+  Raises:
+    ValueError: naming the tower and variable, if a tower's variables differ
+      from tower 0's or a gradient is None.
+  """
+  if not tower_grads:
+    raise ValueError('average_gradients needs at least one tower')
+  names = [var.op.name for _, var in tower_grads[0]]
+  for i, grads_and_vars in enumerate(tower_grads):
+    tower_names = [var.op.name for _, var in grads_and_vars]
+    if tower_names != names:
+      missing = sorted(set(names) - set(tower_names))
+      extra = sorted(set(tower_names) - set(names))
+      raise ValueError(
+          'Tower %d has gradients for other variables than tower 0: missing '
+          '%s, extra %s%s' % (i, missing, extra,
+                              '' if missing or extra else ' (order differs)'))
+    for grad, var in grads_and_vars:
+      if grad is None:
+        raise ValueError('Tower %d has no gradient for variable %s: its loss '
+                         'does not depend on it' % (i, var.op.name))
