@@ -314,15 +314,13 @@ def train(settings, worker):
       damaged ones, a busy train_dir, or a full disk.
   """
   task_index, is_chief = worker.task_index, worker.task_index == 0
-  start = plan = None
+  start = None
   with contextlib.ExitStack() as claimed:
     if is_chief:  # Only the chief reads and writes train_dir.
       start = claimed.enter_context(
           train_dirs.claim(settings.train_dir, settings.fresh_start))
     with tf.Graph().as_default(), signals.stop_requests() as stop_signals:
       graph = build_worker_graph(settings, worker)
-      if is_chief:
-        plan = start.restore_plan()
       logger = WorkerLoggerHook(task_index, graph['loss'],
                                 graph['step_before_update'],
                                 batch_size=settings.batch_size,
@@ -341,7 +339,7 @@ def train(settings, worker):
             cluster_sessions.RECOVERED_ERROR_LOG, lost_sessions.note_error
         ), cluster_sessions.monitored_session(
             settings, worker, hooks, lost_sessions,
-            global_step=graph['global_step'], restore_plan=plan) as mon_sess:
+            global_step=graph['global_step'], start=start) as mon_sess:
           while not mon_sess.should_stop() and not stop_signals:
             mon_sess.run(graph['train_op'])
       except tf.errors.DeadlineExceededError:
@@ -352,7 +350,7 @@ def train(settings, worker):
         raise ClusterError(_CLOSED_QUEUE) from None
       except tf.train.NanLossDuringTrainingError:
         if is_chief:
-          raise start.diverged(logger.global_step) from None
+          raise start.diverged_error(logger.global_step) from None
         raise train_dirs.DivergedError(diverged_message(
             logger.global_step)) from None
   if (worker.sync_replicas and not stop_signals and

@@ -44,7 +44,6 @@ from cifar10_support import console
 from cifar10_support import download
 from cifar10_support import eval_report
 from cifar10_support import eval_run
-from cifar10_support import precision
 from cifar10_support import run_flags
 from cifar10_support import sessions
 
@@ -81,23 +80,10 @@ def check_eval_args(settings):
   Raises:
     ValueError: naming the setting or file and the expected value.
   """
-  filenames = [os.path.join(settings.data_dir, download.BATCHES_DIR, name)
-               for name in cifar10_input.eval_files(settings.eval_data)]
-  num_examples = settings.num_examples
-  if not isinstance(num_examples, int) or num_examples < 1:
-    raise ValueError('num_examples must be a positive integer, got %r'
-                     % (num_examples,))
   cifar10_input.check_batch_size(settings.batch_size)
-  num_records = cifar10_input.check_data_files(filenames)
-  if num_examples > num_records:
-    raise ValueError(
-        'num_examples=%d is more than the %d records in %s; each example is '
-        'counted once, so use num_examples=%d or fewer'
-        % (num_examples, num_records, ', '.join(filenames), num_records))
-  if settings.eval_interval_secs < 0:
-    raise ValueError('eval_interval_secs must be >= 0, got %r'
-                     % (settings.eval_interval_secs,))
-  return num_records
+  return eval_run.check_settings(settings, [
+      os.path.join(settings.data_dir, download.BATCHES_DIR, name)
+      for name in cifar10_input.eval_files(settings.eval_data)])
 
 
 EvalGraph = collections.namedtuple('EvalGraph', [
@@ -265,13 +251,13 @@ def eval_once(checkpoint_path, settings, eval_dir=None):
 
 
 def evaluate(checkpoint_dir, eval_dir, settings, max_evaluations=None,
-             sleep=time.sleep, checked=False):
+             sleep=time.sleep, settings_checked=False):
   """Evaluates the newest checkpoint, once or each new one as training runs.
 
   Without settings.run_once it looks in checkpoint_dir every
   settings.eval_interval_secs and evaluates each new checkpoint once
-  (eval_run.follow: the newest if several appeared meanwhile; one pruned or
-  half written when read is skipped).
+  (eval_run.new_checkpoints: the newest if several appeared meanwhile); one
+  pruned or half written when read is skipped.
 
   Args:
     checkpoint_dir: the training run's train_dir.
@@ -279,7 +265,8 @@ def evaluate(checkpoint_dir, eval_dir, settings, max_evaluations=None,
     settings: an EvalSettings.
     max_evaluations: int or None; periodic mode returns after this many.
     sleep: called with eval_interval_secs to wait (tests replace it).
-    checked: True when main has checked settings (`check_eval_args`).
+    settings_checked: True when main has checked settings
+      (`check_eval_args`), so that they are checked once per run.
 
   Returns:
     The list of `eval_once` results, in order.
@@ -289,13 +276,20 @@ def evaluate(checkpoint_dir, eval_dir, settings, max_evaluations=None,
     CheckpointError: no checkpoint with run_once, or a checkpoint that lacks
       the model or its moving averages.
   """
-  if not checked:
+  if not settings_checked:
     check_eval_args(settings)
   tf.io.gfile.makedirs(eval_dir)
-  return eval_run.follow(
-      checkpoint_dir, lambda path: eval_once(path, settings, eval_dir),
-      run_once=settings.run_once, interval_secs=settings.eval_interval_secs,
-      max_evaluations=max_evaluations, sleep=sleep)
+  results = []
+  for path in eval_run.new_checkpoints(
+      checkpoint_dir, settings.run_once, settings.eval_interval_secs, sleep):
+    try:
+      results.append(eval_once(path, settings, eval_dir))
+    except CheckpointUnreadableError as e:
+      if settings.run_once:
+        raise
+      print('Skipping: %s.' % e, flush=True)
+    if settings.run_once or len(results) == max_evaluations:
+      return results
 
 
 def main(argv):
@@ -316,12 +310,11 @@ def main(argv):
   except ValueError as e:  # cifar10_input.DataError is one too
     sys.exit(ERROR_FORMAT % str(e).replace('num_examples=', '--num_examples='))
   # Eval runs where TensorFlow places it: on a GPU when there is one.
-  settings = settings._replace(
-      compute_dtype=precision.compute_dtype_for_this_machine(
-          FLAGS.mixed_precision, sessions.has_gpu()),
-      session_config=sessions.eval_config(run_flags.threads(FLAGS)))
+  settings = eval_run.for_this_machine(settings, FLAGS.mixed_precision,
+                                       run_flags.threads(FLAGS))
   try:
-    evaluate(FLAGS.checkpoint_dir, FLAGS.eval_dir, settings, checked=True)
+    evaluate(FLAGS.checkpoint_dir, FLAGS.eval_dir, settings,
+             settings_checked=True)
   except CheckpointError as e:
     sys.exit(ERROR_FORMAT % e)
 

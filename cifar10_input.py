@@ -51,7 +51,7 @@ DataError = data_files.DataError
 check_data_files = data_files.check_data_files
 
 # Threads that run the reader and the preprocessing in parallel.
-NUM_PREPROCESS_THREADS = 16
+NUM_PREPROCESS_THREADS = data_files.NUM_PREPROCESS_THREADS  # 16
 # Part of an epoch kept in the shuffling queue, so batches mix well.
 MIN_FRACTION_OF_EXAMPLES_IN_QUEUE = 0.4
 # Records each queue-runner step reads and preprocesses together
@@ -156,6 +156,10 @@ def _generate_image_and_label_batch(examples, min_queue_examples, batch_size,
                                     shuffle, num_threads,
                                     allow_smaller_final_batch=False):
   """Batches chunks of examples through a (shuffling) queue.
+
+  The original's function, taking (images, labels) as one argument where
+  it took image and label apart: with the two arguments added here
+  (num_threads, allow_smaller_final_batch) it would take seven.
 
   Args:
     examples: (images, labels), a chunk: images a 4-D float32 tensor of

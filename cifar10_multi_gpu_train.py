@@ -134,7 +134,7 @@ def build_towers(opt, tower_batches, tower_device, compute_dtype=None,
   # afterwards (moving averages, optimizer) are created rather than looked up:
   # the original's "Variable tower_1/... does not exist" crash.
   with tf.variable_scope(tf.get_variable_scope(),
-                         custom_getter=summaries.read_in_one_scope):
+                         custom_getter=towers.read_in_one_scope):
     for i, (images, labels) in enumerate(tower_batches):
       with tf.device('/%s:%d' % (tower_device, i)), \
           tf.name_scope('%s_%d' % (cifar10.TOWER_NAME, i)) as scope:
@@ -274,8 +274,10 @@ def train(settings, num_towers=1, tower_device='gpu', config=None):
 
       saving = start.restore_then_save(settings,
                                        tf.summary.merge(step.summaries))
+      counter = towers.StepCounter(global_step)
       hooks = [tf.train.StopAtStepHook(last_step=settings.max_steps),
-               tf.train.NanTensorHook(step.loss)] + saving.hooks
+               tf.train.NanTensorHook(step.loss),
+               counter] + saving.hooks
       if config:
         config = sessions.set_threads(config, settings.threads, num_towers)
       else:
@@ -284,16 +286,14 @@ def train(settings, num_towers=1, tower_device='gpu', config=None):
                                           settings.log_device_placement)
       # The first window also counts session start-up and the queue filling.
       window_start, window_steps = time.time(), 0
-      step_number = loss_value = examples_per_sec = None
-      with start.stop_on_full_disk(), \
-          start.nan_loss_reported(lambda: step_number):
-        with tf.train.MonitoredTrainingSession(
+      loss_value = examples_per_sec = None
+      try:
+        # Creating the session writes the first checkpoint.
+        with start.stop_on_full_disk(), tf.train.MonitoredTrainingSession(
             scaffold=saving.scaffold, hooks=hooks, config=config,
             **saving.session_args) as mon_sess:
-          # Read without the hooks, which would take it for a training step.
-          step_number = mon_sess.run_step_fn(
-              lambda step_context: step_context.session.run(global_step))
           while not mon_sess.should_stop() and not stop_signals:
+            step_number = counter.step
             _, loss_value = mon_sess.run([step.train_op, step.loss])
             window_steps += 1
             if step_number % settings.log_frequency == 0:
@@ -302,10 +302,12 @@ def train(settings, num_towers=1, tower_device='gpu', config=None):
                   batches=window_steps * num_towers,
                   batch_size=settings.batch_size)
               window_start, window_steps = time.time(), 0
-            step_number += 1
+      except tf.train.NanLossDuringTrainingError:
+        # That step is not saved: name the checkpoint a new run resumes from.
+        raise start.diverged_error(counter.step) from None
 
-  start.report_end(step_number, stop_signals)
-  return {'global_step': step_number, 'loss': loss_value,
+  start.report_end(counter.step, stop_signals)
+  return {'global_step': counter.step, 'loss': loss_value,
           'examples_per_sec': examples_per_sec,
           'signal': stop_signals[0] if stop_signals else None}
 

@@ -167,14 +167,16 @@ def train(settings):
                logger] + saving.hooks
       config = sessions.training_config(
           settings.threads, log_device_placement=settings.log_device_placement)
-      with start.stop_on_full_disk(), \
-          start.nan_loss_reported(lambda: logger.step):
+      try:
         # Creating the session writes the first checkpoint.
-        with tf.train.MonitoredTrainingSession(
+        with start.stop_on_full_disk(), tf.train.MonitoredTrainingSession(
             scaffold=saving.scaffold, hooks=hooks, config=config,
             **saving.session_args) as mon_sess:
           while not mon_sess.should_stop() and not stop_signals:
             mon_sess.run(train_op)
+      except tf.train.NanLossDuringTrainingError:
+        # That step is not saved: name the checkpoint a new run resumes from.
+        raise start.diverged_error(logger.step) from None
 
   start.report_end(logger.step, stop_signals)
   return {'global_step': logger.step, 'loss': logger.last_loss,

@@ -101,6 +101,7 @@ from cifar10_support import precision
 from cifar10_support import run_settings
 from cifar10_support import saving
 from cifar10_support import sessions
+from cifar10_support import towers
 import step_time
 import synthetic
 
@@ -318,8 +319,9 @@ class SessionVariant(Variant):
 class TrainScriptVariant(Variant):
   """cifar10_train.py's graph and session: pipeline, summaries, checkpoints.
 
-  The session is cifar10_train's own, with all its hooks; the logger's line
-  every 10 steps goes to /dev/null.
+  A copy of what cifar10_train.train builds: the same graph, hooks (its
+  LoggerHook, whose line every 10 steps goes to /dev/null) and
+  MonitoredTrainingSession; the loop is the benchmark's.
   """
 
   def __init__(self, steps, data_dir, train_dir, batch_size, config=None,
@@ -341,20 +343,20 @@ class TrainScriptVariant(Variant):
       self._start(run_settings.TrainSettings(
           data_dir, train_dir, max_steps=10 ** 9, batch_size=batch_size),
                   model_config() if config is None else config, loss,
-                  logger=cifar10_train.LoggerHook(loss, global_step,
-                                                  batch_size, 10))
+                  step_hook=cifar10_train.LoggerHook(loss, global_step,
+                                                     batch_size, 10))
 
-  def _start(self, settings, config, loss, logger=None, summary_op=None):
-    """Opens cifar10_train.train's session, with its hooks (the logger's
-    lines go to /dev/null), in a fresh settings.train_dir."""
+  def _start(self, settings, config, loss, step_hook, summary_op=None):
+    """Opens the trainer's session, with its hooks (step_hook: its logger or
+    step counter; a logger's lines go to /dev/null), in a fresh
+    settings.train_dir."""
     self.config = config  # the session's, as given to it
     self._log = open(os.devnull, 'w')
     with contextlib.redirect_stdout(self._log):
       scaffold, saving_hooks, session_args = saving.restore_then_save(
           None, settings.train_dir, settings, summary_op)
       hooks = [tf.train.StopAtStepHook(last_step=settings.max_steps),
-               tf.train.NanTensorHook(loss)] + (
-                   [logger] if logger else []) + saving_hooks
+               tf.train.NanTensorHook(loss), step_hook] + saving_hooks
       self.sess = tf.train.MonitoredTrainingSession(
           scaffold=scaffold, hooks=hooks, config=config, **session_args)
 
@@ -409,7 +411,11 @@ class TrainScriptVariant(Variant):
 
 
 class TowersVariant(TrainScriptVariant):
-  """cifar10_multi_gpu_train.py's graph: prefetch queue, towers on CPUs."""
+  """cifar10_multi_gpu_train.py's graph: prefetch queue, towers on CPUs.
+
+  A copy of what its train builds, hooks and session; each step fetches the
+  mean loss too, as its loop does.
+  """
 
   def __init__(self, name, steps, data_dir, train_dir, batch_size,
                num_towers):
@@ -422,11 +428,13 @@ class TowersVariant(TrainScriptVariant):
           data_dir, num_towers, batch_size)
       step = cifar10_multi_gpu_train.build_train_step(
           batches, global_step, batch_size, tower_device='cpu')
-      self.train_op = step.train_op
+      # Its loop fetches the loss for the step line.
+      self.train_op = [step.train_op, step.loss]
       self._start(run_settings.TrainSettings(
           data_dir, train_dir, max_steps=10 ** 9, batch_size=batch_size),
                   sessions.training_config(THREADS['model'], num_towers,
                                            'cpu'), step.loss,
+                  towers.StepCounter(global_step),
                   summary_op=tf.summary.merge(step.summaries))
 
 

@@ -11,7 +11,7 @@
     saving        a training session's restoring scaffold and saving hooks
     checkpoints   finding, checking and restoring checkpoints
     signals       Ctrl-C and SIGTERM stop after a step, with a checkpoint
-    summaries     when training writes its TensorBoard summaries
+    summaries     what training writes to TensorBoard, and when
     fast_ops      faster equivalents of standard ops, each naming the op
     precision     --mixed_precision: the compute dtype, float16's loss scale
     gpus          --split_gpus: virtual GPUs for towers

@@ -280,7 +280,7 @@ class ReleaseTokensHook(tf.train.SessionRunHook):
 
 
 def monitored_session(settings, worker, hooks, lost_sessions, global_step,
-                      restore_plan=None):
+                      start=None):
   """The chief's session (initialises or restores, saves) or another's.
 
   Either is re-created when a ps task restarts or a connection breaks: the
@@ -288,13 +288,14 @@ def monitored_session(settings, worker, hooks, lost_sessions, global_step,
   Call it inside the worker's graph, once built.
 
   Args:
-    settings: the run's run_settings.TrainSettings (the chief saves to its
-      train_dir).
+    settings: the run's run_settings.TrainSettings (max_steps, the save_*
+      settings).
     worker: the clusters.WorkerSettings.
     hooks: the worker's own hooks (stop, log, NaN check, ...).
     lost_sessions: the worker's LostSessions.
     global_step: the global step variable.
-    restore_plan: the chief's checkpoints.RestorePlan, or None.
+    start: the chief's train_dirs.StartPoint (where it restores from and
+      saves to); None for another worker.
 
   Returns:
     A tf.train.MonitoredSession, not yet entered.
@@ -304,7 +305,7 @@ def monitored_session(settings, worker, hooks, lost_sessions, global_step,
                                   settings.log_device_placement)
   if task_index == 0:
     return _chief_session(settings, worker, hooks, lost_sessions, config,
-                          restore_plan)
+                          start)
   print('Worker %d: waiting up to %d s for the chief (worker 0 at %s) to '
         'initialise the variables.' % (task_index, worker.startup_wait_secs,
                                         chief), flush=True)
@@ -317,8 +318,7 @@ def monitored_session(settings, worker, hooks, lost_sessions, global_step,
       hooks=hooks, stop_grace_period_secs=_STOP_GRACE_SECS)
 
 
-def _chief_session(settings, worker, hooks, lost_sessions, config,
-                   restore_plan):
+def _chief_session(settings, worker, hooks, lost_sessions, config, start):
   """The chief's part of `monitored_session`."""
 
   def on_recovery(checkpoint, step):
@@ -330,11 +330,11 @@ def _chief_session(settings, worker, hooks, lost_sessions, config,
     print('Worker 0: session lost (%s): %s.' % (lost_sessions.reason,
                                                  restored), flush=True)
 
-  train_dir = settings.train_dir
+  train_dir = start.train_dir
+  plan = start.restore_plan()
   # Restores on the chief's CPU, from its own disk, as its saver saves.
   with tf.device('/job:worker/task:%d/cpu:0' % worker.task_index):
-    scaffold = checkpoints.restoring_scaffold(restore_plan, train_dir,
-                                              on_recovery)
+    scaffold = checkpoints.restoring_scaffold(plan, train_dir, on_recovery)
   # After the NaN check, as in cifar10_train, so a diverged step is never
   # saved. The global step moves with every worker's updates: re-read each
   # run.

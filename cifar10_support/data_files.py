@@ -23,6 +23,9 @@ RECORD_BYTES = LABEL_BYTES + IMAGE_BYTES  # 3073
 CLASS_NAMES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog',
                'horse', 'ship', 'truck')
 
+# Threads that read and preprocess, for each input pipeline by default.
+NUM_PREPROCESS_THREADS = 16
+
 TRAIN_FILES = ['data_batch_%d.bin' % i for i in range(1, 6)]
 TEST_FILES = ['test_batch.bin']
 

@@ -6,12 +6,11 @@ they change:
 
     eval_run.EvalSettings(data_dir, num_examples=20, batch_size=8)
 
-cifar10_eval.evaluate hands `follow` its function that evaluates one
-checkpoint. `follow` looks in the training run's directory every interval,
-evaluates each new checkpoint once (the newest only, if several appeared
-meanwhile), skips one that is pruned or incomplete when read (`restore`
-says which), and says on the console what it waits for. With run_once it
-evaluates the newest checkpoint and returns.
+cifar10_eval.evaluate loops over `new_checkpoints`, which looks in the
+training run's directory every interval and yields each new checkpoint once
+(the newest only, if several appeared meanwhile), saying on the console what
+it waits for; `restore` says in one line that a checkpoint was pruned or is
+incomplete when read, which evaluate then skips.
 """
 
 import collections
@@ -21,6 +20,9 @@ import time
 import tensorflow.compat.v1 as tf
 
 from cifar10_support import checkpoints
+from cifar10_support import data_files
+from cifar10_support import precision
+from cifar10_support import sessions
 
 
 EvalSettings = collections.namedtuple('EvalSettings', [
@@ -55,6 +57,44 @@ def from_flags(flag_values):
       num_examples=flag_values.num_examples,
       batch_size=flag_values.batch_size, run_once=flag_values.run_once,
       eval_interval_secs=flag_values.eval_interval_secs)
+
+
+def for_this_machine(settings, mixed_precision, threads):
+  """The settings with compute_dtype (--mixed_precision, on a GPU when there
+  is one) and session_config (threads: sessions.ThreadCounts) for this
+  machine; they ask TensorFlow about it, so main sets them after the data
+  check."""
+  return settings._replace(
+      compute_dtype=precision.compute_dtype_for_this_machine(
+          mixed_precision, sessions.has_gpu()),
+      session_config=sessions.eval_config(threads))
+
+
+def check_settings(settings, filenames):
+  """Checks an EvalSettings against its data files (filenames: the eval_data
+  files); batch_size is the input pipeline's to check.
+
+  Returns:
+    The number of records in the files, an int.
+
+  Raises:
+    ValueError: naming the setting or file and the expected value
+      (data_files.DataError for a file).
+  """
+  num_examples = settings.num_examples
+  if not isinstance(num_examples, int) or num_examples < 1:
+    raise ValueError('num_examples must be a positive integer, got %r'
+                     % (num_examples,))
+  num_records = data_files.check_data_files(filenames)
+  if num_examples > num_records:
+    raise ValueError(
+        'num_examples=%d is more than the %d records in %s; each example is '
+        'counted once, so use num_examples=%d or fewer'
+        % (num_examples, num_records, ', '.join(filenames), num_records))
+  if settings.eval_interval_secs < 0:
+    raise ValueError('eval_interval_secs must be >= 0, got %r'
+                     % (settings.eval_interval_secs,))
+  return num_records
 
 
 def for_weights(settings, checkpoint_path, weights_dtype):
@@ -117,27 +157,24 @@ def newest_checkpoint(checkpoint_dir):
   return path, (path, mtime)
 
 
-def follow(checkpoint_dir, evaluate_checkpoint, run_once, interval_secs,
-           max_evaluations=None, sleep=time.sleep):
-  """Calls evaluate_checkpoint on the newest checkpoint, once or on each new one.
+def new_checkpoints(checkpoint_dir, run_once, interval_secs,
+                    sleep=time.sleep):
+  """Yields the newest checkpoint's path, once or each time a new one appears.
+
+  Looks in checkpoint_dir every interval_secs and says on the console what
+  it waits for; a checkpoint rewritten under the same name (training
+  restarted) counts as new. The caller evaluates each path it is given and
+  stops when it has what it wants (with run_once, after the first).
 
   Args:
     checkpoint_dir: the training run's train_dir.
-    evaluate_checkpoint: called with a checkpoint path; returns its result.
-      A checkpoints.CheckpointUnreadableError it raises skips the checkpoint
-      (raised again with run_once).
-    run_once: bool, evaluate the newest checkpoint and return.
+    run_once: bool, yield the newest checkpoint only; none there is an error.
     interval_secs: seconds between looks at checkpoint_dir.
-    max_evaluations: int or None; without run_once, return after this many.
     sleep: called with interval_secs to wait (tests replace it).
-
-  Returns:
-    The list of evaluate_checkpoint's results, in order.
 
   Raises:
     checkpoints.CheckpointError: no checkpoint with run_once.
   """
-  results = []
   last_identity = None
   waiting = False
   while True:
@@ -154,14 +191,7 @@ def follow(checkpoint_dir, evaluate_checkpoint, run_once, interval_secs,
       waiting = True
     elif path is not None and identity != last_identity:
       last_identity = identity
-      try:
-        results.append(evaluate_checkpoint(path))
-      except checkpoints.CheckpointUnreadableError as e:
-        if run_once:
-          raise
-        print('Skipping: %s.' % e, flush=True)
-      if run_once or len(results) == max_evaluations:
-        return results
+      yield path
       print('Waiting for a new checkpoint in %s (looking every %s s).'
             % (checkpoint_dir, interval_secs), flush=True)
       waiting = True

@@ -12,6 +12,8 @@ tests and the benchmark build it directly, naming only what they change:
 
 import collections
 
+from cifar10_support import data_files
+from cifar10_support import run_flags
 from cifar10_support import sessions
 
 TrainSettings = collections.namedtuple('TrainSettings', [
@@ -20,7 +22,7 @@ TrainSettings = collections.namedtuple('TrainSettings', [
     'save_checkpoint_secs', 'save_checkpoint_steps', 'save_summaries_steps',
     'threads', 'input_threads', 'compute_dtype'], defaults=(
         100000, 128, False, 10, False, False, 600, None, 100,
-        sessions.BY_RULE, 16, None))
+        sessions.BY_RULE, data_files.NUM_PREPROCESS_THREADS, None))
 TrainSettings.__doc__ = """The settings of one training run (the flag of the
 same name where there is one; the defaults are the flags').
 
@@ -38,7 +40,7 @@ same name where there is one; the defaults are the flags').
   save_summaries_steps: int, steps between summary writes; 0 for none.
   threads: sessions.ThreadCounts, the sessions' thread counts.
   input_threads: int, the input pipeline's preprocessing threads
-    (cifar10_input.NUM_PREPROCESS_THREADS by default).
+    (NUM_PREPROCESS_THREADS by default).
   compute_dtype: None (float32), or tf.bfloat16 or tf.float16 for mixed
     precision (cifar10_support.precision); checkpoints are float32 either way.
 """
@@ -60,6 +62,5 @@ def from_flags(flag_values, compute_dtype=None):
       save_checkpoint_secs=flag_values.save_checkpoint_secs,
       save_checkpoint_steps=flag_values.save_checkpoint_steps or None,
       save_summaries_steps=flag_values.save_summaries_steps,
-      threads=sessions.ThreadCounts(flag_values.num_intra_threads,
-                                    flag_values.num_inter_threads),
+      threads=run_flags.threads(flag_values),
       compute_dtype=compute_dtype)

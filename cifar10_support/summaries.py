@@ -1,10 +1,13 @@
-"""When training writes its TensorBoard summaries: every N steps and the last.
+"""What training writes to TensorBoard, and when: every N steps and the last.
 
 MonitoredTrainingSession's own summary hook writes at steps 1, N + 1, 2N + 1
 and so on, never at the last step, so a run's curves stopped up to N - 1
-steps before it did (a 400-step run's at step 301). This hook writes after
-the first step of each session, whenever the global step reaches a multiple
-of N, and after the step that reaches the run's last step.
+steps before it did (a 400-step run's at step 301). `SummaryHook` writes
+after the first step of each session, whenever the global step reaches a
+multiple of N, and after the step that reaches the run's last step.
+
+`global_and_last_tower` picks the summaries of multi-tower training, tagged
+as on one device.
 """
 
 import re
@@ -96,22 +99,6 @@ class SummaryHook(tf.train.SessionRunHook):
     self._writer.flush()
 
 
-def read_in_one_scope(getter, *args, **kwargs):
-  """A variable getter: the variable's value, read in scope variable_reads/.
-
-  For the towers of cifar10_multi_gpu_train.py (its custom_getter).
-
-  Each tower still reads each variable once, as before, but the read ops
-  sit in one name scope instead of the tower's: in TensorBoard's graph a
-  tower then has 2 inputs (variable_reads, prefetch_queue) rather than 6 (one
-  per layer's variable scope plus its batch), which its graph plugin took for
-  a high-degree node and moved the towers to "Auxiliary Nodes".
-  """
-  var = getter(*args, **kwargs)
-  with tf.name_scope('variable_reads/'):
-    return var.value()
-
-
 def _retag(summary, tag):
   """A copy of a scalar or histogram summary that writes under `tag`."""
   values = summary.op.inputs[1]
@@ -145,7 +132,8 @@ def global_and_last_tower(last_scope, tower_name):
   for summary in tf.get_collection(tf.GraphKeys.SUMMARIES):
     if summary.op.name.startswith(last_scope):
       tag = tf.compat.as_str(tf.get_static_value(summary.op.inputs[0]).item())
-      kept.append(_retag(summary, in_a_tower.sub('', tag)))
+      # As cifar10.strip_tower_prefix.
+      kept.append(_retag(summary, re.sub('%s_[0-9]*/' % tower_name, '', tag)))
     elif not in_a_tower.match(summary.op.name):
       kept.append(summary)
   return kept

@@ -7,6 +7,10 @@
                      tf.FIFOQueue and a QueueRunner
     check_gradients  towers whose gradients cannot be averaged: one error
                      naming the tower and the variable
+    read_in_one_scope the towers' variable getter: TensorBoard's graph
+                     keeps the towers in view
+    StepCounter      the global step of each run, right across re-created
+                     sessions
 """
 
 import tensorflow.compat.v1 as tf
@@ -64,3 +68,40 @@ def check_gradients(tower_grads):
       if grad is None:
         raise ValueError('Tower %d has no gradient for variable %s: its loss '
                          'does not depend on it' % (i, var.op.name))
+
+
+def read_in_one_scope(getter, *args, **kwargs):
+  """A variable getter: the variable's value, read in scope variable_reads/.
+
+  For the towers of cifar10_multi_gpu_train.py (its custom_getter).
+
+  Each tower still reads each variable once, as before, but the read ops
+  sit in one name scope instead of the tower's: in TensorBoard's graph a
+  tower then has 2 inputs (variable_reads, prefetch_queue) rather than 6 (one
+  per layer's variable scope plus its batch), which its graph plugin took for
+  a high-degree node and moved the towers to "Auxiliary Nodes".
+  """
+  var = getter(*args, **kwargs)
+  with tf.name_scope('variable_reads/'):
+    return var.value()
+
+
+class StepCounter(tf.train.SessionRunHook):
+  """Counts the global step of a single-process training loop.
+
+  Attributes:
+    step: int, the global step of the next run: read when each session is
+      created (a re-created session restores a checkpoint), then counted,
+      since one process makes every step. A run that raises leaves it at
+      that run's step (put the hook after tf.train.NanTensorHook).
+  """
+
+  def __init__(self, global_step):
+    self._global_step = global_step
+    self.step = None
+
+  def after_create_session(self, session, coord):
+    self.step = int(session.run(self._global_step))
+
+  def after_run(self, run_context, run_values):
+    self.step += 1

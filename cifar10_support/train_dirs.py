@@ -9,8 +9,8 @@ runs hangs off that answer:
       if start.nothing_to_train(max_steps): ...
       ...build the graph...
       saving = start.restore_then_save(settings)  # checks the checkpoint fits
-      with start.stop_on_full_disk(), start.nan_loss_reported(lambda: step):
-        ...train...          # a full disk, a NaN: one line, not a traceback
+      with start.stop_on_full_disk():  # a full disk: one line, not a trace
+        ...train...          # a NaN: raise start.diverged_error(step)
     start.report_end(step, stop_signals)
 
 One trainer per train_dir: two would resume from the same checkpoint and
@@ -202,16 +202,6 @@ class StartPoint(object):
     """A context in which running out of space is one DiskFullError."""
     return stop_on_full_disk(self.train_dir)
 
-  @contextlib.contextmanager
-  def nan_loss_reported(self, step):
-    """A context in which a NaN loss (tf.train.NanTensorHook's error) is one
-    DivergedError naming the global step `step()` and the checkpoint a new
-    run resumes from."""
-    try:
-      yield
-    except tf.train.NanLossDuringTrainingError:
-      raise self.diverged(step()) from None
-
   def report_end(self, step, stop_signals):
     """Prints how the run ended, at global step `step`, and its final
     checkpoint; stop_signals as signals.stop_requests yields it."""
@@ -223,8 +213,9 @@ class StartPoint(object):
       print('Done: step %d reached (--max_steps); final checkpoint %s.'
             % (step, final), flush=True)
 
-  def diverged(self, step):
-    """The DivergedError for a NaN loss at global step `step`."""
+  def diverged_error(self, step):
+    """The DivergedError for a NaN loss at global step `step`: it names the
+    checkpoint a new run resumes from."""
     checkpoint = _resumed_from(self.train_dir)
     if checkpoint is None:
       kept = 'no checkpoint had been written yet'
