@@ -22,7 +22,11 @@ gets the full host lists and its own --job_name/--task_index):
 
 Instead of the four cluster flags, a task may read the standard TF_CONFIG
 environment variable, e.g. '{"cluster": {"ps": ["h0:2222"], "worker":
-["h1:2222", "h2:2222"]}, "task": {"type": "worker", "index": 1}}'.
+["h1:2222", "h2:2222"]}, "task": {"type": "worker", "index": 1}}'. Where a
+cluster manager sets it (Kubeflow, Vertex AI), the chief may be a job of its
+own, "chief" (or "master"), training as one more worker; an "evaluator" task
+evaluates the chief's checkpoints in --train_dir as cifar10_eval.py does,
+with its flags, until the one at --max_steps (docs/distributed.md).
 
 Updates are asynchronous by default: each worker step applies its own
 gradients, and the global step counts worker steps. With --sync_replicas each
@@ -33,6 +37,8 @@ of its own steps,
 
     Worker <i>: <date time>: step <global step>, loss = <loss> (<this worker's
     examples/sec>; <sec/batch>)
+
+(Chief: or Master: for a chief job).
 
 No task waits forever: a worker gives up with a message naming the address
 when a ps task does not answer within --startup_wait_secs, a non-chief worker
@@ -63,6 +69,7 @@ from absl import flags
 import tensorflow.compat.v1 as tf
 
 import cifar10
+import cifar10_eval  # its flags and evaluation, for the evaluator task
 import cifar10_input
 import cifar10_train  # its flags and log format
 from cifar10_support import cluster_sessions
@@ -78,8 +85,9 @@ from cifar10_support import train_dirs
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_enum('job_name', None, ['ps', 'worker'],
-                  'This task\'s job: "ps" or "worker" (else from TF_CONFIG).')
+flags.DEFINE_enum('job_name', None, ['ps', 'worker', 'evaluator'],
+                  'This task\'s job: "ps", "worker" or "evaluator" (else '
+                  'from TF_CONFIG).')
 flags.DEFINE_integer('task_index', 0,
                      'Index of this task within its job; worker 0 is the '
                      'chief.')
@@ -106,7 +114,7 @@ flags.DEFINE_integer('operation_timeout_secs', 300,
 
 # The original line, prefixed with the worker's index (as Inception's
 # distributed trainer did). 'step' is the global step.
-LOG_FORMAT = 'Worker %d: ' + cifar10_train.LOG_FORMAT
+LOG_FORMAT = '%s: ' + cifar10_train.LOG_FORMAT
 
 # The chief closes the synchronous token queue when it stops, and the queue
 # lives on in the ps tasks.
@@ -121,9 +129,9 @@ class ClusterError(RuntimeError):
   """Another task stopped, or left state behind; the message says which."""
 
 
-def worker_device(task_index):
+def worker_device(worker):
   """Where a worker's own ops run: its CPU (no GPUs are placed here)."""
-  return '/job:worker/task:%d/cpu:0' % task_index
+  return clusters.own_task(worker) + '/cpu:0'
 
 
 def _sync_train_op(total_loss, global_step, batch_size, replicas_to_aggregate,
@@ -178,8 +186,8 @@ def build_worker_graph(settings, worker):
     hands a token to every worker, so none stays blocked at the end); None
     otherwise.
   """
-  num_workers = len(worker.cluster['worker'])
-  device = worker_device(worker.task_index)
+  num_workers = len(clusters.training_tasks(worker.cluster))
+  device = worker_device(worker)
   setter = tf.train.replica_device_setter(
       worker_device=device, cluster=tf.train.ClusterSpec(worker.cluster))
   # tf.device rejects device functions in TF 2; the v1 form takes them.
@@ -230,9 +238,9 @@ class WorkerLoggerHook(tf.train.SessionRunHook):
   includes session start and the queue filling, as in the original).
   """
 
-  def __init__(self, task_index, loss, step_before_update, batch_size,
+  def __init__(self, label, loss, step_before_update, batch_size,
                log_frequency):
-    self._task_index = task_index
+    self._label = label
     self._loss = loss
     self._global_step = step_before_update
     self._batch_size = batch_size
@@ -262,7 +270,7 @@ class WorkerLoggerHook(tf.train.SessionRunHook):
     duration = time.time() - self._window_start
     self.last_examples_per_sec = (self._window_steps * self._batch_size /
                                   duration)
-    print(LOG_FORMAT % (self._task_index, datetime.now(), self.global_step,
+    print(LOG_FORMAT % (self._label, datetime.now(), self.global_step,
                         self.last_loss, self.last_examples_per_sec,
                         duration / self._window_steps), flush=True)
     self._window_start = time.time()
@@ -313,7 +321,8 @@ def train(settings, worker):
       save that step); on the chief, a checkpoint of another model or only
       damaged ones, a busy train_dir, or a full disk.
   """
-  task_index, is_chief = worker.task_index, worker.task_index == 0
+  label = clusters.task_label(worker.job_name, worker.task_index)
+  is_chief = clusters.is_chief_worker(worker)
   start = None
   with contextlib.ExitStack() as claimed:
     if is_chief:  # Only the chief reads and writes train_dir.
@@ -321,7 +330,7 @@ def train(settings, worker):
           train_dirs.claim(settings.train_dir, settings.fresh_start))
     with tf.Graph().as_default(), signals.stop_requests() as stop_signals:
       graph = build_worker_graph(settings, worker)
-      logger = WorkerLoggerHook(task_index, graph['loss'],
+      logger = WorkerLoggerHook(label, graph['loss'],
                                 graph['step_before_update'],
                                 batch_size=settings.batch_size,
                                 log_frequency=settings.log_frequency)
@@ -332,7 +341,7 @@ def train(settings, worker):
       full_disk = (start.stop_on_full_disk() if is_chief
                    else contextlib.nullcontext())
       lost_sessions = cluster_sessions.LostSessions(
-          'Worker %d' % task_index, clusters.tasks_of(worker.cluster, 'ps'),
+          label, clusters.tasks_of(worker.cluster, 'ps'),
           worker.startup_wait_secs)
       try:
         with full_disk, console.on_tensorflow_log(
@@ -360,36 +369,21 @@ def train(settings, worker):
                        % (logger.global_step, settings.max_steps,
                           _CLOSED_QUEUE))
   if stop_signals:
-    print('Worker %d: received %s: stopped at global step %d.'
-          % (task_index, signals.name(stop_signals[0]),
+    print('%s: received %s: stopped at global step %d.'
+          % (label, signals.name(stop_signals[0]),
              logger.global_step), flush=True)
-  print('Worker %d: stopped at global step %d after %d steps of its own.'
-        % (task_index, logger.global_step, logger.local_steps), flush=True)
+  print('%s: stopped at global step %d after %d steps of its own.'
+        % (label, logger.global_step, logger.local_steps), flush=True)
   return {'global_step': int(logger.global_step),
           'local_steps': logger.local_steps, 'loss': logger.last_loss,
           'examples_per_sec': logger.last_examples_per_sec,
           'signal': stop_signals[0] if stop_signals else None}
 
 
-def _check_flags():
-  """Usage errors for flag values that no task could run with."""
-  for name in ('max_steps', 'batch_size', 'log_frequency', 'startup_wait_secs',
-               'operation_timeout_secs', 'save_checkpoint_secs'):
-    run_flags.check_flag_range(name, getattr(FLAGS, name), minimum=1)
-  for name in ('save_checkpoint_steps', 'save_summaries_steps'):
-    run_flags.check_flag_range(name, getattr(FLAGS, name), minimum=0)
-  if FLAGS.replicas_to_aggregate != -1:
-    if not FLAGS.sync_replicas:
-      raise app.UsageError('--replicas_to_aggregate only applies with '
-                           '--sync_replicas')
-    run_flags.check_flag_range('replicas_to_aggregate',
-                               FLAGS.replicas_to_aggregate, minimum=1)
-
-
 def main(argv):
   run_flags.check_no_arguments(argv)
   console.quiet_python_logs()
-  _check_flags()
+  run_flags.check_cluster_flags(FLAGS)
   try:
     cluster, job_name, task_index = clusters.resolve_cluster(
         FLAGS.job_name, FLAGS.task_index, ps_hosts=FLAGS.ps_hosts,
@@ -400,10 +394,21 @@ def main(argv):
   if os.environ.get('TF_CONFIG') and (FLAGS.job_name or FLAGS.ps_hosts or
                                       FLAGS.worker_hosts):
     print('Cluster flags given: ignoring the TF_CONFIG environment variable.')
-  if job_name == 'worker' and task_index == 0:
+  if job_name == clusters.EVALUATOR:
+    # Joins no cluster: follows the chief's checkpoints in --train_dir, as
+    # cifar10_eval.py does, until the one at --max_steps.
+    last = cifar10_eval.evaluate_as_flagged(FLAGS, FLAGS.train_dir,
+                                            until_step=FLAGS.max_steps)[-1]
+    print('Evaluator: %s (global step %d, --max_steps=%d): precision @ 1 = '
+          '%.3f.' % (last['checkpoint'], last['global_step'], FLAGS.max_steps,
+                     last['precision']), flush=True)
+    return
+  if clusters.is_chief(cluster, job_name, task_index):
     run_flags.check_flag_writable_dir('train_dir', FLAGS.train_dir)
   print('PS hosts are: %s' % ','.join(cluster['ps']))
-  print('Worker hosts are: %s' % ','.join(cluster['worker']))
+  if clusters.chief_job(cluster) != 'worker':
+    print('Chief host is: %s' % cluster[clusters.chief_job(cluster)][0])
+  print('Worker hosts are: %s' % ','.join(cluster.get('worker', [])))
   print('This task: /job:%s/task:%d' % (job_name, task_index), flush=True)
 
   try:
@@ -421,10 +426,12 @@ def main(argv):
 
   replicas = None
   if FLAGS.sync_replicas:
-    replicas = (len(cluster['worker']) if FLAGS.replicas_to_aggregate == -1
+    # The chief trains too: one replica per training task.
+    num_replicas = len(clusters.training_tasks(cluster))
+    replicas = (num_replicas if FLAGS.replicas_to_aggregate == -1
                 else FLAGS.replicas_to_aggregate)
     print('SyncReplicas enabled: replicas_to_aggregate=%d; '
-          'total_num_replicas=%d' % (replicas, len(cluster['worker'])))
+          'total_num_replicas=%d' % (replicas, num_replicas))
   # Workers compute on their CPUs (worker_device): float16 never arises.
   compute_dtype = precision.compute_dtype_for_this_machine(
       FLAGS.mixed_precision, on_gpu=False, use_fp16=FLAGS.use_fp16)
@@ -433,20 +440,20 @@ def main(argv):
       server.target, cluster, task_index, sync_replicas=FLAGS.sync_replicas,
       replicas_to_aggregate=replicas,
       startup_wait_secs=FLAGS.startup_wait_secs,
-      operation_timeout_secs=FLAGS.operation_timeout_secs)
-  print('Worker %d: waiting up to %d s for the ps tasks.'
-        % (task_index, FLAGS.startup_wait_secs), flush=True)
+      operation_timeout_secs=FLAGS.operation_timeout_secs, job_name=job_name)
+  label = clusters.task_label(job_name, task_index)
+  print('%s: waiting up to %d s for the ps tasks.'
+        % (label, FLAGS.startup_wait_secs), flush=True)
   try:
     clusters.wait_for_addresses(clusters.tasks_of(cluster, 'ps'),
                                 FLAGS.startup_wait_secs)
-    cluster_sessions.watch_ps_tasks('Worker %d' % task_index,
-                                    clusters.tasks_of(cluster, 'ps'),
+    cluster_sessions.watch_ps_tasks(label, clusters.tasks_of(cluster, 'ps'),
                                     FLAGS.startup_wait_secs)
     download.prepare(FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5,
                      cifar10_input.TRAIN_FILES)
     result = train(settings, worker)
   except (TimeoutError, ClusterError) + train_dirs.RUN_ERRORS as e:
-    sys.exit('Worker %d: %s' % (task_index, e))
+    sys.exit('%s: %s' % (label, e))
   signals.exit_if_stopped(result['signal'])
 
 

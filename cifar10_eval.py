@@ -41,7 +41,6 @@ import cifar10
 import cifar10_input
 from cifar10_support import checkpoints
 from cifar10_support import console
-from cifar10_support import download
 from cifar10_support import eval_report
 from cifar10_support import eval_run
 from cifar10_support import run_flags
@@ -61,7 +60,6 @@ flags.DEFINE_integer('num_examples', 10000, 'Number of examples to run.',
 flags.DEFINE_boolean('run_once', False, 'Whether to run eval only once.')
 
 PRECISION_FORMAT = '%s: precision @ 1 = %.3f'
-ERROR_FORMAT = 'cifar10_eval.py: error: %s'
 
 # Raised for a checkpoint that cannot be evaluated (checkpoints.py).
 CheckpointError = checkpoints.CheckpointError
@@ -71,19 +69,9 @@ CheckpointUnreadableError = checkpoints.CheckpointUnreadableError
 EvalSettings = eval_run.EvalSettings
 
 
-def check_eval_args(settings):
-  """Checks an EvalSettings and its data files before any graph is built.
-
-  Returns:
-    The number of records in the eval_data files, an int.
-
-  Raises:
-    ValueError: naming the setting or file and the expected value.
-  """
-  cifar10_input.check_batch_size(settings.batch_size)
-  return eval_run.check_settings(settings, [
-      os.path.join(settings.data_dir, download.BATCHES_DIR, name)
-      for name in cifar10_input.eval_files(settings.eval_data)])
+# Checks an EvalSettings and its data files before any graph is built; returns
+# the number of records.
+check_eval_args = eval_run.check_settings
 
 
 EvalGraph = collections.namedtuple('EvalGraph', [
@@ -288,35 +276,46 @@ def evaluate(checkpoint_dir, eval_dir, settings, max_evaluations=None,
       if settings.run_once:
         raise
       print('Skipping: %s.' % e, flush=True)
-    if settings.run_once or len(results) == max_evaluations:
+    if (settings.run_once or len(results) == max_evaluations or
+        (settings.until_step is not None and results and
+         results[-1]['global_step'] >= settings.until_step)):
       return results
+
+
+def evaluate_as_flagged(flag_values, checkpoint_dir, until_step=None):
+  """What main runs: the flags and the data checked once, then `evaluate`.
+
+  Also the evaluator task of cifar10_distributed_train.py (until_step: its
+  --max_steps). A bad flag, data file or checkpoint ends the process with
+  one line, '<script>: error: <message>', and exit status 1.
+
+  Returns:
+    The list of `eval_once` results.
+  """
+  def fail(message):
+    sys.exit('%s: error: %s' % (os.path.basename(sys.argv[0]), message))
+
+  run_flags.check_flag_range('batch_size', flag_values.batch_size, minimum=1)
+  run_flags.check_flag_writable_dir('eval_dir', flag_values.eval_dir)
+  if flag_values.use_fp16:
+    print('Note: --use_fp16 is not needed here; the model takes the dtype '
+          'of the weights in each checkpoint.')
+  try:
+    settings = eval_run.from_flags_checked(flag_values)
+  except ValueError as e:  # cifar10_input.DataError is one too
+    fail(str(e).replace('num_examples=', '--num_examples='))
+  try:
+    return evaluate(checkpoint_dir, flag_values.eval_dir,
+                    settings._replace(until_step=until_step),
+                    settings_checked=True)
+  except CheckpointError as e:
+    fail(e)
 
 
 def main(argv):
   run_flags.check_no_arguments(argv)
   console.quiet_python_logs()
-  run_flags.check_flag_range('batch_size', FLAGS.batch_size, minimum=1)
-  run_flags.check_flag_writable_dir('eval_dir', FLAGS.eval_dir)
-  if FLAGS.use_fp16:
-    print('Note: --use_fp16 is not needed here; the model takes the dtype '
-          'of the weights in each checkpoint.')
-  settings = eval_run.from_flags(FLAGS)
-  files = cifar10_input.eval_files(FLAGS.eval_data)
-  try:
-    download.maybe_download_and_extract(FLAGS.data_dir, FLAGS.data_url,
-                                        FLAGS.data_md5, files=files)
-    records = check_eval_args(settings)
-    print(download.data_check_message(FLAGS.data_dir, files, records))
-  except ValueError as e:  # cifar10_input.DataError is one too
-    sys.exit(ERROR_FORMAT % str(e).replace('num_examples=', '--num_examples='))
-  # Eval runs where TensorFlow places it: on a GPU when there is one.
-  settings = eval_run.for_this_machine(settings, FLAGS.mixed_precision,
-                                       run_flags.threads(FLAGS))
-  try:
-    evaluate(FLAGS.checkpoint_dir, FLAGS.eval_dir, settings,
-             settings_checked=True)
-  except CheckpointError as e:
-    sys.exit(ERROR_FORMAT % e)
+  evaluate_as_flagged(FLAGS, FLAGS.checkpoint_dir)
 
 
 if __name__ == '__main__':

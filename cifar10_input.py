@@ -49,6 +49,8 @@ TRAIN_FILES = data_files.TRAIN_FILES
 TEST_FILES = data_files.TEST_FILES
 DataError = data_files.DataError
 check_data_files = data_files.check_data_files
+check_batch_size = data_files.check_batch_size
+eval_files = data_files.eval_files
 
 # Threads that run the reader and the preprocessing in parallel.
 NUM_PREPROCESS_THREADS = data_files.NUM_PREPROCESS_THREADS  # 16
@@ -192,14 +194,6 @@ def _generate_image_and_label_batch(examples, min_queue_examples, batch_size,
       label_batch, [-1 if allow_smaller_final_batch else batch_size])
 
 
-def check_batch_size(batch_size):
-  """Raises ValueError unless batch_size is a positive int: every pipeline's
-  check, and evaluation's before it builds a graph."""
-  if not isinstance(batch_size, int) or batch_size < 1:
-    raise ValueError('batch_size must be a positive integer, got %r'
-                     % (batch_size,))
-
-
 def distorted_inputs(data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS):
   """Training input: randomly distorted, shuffled batches, built on /cpu:0.
 
@@ -242,28 +236,6 @@ def distorted_inputs(data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS):
     return _generate_image_and_label_batch(
         (images, labels), min_queue_examples, batch_size, shuffle=True,
         num_threads=num_threads)
-
-
-def eval_files(eval_data):
-  """Maps `eval_data` to the files it names.
-
-  Args:
-    eval_data: 'test' (or True) for the test set; 'train_eval' (or False) for
-      the training set.
-
-  Returns:
-    A list of file names inside the data directory.
-
-  Raises:
-    ValueError: for any other value, so that a typo never evaluates on the
-      training set by accident.
-  """
-  if eval_data is True or eval_data == 'test':
-    return TEST_FILES
-  if eval_data is False or eval_data == 'train_eval':
-    return TRAIN_FILES
-  raise ValueError("eval_data must be 'test' or 'train_eval', got %r"
-                   % (eval_data,))
 
 
 def eval_preprocess(planes):

@@ -182,16 +182,16 @@ class WorkerSessionCreator(tf.train.SessionCreator):
   which global step it rejoined at after a lost session.
   """
 
-  def __init__(self, master, config, wait_secs, chief_address, lost_sessions,
-               global_step, task_index):
+  def __init__(self, worker, config, lost_sessions, global_step):
     self._scaffold = tf.train.Scaffold()
-    self._master = master
+    self._master = worker.target
     self._config = config
-    self._wait_secs = wait_secs
-    self._chief_address = chief_address
+    self._wait_secs = worker.startup_wait_secs
+    self._chief = clusters.describe(clusters.chief_task(worker.cluster),
+                                    worker.cluster)
+    self._label = clusters.task_label(worker.job_name, worker.task_index)
     self._lost_sessions = lost_sessions
     self._global_step = global_step
-    self._task_index = task_index
 
   def create_session(self):
     recovering = self._lost_sessions.before_session()
@@ -206,13 +206,13 @@ class WorkerSessionCreator(tf.train.SessionCreator):
                                          max_wait_secs=self._wait_secs)
     except tf.errors.DeadlineExceededError:
       raise TimeoutError(
-          'The variables were still not initialised after %s s: is the chief '
-          '(worker 0 at %s) running? (--startup_wait_secs sets the wait)'
-          % (self._wait_secs, self._chief_address))
+          'The variables were still not initialised after %s s: is %s '
+          'running? (--startup_wait_secs sets the wait)'
+          % (self._wait_secs, self._chief))
     self._lost_sessions.created()
     if recovering:
-      print('Worker %d: session lost (%s): rejoined at global step %d.'
-            % (self._task_index, self._lost_sessions.reason,
+      print('%s: session lost (%s): rejoined at global step %d.'
+            % (self._label, self._lost_sessions.reason,
                session.run(self._global_step)), flush=True)
     return session
 
@@ -228,10 +228,11 @@ class ChiefWatchHook(tf.train.SessionRunHook):
   timeout; it runs no step, so this hook does not run.)
   """
 
-  def __init__(self, task_index, chief_address, wait_secs, poll_secs=2):
-    self._task_index = task_index
-    self._chief = {'/job:worker/task:0': chief_address}
-    self._wait_secs = wait_secs
+  def __init__(self, worker, poll_secs=2):
+    self._label = clusters.task_label(worker.job_name, worker.task_index)
+    self._chief = clusters.chief_task(worker.cluster)
+    self._cluster = worker.cluster
+    self._wait_secs = worker.startup_wait_secs
     self._poll_secs = poll_secs
     self._next_poll = time.time() + poll_secs
     self._away_since = None
@@ -243,20 +244,22 @@ class ChiefWatchHook(tf.train.SessionRunHook):
     self._next_poll = now + self._poll_secs
     if not clusters.unreachable(self._chief):
       if self._away_since is not None:
-        print('Worker %d: %s is back.'
-              % (self._task_index, clusters.describe(self._chief)), flush=True)
+        print('%s: %s is back.' % (
+            self._label, clusters.describe(self._chief, self._cluster)),
+              flush=True)
       self._away_since = None
     elif self._away_since is None:
       self._away_since = now
-      print('Worker %d: %s does not answer: training on, '
+      print('%s: %s does not answer: training on, '
             'unsaved, for up to %d s until it is back.'
-            % (self._task_index, clusters.describe(self._chief),
+            % (self._label, clusters.describe(self._chief, self._cluster),
                self._wait_secs), flush=True)
     elif now - self._away_since > self._wait_secs:
       raise TimeoutError(
           '%s has not answered for %d s (--startup_wait_secs): '
           'stopping, since nothing is saved without it. Start it again, then '
-          'this worker.' % (clusters.describe(self._chief), self._wait_secs))
+          'this worker.' % (clusters.describe(self._chief, self._cluster),
+                            self._wait_secs))
 
 
 class ReleaseTokensHook(tf.train.SessionRunHook):
@@ -300,21 +303,21 @@ def monitored_session(settings, worker, hooks, lost_sessions, global_step,
   Returns:
     A tf.train.MonitoredSession, not yet entered.
   """
-  task_index, chief = worker.task_index, worker.cluster['worker'][0]
-  config = sessions.worker_config(task_index, worker.operation_timeout_secs,
+  config = sessions.worker_config(clusters.own_task(worker),
+                                  worker.operation_timeout_secs,
                                   settings.log_device_placement)
-  if task_index == 0:
+  if clusters.is_chief_worker(worker):
     return _chief_session(settings, worker, hooks, lost_sessions, config,
                           start)
-  print('Worker %d: waiting up to %d s for the chief (worker 0 at %s) to '
-        'initialise the variables.' % (task_index, worker.startup_wait_secs,
-                                        chief), flush=True)
-  hooks = hooks + [ChiefWatchHook(task_index, chief,
-                                  worker.startup_wait_secs)]
+  print('%s: waiting up to %d s for %s to initialise the variables.'
+        % (clusters.task_label(worker.job_name, worker.task_index),
+           worker.startup_wait_secs,
+           clusters.describe(clusters.chief_task(worker.cluster),
+                             worker.cluster)), flush=True)
+  hooks = hooks + [ChiefWatchHook(worker)]
   return tf.train.MonitoredSession(
-      session_creator=WorkerSessionCreator(
-          worker.target, config, worker.startup_wait_secs, chief,
-          lost_sessions, global_step, task_index),
+      session_creator=WorkerSessionCreator(worker, config, lost_sessions,
+                                           global_step),
       hooks=hooks, stop_grace_period_secs=_STOP_GRACE_SECS)
 
 
@@ -327,13 +330,14 @@ def _chief_session(settings, worker, hooks, lost_sessions, config, start):
     else:
       restored = 'restored %s, global step %d; steps since then are lost' % (
           os.path.basename(checkpoint), step)
-    print('Worker 0: session lost (%s): %s.' % (lost_sessions.reason,
-                                                 restored), flush=True)
+    print('%s: session lost (%s): %s.' % (
+        clusters.task_label(worker.job_name, worker.task_index),
+        lost_sessions.reason, restored), flush=True)
 
   train_dir = start.train_dir
   plan = start.restore_plan()
   # Restores on the chief's CPU, from its own disk, as its saver saves.
-  with tf.device('/job:worker/task:%d/cpu:0' % worker.task_index):
+  with tf.device(clusters.own_task(worker) + '/cpu:0'):
     scaffold = checkpoints.restoring_scaffold(plan, train_dir, on_recovery)
   # After the NaN check, as in cifar10_train, so a diverged step is never
   # saved. The global step moves with every worker's updates: re-read each
@@ -363,12 +367,13 @@ def operation_timeout(worker, global_step):
   operation timeout after `global_step`, naming the tasks that no longer
   answer."""
   others = dict(clusters.tasks_of(worker.cluster, 'ps'),
-                **clusters.tasks_of(worker.cluster, 'worker'))
-  del others['/job:worker/task:%d' % worker.task_index]
+                **clusters.training_tasks(worker.cluster))
+  del others[clusters.own_task(worker)]
   gone = clusters.unreachable(others)
   return TimeoutError(
       'an operation blocked for more than %s s (--operation_timeout_secs) '
       'after global step %s: %s'
       % (worker.operation_timeout_secs, global_step,
-         '%s does not answer' % clusters.describe(gone) if gone else
+         '%s does not answer' % clusters.describe(gone, worker.cluster)
+         if gone else
          'did another task stop, or is the input queue still filling?'))

@@ -44,15 +44,37 @@ def parse_hosts(value, flag_name):
   return hosts
 
 
+# The jobs a cluster may have. A chief job ('chief', or 'master' on older
+# platforms) is the chief, and its workers are counted apart from it;
+# without one, worker 0 is the chief. An 'evaluator' task (TF_CONFIG's task
+# type, or --job_name) is not part of the cluster.
+CHIEF_JOBS = ('chief', 'master')
+TRAINING_JOBS = CHIEF_JOBS + ('worker',)
+EVALUATOR = 'evaluator'
+
+
+def _tf_config_hosts(cluster, job):
+  if not isinstance(cluster.get(job), list):
+    raise ValueError('TF_CONFIG cluster needs a "%s" list of host:port' % job)
+  return parse_hosts(','.join(map(str, cluster[job])),
+                     'TF_CONFIG cluster "%s"' % job)
+
+
 def cluster_from_tf_config(tf_config):
   """Reads the cluster and this task from a TF_CONFIG JSON string.
 
+  The cluster has a "ps" job, a "worker" job, a chief job ("chief" or
+  "master", of one task), or both of the last two; the task is one of them,
+  or {"type": "evaluator"}, which is not listed in the cluster.
+
   Returns:
-    (ps_hosts, worker_hosts, job_name, task_index): two lists of 'host:port',
-    'ps' or 'worker', and an int.
+    (cluster, job_name, task_index): cluster a dict from each job to its
+    list of 'host:port'; job_name one of its jobs or 'evaluator'.
 
   Raises:
-    ValueError: for malformed JSON, missing or unsupported jobs, or a bad task.
+    ValueError: one line naming what is wrong: malformed JSON, a missing,
+      unknown or repeated job, more than one chief task, an evaluator listed
+      in the cluster, or a task that is not in the cluster.
   """
   try:
     config = json.loads(tf_config)
@@ -65,36 +87,56 @@ def cluster_from_tf_config(tf_config):
                      '{"cluster": {"ps": ["h0:2222"], "worker": ["h1:2222"]}, '
                      '"task": {"type": "worker", "index": 0}}; got %r'
                      % tf_config)
-  extra = sorted(set(cluster) - {'ps', 'worker'})
+  if EVALUATOR in cluster:
+    raise ValueError('TF_CONFIG cluster lists an "evaluator" job: an '
+                     'evaluator is a task of its own, given only as '
+                     '{"task": {"type": "evaluator"}}, and joins no cluster')
+  extra = sorted(set(cluster) - {'ps'} - set(TRAINING_JOBS))
   if extra:
-    raise ValueError('TF_CONFIG cluster has job(s) %s; this script knows only '
-                     '"ps" and "worker" (worker 0 is the chief: list a chief '
-                     'as the first worker)' % ', '.join(extra))
-  hosts = {}
-  for job in ('ps', 'worker'):
-    if not isinstance(cluster.get(job), list):
-      raise ValueError('TF_CONFIG cluster needs a "%s" list of host:port' % job)
-    hosts[job] = parse_hosts(','.join(map(str, cluster[job])),
-                             'TF_CONFIG cluster "%s"' % job)
+    raise ValueError('TF_CONFIG cluster has job(s) %s; this script knows '
+                     '"ps", "worker", and "chief" or "master" (the chief)'
+                     % ', '.join(extra))
+  chiefs = [job for job in CHIEF_JOBS if job in cluster]
+  if len(chiefs) > 1:
+    raise ValueError('TF_CONFIG cluster has both a "chief" and a "master" '
+                     'job: a cluster has one chief, under either name')
+  if 'ps' not in cluster:
+    raise ValueError('TF_CONFIG cluster needs a "ps" list of host:port%s: '
+                     'this script trains with parameter servers'
+                     % (' beside its "%s" job' % chiefs[0] if chiefs else ''))
+  hosts = {'ps': _tf_config_hosts(cluster, 'ps')}
+  if chiefs:
+    hosts[chiefs[0]] = _tf_config_hosts(cluster, chiefs[0])
+    if len(hosts[chiefs[0]]) != 1:
+      raise ValueError('TF_CONFIG cluster "%s" lists %d tasks; a cluster '
+                       'has one chief' % (chiefs[0], len(hosts[chiefs[0]])))
+  if 'worker' in cluster or not chiefs:
+    hosts['worker'] = _tf_config_hosts(cluster, 'worker')
   job_name, task_index = task.get('type'), task.get('index', 0)
-  if job_name not in ('ps', 'worker') or not isinstance(task_index, int):
-    raise ValueError('TF_CONFIG task must be {"type": "ps" or "worker", '
-                     '"index": <int>}; got %r' % (task,))
-  return hosts['ps'], hosts['worker'], job_name, task_index
+  if job_name == EVALUATOR:
+    return hosts, job_name, 0
+  if job_name not in hosts or not isinstance(task_index, int):
+    raise ValueError('TF_CONFIG task %s is not a task of the cluster, whose '
+                     'jobs are %s: give {"type": <job>, "index": <int>}, or '
+                     '{"type": "evaluator"}' % (json.dumps(task), ', '.join(
+                         '"%s"' % job for job in sorted(hosts))))
+  return hosts, job_name, task_index
 
 
 def resolve_cluster(job_name, task_index, ps_hosts, worker_hosts, tf_config):
   """Picks the cluster from the flags, else from TF_CONFIG, and checks it.
 
   Args:
-    job_name: 'ps', 'worker' or None (the --job_name flag).
+    job_name: 'ps', 'worker', 'evaluator' or None (the --job_name flag).
     task_index: int (the --task_index flag).
     ps_hosts, worker_hosts: str, comma-separated host:port lists (flags).
     tf_config: str or None, the TF_CONFIG environment variable.
 
   Returns:
     (cluster, job_name, task_index): cluster is a dict {'ps': [host:port...],
-    'worker': [host:port...]}.
+    'worker': [host:port...]} and, from TF_CONFIG, maybe a chief job
+    ('chief' or 'master': [host:port]); None for an evaluator given by the
+    flags, which needs no cluster.
 
   Raises:
     ValueError: naming the flag or variable at fault: no cluster given, a
@@ -103,26 +145,64 @@ def resolve_cluster(job_name, task_index, ps_hosts, worker_hosts, tf_config):
   """
   if job_name or ps_hosts or worker_hosts or not tf_config:
     if not job_name:
-      raise ValueError('--job_name is required (ps or worker), unless the '
-                       'cluster comes from the TF_CONFIG environment variable')
+      raise ValueError('--job_name is required (ps, worker or evaluator), '
+                       'unless the cluster comes from the TF_CONFIG '
+                       'environment variable')
+    if job_name == EVALUATOR:
+      return None, job_name, 0
     cluster = {'ps': parse_hosts(ps_hosts, '--ps_hosts'),
                'worker': parse_hosts(worker_hosts, '--worker_hosts')}
     source = '--task_index'
   else:
-    ps, workers, job_name, task_index = cluster_from_tf_config(tf_config)
-    cluster = {'ps': ps, 'worker': workers}
+    cluster, job_name, task_index = cluster_from_tf_config(tf_config)
     source = 'TF_CONFIG task index'
-  addresses = cluster['ps'] + cluster['worker']
+  addresses = [a for hosts in cluster.values() for a in hosts]
   repeated = sorted(set(a for a in addresses if addresses.count(a) > 1))
   if repeated:
     raise ValueError('Address(es) %s listed more than once in the cluster: '
                      'every task needs its own host:port' % ', '.join(repeated))
+  if job_name == EVALUATOR:
+    return cluster, job_name, 0
   num_tasks = len(cluster[job_name])
   if not 0 <= task_index < num_tasks:
     raise ValueError('%s=%d is out of range for job "%s", which has %d '
                      'task(s): use 0..%d' % (source, task_index, job_name,
                                              num_tasks, num_tasks - 1))
   return cluster, job_name, task_index
+
+
+def chief_job(cluster):
+  """The cluster's chief job, 'chief' or 'master', or 'worker' without one
+  (worker 0 is then the chief)."""
+  for job in CHIEF_JOBS:
+    if job in cluster:
+      return job
+  return 'worker'
+
+
+def is_chief(cluster, job_name, task_index):
+  """Whether task `task_index` of `job_name` is the cluster's chief."""
+  return job_name == chief_job(cluster) and task_index == 0
+
+
+def chief_task(cluster):
+  """{'/job:chief/task:0': 'h:2222'}: the chief, named as TF names it."""
+  job = chief_job(cluster)
+  return {'/job:%s/task:0' % job: cluster[job][0]}
+
+
+def training_tasks(cluster):
+  """Every task that trains, the chief first: {'/job:...': 'host:port'}."""
+  tasks = dict(chief_task(cluster))
+  tasks.update(tasks_of(cluster, 'worker') if 'worker' in cluster else {})
+  return tasks
+
+
+def task_label(job_name, task_index):
+  """How a task's console lines begin: 'Worker 1', 'Chief', 'Master'."""
+  if job_name in CHIEF_JOBS:
+    return job_name.capitalize()
+  return '%s %d' % (job_name.capitalize(), task_index)
 
 
 def _connect_error(address, timeout_secs):
@@ -188,13 +268,17 @@ def unreachable(tasks, timeout_secs=1):
           if _connect_error(address, timeout_secs) is not None}
 
 
-def describe(tasks):
+def describe(tasks, cluster=None):
   """'ps task 0 at h:2222' for {'/job:ps/task:0': 'h:2222'}, joined by 'and';
-  worker 0 is 'the chief (worker 0 at h:2222)'."""
+  the chief is 'the chief (chief at h:2222)' (or master), or, in a cluster
+  without a chief job, 'the chief (worker 0 at h:2222)'."""
+  worker_chief = cluster is None or chief_job(cluster) == 'worker'
   names = []
   for name, address in sorted(tasks.items()):
     job, index = name.split('/')[1][len('job:'):], name.rsplit(':', 1)[1]
-    if (job, index) == ('worker', '0'):
+    if job in CHIEF_JOBS:
+      names.append('the chief (%s at %s)' % (job, address))
+    elif (job, index) == ('worker', '0') and worker_chief:
       names.append('the chief (worker 0 at %s)' % address)
     else:
       names.append('%s task %s at %s' % (job, index, address))
@@ -203,21 +287,32 @@ def describe(tasks):
 
 WorkerSettings = collections.namedtuple('WorkerSettings', [
     'target', 'cluster', 'task_index', 'sync_replicas',
-    'replicas_to_aggregate', 'startup_wait_secs', 'operation_timeout_secs'],
-                                        defaults=(False, None, 300, 300))
+    'replicas_to_aggregate', 'startup_wait_secs', 'operation_timeout_secs',
+    'job_name'], defaults=(False, None, 300, 300, 'worker'))
 WorkerSettings.__doc__ = """A cluster worker's own settings, beside the run's
 run_settings.TrainSettings (flags of the same name where there is one).
 
   target: str, this worker's server target ('grpc://host:port').
   cluster: dict {'ps': [host:port...], 'worker': [host:port...]}.
-  task_index: int, this worker's index; worker 0 is the chief.
+  task_index: int, this task's index in its job.
   sync_replicas: bool, aggregate gradients with SyncReplicasOptimizer.
   replicas_to_aggregate: int, worker steps per synchronous update; None for
     one per worker.
   startup_wait_secs: number, how long to wait for the ps tasks and, if not
     the chief, for the chief; also how long either may be away mid-run.
   operation_timeout_secs: number, the longest any op may block.
+  job_name: 'worker', or the cluster's chief job ('chief' or 'master').
 """
+
+
+def is_chief_worker(worker):
+  """Whether a WorkerSettings is the chief's."""
+  return is_chief(worker.cluster, worker.job_name, worker.task_index)
+
+
+def own_task(worker):
+  """'/job:worker/task:1': a WorkerSettings' task, named as TF names it."""
+  return '/job:%s/task:%d' % (worker.job_name, worker.task_index)
 
 
 def serve_until_interrupted(task_index, address):

@@ -102,3 +102,33 @@ def _check_labels(filename):
         'or not CIFAR-10 binary data (CIFAR-100 has two label bytes)'
         % (filename, record, record * RECORD_BYTES, labels[record],
            num_classes - 1, bad.size))
+
+
+def check_batch_size(batch_size):
+  """Raises ValueError unless batch_size is a positive int: every pipeline's
+  check, and evaluation's before it builds a graph."""
+  if not isinstance(batch_size, int) or batch_size < 1:
+    raise ValueError('batch_size must be a positive integer, got %r'
+                     % (batch_size,))
+
+
+def eval_files(eval_data):
+  """Maps `eval_data` to the files it names.
+
+  Args:
+    eval_data: 'test' (or True) for the test set; 'train_eval' (or False) for
+      the training set.
+
+  Returns:
+    A list of file names inside the data directory.
+
+  Raises:
+    ValueError: for any other value, so that a typo never evaluates on the
+      training set by accident.
+  """
+  if eval_data is True or eval_data == 'test':
+    return TEST_FILES
+  if eval_data is False or eval_data == 'train_eval':
+    return TRAIN_FILES
+  raise ValueError("eval_data must be 'test' or 'train_eval', got %r"
+                   % (eval_data,))

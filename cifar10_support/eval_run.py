@@ -15,12 +15,14 @@ incomplete when read, which evaluate then skips.
 
 import collections
 import contextlib
+import os
 import time
 
 import tensorflow.compat.v1 as tf
 
 from cifar10_support import checkpoints
 from cifar10_support import data_files
+from cifar10_support import download
 from cifar10_support import precision
 from cifar10_support import sessions
 
@@ -28,7 +30,9 @@ from cifar10_support import sessions
 EvalSettings = collections.namedtuple('EvalSettings', [
     'data_dir', 'eval_data', 'num_examples', 'batch_size', 'run_once',
     'eval_interval_secs', 'session_config', 'input_threads',
-    'compute_dtype'], defaults=('test', 10000, 128, False, 300, None, 1, None))
+    'compute_dtype', 'until_step'],
+                                          defaults=('test', 10000, 128, False,
+                                                    300, None, 1, None, None))
 EvalSettings.__doc__ = """The settings of an evaluation (the flag of the same
 name where there is one; the defaults are the flags').
 
@@ -45,6 +49,9 @@ name where there is one; the defaults are the flags').
   compute_dtype: None, or tf.bfloat16 / tf.float16 to compute the forward
     pass in (cifar10.inference) from float32 weights; a float16 checkpoint
     computes in float16 whatever this says.
+  until_step: int or None; following training, stop once a checkpoint at
+    this global step or past it is evaluated (the distributed evaluator:
+    --max_steps). None follows for ever.
 """
 
 
@@ -59,6 +66,29 @@ def from_flags(flag_values):
       eval_interval_secs=flag_values.eval_interval_secs)
 
 
+def from_flags_checked(flag_values):
+  """`from_flags`, once the data is there and checked, for this machine.
+
+  Downloads the eval_data files if missing, checks the settings and files
+  (`check_settings`), prints the 'Data: ...' line, then sets what asks
+  TensorFlow about the machine (`for_this_machine`).
+
+  Raises:
+    ValueError: naming the flag or file at fault (data_files.DataError for a
+      file).
+  """
+  settings = from_flags(flag_values)
+  files = data_files.eval_files(settings.eval_data)
+  download.maybe_download_and_extract(
+      flag_values.data_dir, flag_values.data_url, flag_values.data_md5,
+      files=files)
+  records = check_settings(settings)
+  print(download.data_check_message(flag_values.data_dir, files, records))
+  return for_this_machine(settings, flag_values.mixed_precision,
+                          sessions.ThreadCounts(flag_values.num_intra_threads,
+                                                flag_values.num_inter_threads))
+
+
 def for_this_machine(settings, mixed_precision, threads):
   """The settings with compute_dtype (--mixed_precision, on a GPU when there
   is one) and session_config (threads: sessions.ThreadCounts) for this
@@ -70,21 +100,23 @@ def for_this_machine(settings, mixed_precision, threads):
       session_config=sessions.eval_config(threads))
 
 
-def check_settings(settings, filenames):
-  """Checks an EvalSettings against its data files (filenames: the eval_data
-  files); batch_size is the input pipeline's to check.
+def check_settings(settings):
+  """Checks an EvalSettings and its data files before any graph is built.
 
   Returns:
-    The number of records in the files, an int.
+    The number of records in the eval_data files, an int.
 
   Raises:
     ValueError: naming the setting or file and the expected value
       (data_files.DataError for a file).
   """
+  filenames = [os.path.join(settings.data_dir, download.BATCHES_DIR, name)
+               for name in data_files.eval_files(settings.eval_data)]
   num_examples = settings.num_examples
   if not isinstance(num_examples, int) or num_examples < 1:
     raise ValueError('num_examples must be a positive integer, got %r'
                      % (num_examples,))
+  data_files.check_batch_size(settings.batch_size)
   num_records = data_files.check_data_files(filenames)
   if num_examples > num_records:
     raise ValueError(

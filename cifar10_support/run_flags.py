@@ -100,6 +100,22 @@ def check_training_flags(flag_values):
   check_flag_writable_dir('train_dir', flag_values.train_dir)
 
 
+def check_cluster_flags(flag_values):
+  """Usage errors for cifar10_distributed_train.py's flag values that no
+  task could run with (before it knows which task it is)."""
+  for name in ('max_steps', 'batch_size', 'log_frequency', 'startup_wait_secs',
+               'operation_timeout_secs', 'save_checkpoint_secs'):
+    check_flag_range(name, getattr(flag_values, name), minimum=1)
+  for name in ('save_checkpoint_steps', 'save_summaries_steps'):
+    check_flag_range(name, getattr(flag_values, name), minimum=0)
+  if flag_values.replicas_to_aggregate != -1:
+    if not flag_values.sync_replicas:
+      raise app.UsageError('--replicas_to_aggregate only applies with '
+                           '--sync_replicas')
+    check_flag_range('replicas_to_aggregate',
+                     flag_values.replicas_to_aggregate, minimum=1)
+
+
 def check_flag_writable_dir(name, path):
   """Creates directory `path` if needed; raises app.UsageError if unwritable.
 

@@ -5,7 +5,7 @@ Every session the scripts open takes its tf.ConfigProto from here:
     training_config(threads, num_towers, tower_device)   cifar10_train.py and
                                                          the towers
     eval_config(threads)            cifar10_eval.py and cifar10_classify.py
-    worker_config(task_index, ...)  a cluster worker's session
+    worker_config(task, ...)        a cluster worker's session
     server_config(threads)          a cluster task's server (its threads)
 
 threads is a `ThreadCounts` (--num_intra_threads, --num_inter_threads), None
@@ -173,9 +173,14 @@ def eval_config(threads=BY_RULE):
   return config
 
 
-def worker_config(task_index, operation_timeout_secs,
-                  log_device_placement=False):
+def worker_config(task, operation_timeout_secs, log_device_placement=False):
   """A cluster worker's session config: see only the ps tasks and itself.
+
+  Args:
+    task: str, the worker's own task, '/job:worker/task:1' (or the chief's
+      job).
+    operation_timeout_secs: number, the longest any op may block.
+    log_device_placement: bool, log where each op runs.
 
   Without device_filters, a session waits for every task of the cluster at
   start, and synchronous training could hang at the end; the timeout bounds
@@ -184,7 +189,7 @@ def worker_config(task_index, operation_timeout_secs,
   own.
   """
   return tf.ConfigProto(
-      device_filters=['/job:ps', '/job:worker/task:%d' % task_index],
+      device_filters=['/job:ps', task],
       operation_timeout_in_ms=int(operation_timeout_secs * 1000),
       log_device_placement=log_device_placement)
 

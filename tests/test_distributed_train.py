@@ -109,14 +109,15 @@ def test_resolve_cluster_from_tf_config():
 @pytest.mark.parametrize('tf_config,message', [
     ('{"cluster": ', r'TF_CONFIG is not valid JSON'),
     ('{"task": {"type": "ps"}}', r'TF_CONFIG needs a "cluster" and a "task"'),
-    ('{"cluster": {"ps": ["h0:1"], "worker": ["h1:1"], "chief": ["h2:1"]}, '
-     '"task": {"type": "chief", "index": 0}}', r'job\(s\) chief'),
+    ('{"cluster": {"ps": ["h0:1"], "worker": ["h1:1"], "boss": ["h2:1"]}, '
+     '"task": {"type": "boss", "index": 0}}', r'job\(s\) boss'),
     ('{"cluster": {"worker": ["h1:1"]}, "task": {"type": "worker"}}',
      r'needs a "ps" list'),
     ('{"cluster": {"ps": ["h0"], "worker": ["h1:1"]}, "task": {"type": "ps"}}',
      r'TF_CONFIG cluster "ps" entry \'h0\' is not host:port'),
     ('{"cluster": {"ps": ["h0:1"], "worker": ["h1:1"]}, '
-     '"task": {"type": "evaluator", "index": 0}}', r'"type": "ps" or "worker"'),
+     '"task": {"type": "chief", "index": 0}}',
+     r'task \{"type": "chief", "index": 0\} is not a task of the cluster'),
     ('{"cluster": {"ps": ["h0:1"], "worker": ["h1:1"]}, '
      '"task": {"type": "worker", "index": 1}}',
      r'TF_CONFIG task index=1 is out of range for job "worker"'),
@@ -403,8 +404,8 @@ def test_a_diverged_worker_names_the_global_step_and_prints_no_nan_line(
     loss = tf.where(step_before_update >= 3, np.nan, 1.0)
     with tf.control_dependencies([step_before_update]):
       train_op = tf.assign_add(global_step, 1)
-    logger = dist.WorkerLoggerHook(1, loss, step_before_update, batch_size=8,
-                                    log_frequency=1)
+    logger = dist.WorkerLoggerHook('Worker 1', loss, step_before_update,
+                                   batch_size=8, log_frequency=1)
     hooks = dist.step_hooks(logger, loss, max_steps=100)
     with pytest.raises(tf.train.NanLossDuringTrainingError):
       with tf.train.MonitoredSession(hooks=hooks) as session:

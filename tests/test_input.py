@@ -93,7 +93,8 @@ def test_cifar10_input_keeps_the_data_file_names():
   # They live in cifar10_support.data_files, which the download uses too.
   for name in ['DataError', 'check_data_files', 'TRAIN_FILES', 'TEST_FILES',
                'CLASS_NAMES', 'LABEL_BYTES', 'HEIGHT', 'WIDTH', 'DEPTH',
-               'IMAGE_BYTES', 'RECORD_BYTES', 'NUM_PREPROCESS_THREADS']:
+               'IMAGE_BYTES', 'RECORD_BYTES', 'NUM_PREPROCESS_THREADS',
+               'check_batch_size', 'eval_files']:
     assert getattr(cifar10_input, name) is getattr(data_files, name), name
   assert cifar10_input.RECORD_BYTES == 3073
   assert cifar10_input.NUM_CLASSES == len(cifar10_input.CLASS_NAMES)

@@ -49,7 +49,7 @@ def test_session_configs_follow_the_rule_and_the_flags(cores):
   assert sessions.config_threads(
       sessions.server_config((2, 1))) == (2, 1)
   assert not sessions.worker_config(
-      0, 60).session_inter_op_thread_pool
+      '/job:worker/task:0', 60).session_inter_op_thread_pool
 
   cores(16)
   config = sessions.session_config()

@@ -1,0 +1,407 @@
+"""cifar10_distributed_train.py where a cluster manager starts it: TF_CONFIG
+with a chief job ("chief", or "master"), and an evaluator task.
+
+Every task runs the same command, as Kubeflow's TFJob and Vertex AI start
+it, and learns its role from TF_CONFIG, set exactly as each platform sets
+it; real processes on 127.0.0.1.
+"""
+
+import glob
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow.compat.v1 as tf
+
+import cifar10_distributed_train as dist
+from cifar10_support import checkpoints
+from cifar10_support import clusters
+from cifar10_support import run_settings
+from test_eval import TRAIN_STEPS
+import testutil
+
+DONE_LINE = re.compile(r'^(Chief|Master|Worker \d): stopped at global step '
+                       r'(\d+) after (\d+) steps of its own\.$', re.M)
+STEP_LINE = re.compile(r'^(Chief|Master|Worker \d): \d{4}-\d\d-\d\d '
+                       r'[\d:.]+: step \d+, loss = ', re.M)
+EVALUATOR_LINE = re.compile(
+    r'^Evaluator: (\S+) \(global step (\d+), --max_steps=(\d+)\): '
+    r'precision @ 1 = (\d\.\d{3})\.$')
+PRECISION_LINE = re.compile(r'^\S+ \S+: precision @ 1 = (\d\.\d{3})$', re.M)
+# No scenario may take longer than this.
+SCENARIO_SECS = 300
+# The original's 0.1 can diverge over a few hundred asynchronous steps on the
+# synthetic records (see test_distributed_faults).
+LEARNING_RATE = 0.02
+
+
+class _ManagedCluster(object):
+  """One process per task, each with the same command and its TF_CONFIG.
+
+  Args:
+    jobs: dict from each job of the cluster ('chief', 'master', 'ps',
+      'worker') to its number of tasks.
+    evaluator: bool, also an evaluator task (not listed in the cluster).
+    flags: the command's flags, the same for every task.
+    extra: dict of keys TF_CONFIG carries beside cluster and task on the
+      platform ('environment', 'job', ...); task_extra, beside type and
+      index.
+  """
+
+  def __init__(self, tmp_path, jobs, flags, evaluator=False, extra=None,
+               task_extra=None):
+    ports = iter(testutil.free_ports(sum(jobs.values())))
+    self.cluster = {job: ['127.0.0.1:%d' % next(ports) for _ in range(n)]
+                    for job, n in jobs.items()}
+    self.tasks = ['%s%d' % (job, i) for job, n in jobs.items()
+                  for i in range(n)] + (['evaluator0'] if evaluator else [])
+    self.flags = flags
+    self.extra = extra or {}
+    self.task_extra = task_extra or {}
+    self.logs = {task: str(tmp_path / (task + '.log')) for task in self.tasks}
+    self.processes = {}
+    self.deadline = time.time() + SCENARIO_SECS
+
+  def tf_config(self, task):
+    job, index = task.rstrip('0123456789'), int(task[len(task.rstrip(
+        '0123456789')):])
+    return json.dumps(dict(self.extra, cluster=self.cluster, task=dict(
+        self.task_extra, type=job, index=index)))
+
+  def start(self, task):
+    env = testutil.script_env(TF_CONFIG=self.tf_config(task))
+    with open(self.logs[task], 'a') as log:
+      self.processes[task] = subprocess.Popen(
+          [sys.executable, os.path.join(testutil.ROOT, 'tests',
+                                        'with_learning_rate.py'),
+           str(LEARNING_RATE), 'cifar10_distributed_train.py'] + self.flags,
+          cwd=testutil.ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+  def log(self, task):
+    with open(self.logs[task]) as f:
+      return f.read()
+
+  def tails(self):
+    return '\n'.join('--- %s\n%s' % (task, self.log(task)[-2500:])
+                     for task in self.tasks if os.path.exists(self.logs[task]))
+
+  def wait_for(self, what, condition):
+    """Polls condition() until it returns something true; returns that."""
+    while time.time() < self.deadline:
+      found = condition()
+      if found:
+        return found
+      if any(p.poll() not in (None, 0) for t, p in self.processes.items()
+             if not t.startswith('ps')):
+        break
+      time.sleep(0.2)
+    pytest.fail('waiting for %s:\n%s' % (what, self.tails()))
+
+  def finish(self):
+    """Waits for every task but the ps; returns their exit statuses."""
+    try:
+      return {task: process.wait(timeout=max(self.deadline - time.time(), 1))
+              for task, process in self.processes.items()
+              if not task.startswith('ps')}
+    except subprocess.TimeoutExpired:
+      pytest.fail('the tasks did not end:\n' + self.tails())
+
+  def stop(self):
+    for process in self.processes.values():
+      if process.poll() is None:
+        process.send_signal(signal.SIGKILL)
+      process.wait()
+
+
+def _flags(data_dir, train_dir, tmp_path, max_steps, *extra):
+  return ['--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
+          '--max_steps=%d' % max_steps, '--batch_size=8',
+          '--log_frequency=4', '--save_checkpoint_steps=10',
+          '--startup_wait_secs=120', '--operation_timeout_secs=120',
+          '--eval_dir=%s' % (tmp_path / 'eval'), '--eval_interval_secs=1',
+          '--num_examples=20'] + list(extra)
+
+
+def _run(cluster, order):
+  """Starts the tasks in `order`, waits for all but the ps; their logs."""
+  try:
+    for task in order:
+      cluster.start(task)
+    codes = cluster.finish()
+    assert set(codes.values()) == {0}, (codes, cluster.tails())
+  finally:
+    cluster.stop()
+  outputs = {task: cluster.log(task) for task in cluster.tasks}
+  for task, output in outputs.items():
+    assert 'Traceback' not in output, '%s:\n%s' % (task, output[-3000:])
+    assert 'Exception in thread' not in output, output[-3000:]
+  return outputs
+
+
+def _check_trained(outputs, train_dir, chief, max_steps):
+  """The chief reached max_steps under its own name; every checkpoint of
+  train_dir restores; returns the final global step."""
+  done = dict((label, int(step)) for output in outputs.values()
+              for label, step, _ in DONE_LINE.findall(output))
+  assert done[chief] >= max_steps, done
+  assert STEP_LINE.search(outputs[chief.lower() + '0'])
+  indexes = glob.glob(os.path.join(train_dir, 'model.ckpt-*.index'))
+  assert len(indexes) >= 2
+  for index in indexes:
+    assert checkpoints.checkpoint_problem(index[:-len('.index')]) is None
+  return done[chief]
+
+
+# --- TF_CONFIG of each platform, read -----------------------------------------
+
+
+def test_a_chief_job_is_the_chief_and_its_workers_count_apart():
+  tf_config = {'cluster': {'chief': ['c:1'], 'ps': ['p:1'],
+                           'worker': ['w:1', 'w:2']},
+               'task': {'type': 'worker', 'index': 1}, 'environment': 'cloud'}
+  cluster, job, index = clusters.resolve_cluster(None, 0, '', '',
+                                                 json.dumps(tf_config))
+  assert (cluster, job, index) == (tf_config['cluster'], 'worker', 1)
+  assert not clusters.is_chief(cluster, 'worker', 0)
+  assert clusters.is_chief(cluster, 'chief', 0)
+  assert list(clusters.training_tasks(cluster)) == [
+      '/job:chief/task:0', '/job:worker/task:0', '/job:worker/task:1']
+  assert clusters.task_label('chief', 0) == 'Chief'
+  assert clusters.task_label('master', 0) == 'Master'
+  assert clusters.task_label('worker', 1) == 'Worker 1'
+  assert clusters.describe({'/job:chief/task:0': 'c:1'}, cluster) == (
+      'the chief (chief at c:1)')
+  assert clusters.describe({'/job:worker/task:0': 'w:1'}, cluster) == (
+      'worker task 0 at w:1')
+  # Without a chief job, worker 0 is the chief, as before.
+  plain = {'ps': ['p:1'], 'worker': ['w:1']}
+  assert clusters.is_chief(plain, 'worker', 0)
+  assert clusters.describe({'/job:worker/task:0': 'w:1'}, plain) == (
+      'the chief (worker 0 at w:1)')
+
+
+def test_an_evaluator_and_a_lone_chief_are_read():
+  # Kubeflow leaves the evaluator out of the cluster; a chief may be alone.
+  tf_config = {'cluster': {'chief': ['c:1'], 'ps': ['p:1']},
+               'task': {'type': 'evaluator', 'index': 0},
+               'environment': 'cloud'}
+  cluster, job, _ = clusters.resolve_cluster(None, 0, '', '',
+                                             json.dumps(tf_config))
+  assert job == 'evaluator'
+  assert cluster == {'chief': ['c:1'], 'ps': ['p:1']}
+  # The flag form needs no cluster for an evaluator.
+  assert clusters.resolve_cluster('evaluator', 0, '', '', None) == (
+      None, 'evaluator', 0)
+
+
+@pytest.mark.parametrize('tf_config,message', [
+    ({'cluster': {'chief': ['c:1'], 'master': ['m:1'], 'ps': ['p:1']},
+      'task': {'type': 'chief', 'index': 0}}, r'both a "chief" and a "master"'),
+    ({'cluster': {'chief': ['c:1', 'c:2'], 'ps': ['p:1']},
+      'task': {'type': 'chief', 'index': 0}},
+     r'cluster "chief" lists 2 tasks; a cluster has one chief'),
+    ({'cluster': {'chief': ['c:1'], 'worker': ['w:1']},
+      'task': {'type': 'chief', 'index': 0}},
+     r'needs a "ps" list of host:port beside its "chief" job'),
+    ({'cluster': {'chief': ['c:1'], 'ps': ['p:1'], 'evaluator': ['e:1']},
+      'task': {'type': 'evaluator', 'index': 0}},
+     r'lists an "evaluator" job: an evaluator is a task of its own'),
+    ({'cluster': {'chief': ['c:1'], 'ps': ['p:1']},
+      'task': {'type': 'worker', 'index': 0}},
+     r'task \{"type": "worker", "index": 0\} is not a task of the cluster, '
+     r'whose jobs are "chief", "ps"'),
+    ({'cluster': {'master': ['m:1'], 'ps': ['p:1'], 'worker': ['w:1']},
+      'task': {'type': 'master', 'index': 1}},
+     r'TF_CONFIG task index=1 is out of range for job "master"'),
+])
+def test_bad_tf_config_of_a_managed_cluster_is_one_line(tf_config, message):
+  with pytest.raises(ValueError, match=message):
+    clusters.resolve_cluster(None, 0, '', '', json.dumps(tf_config))
+
+
+def test_the_chief_jobs_graph_runs_on_the_chief(data_dir):
+  cluster = {'chief': ['h0:1'], 'ps': ['h1:1'], 'worker': ['h2:1']}
+  with tf.Graph().as_default() as graph:
+    built = dist.build_worker_graph(
+        run_settings.TrainSettings(data_dir, None, batch_size=8,
+                                   input_threads=1),
+        clusters.WorkerSettings(None, cluster, 0, sync_replicas=True,
+                                job_name='chief'))
+    built['sync_optimizer'].ready_for_local_init_op.mark_used()
+  for op in graph.get_operations():
+    if op.type in ('RandomShuffleQueueV2', 'Conv2D', 'SaveV2'):
+      assert op.device == '/job:chief/task:0/device:CPU:0', op.name
+  # One replica per training task: the chief and the worker.
+  assert built['sync_optimizer']._total_num_replicas == 2  # pylint: disable=protected-access
+
+
+# --- Each platform's cluster, for real ------------------------------------------
+
+
+@pytest.mark.slow  # Clusters of processes.
+def test_kubeflow_tfjob_trains_and_its_evaluator_follows(data_dir, tmp_path):
+  # A TFJob with Chief 1, PS 1, Worker 2 and Evaluator 1, asynchronous; the
+  # operator sets TF_CONFIG with the replica types lower-cased and leaves
+  # the evaluator out of the cluster.
+  train_dir = str(tmp_path / 'train')
+  max_steps = 40
+  cluster = _ManagedCluster(
+      tmp_path, {'chief': 1, 'ps': 1, 'worker': 2},
+      _flags(data_dir, train_dir, tmp_path, max_steps), evaluator=True,
+      extra={'environment': 'cloud'})
+  outputs = _run(cluster, ['ps0', 'evaluator0', 'worker0', 'worker1',
+                           'chief0'])
+  final = _check_trained(outputs, train_dir, 'Chief', max_steps)
+  assert 'Chief host is: %s' % cluster.cluster['chief'][0] in outputs['chief0']
+  assert 'waiting up to 120 s for the chief (chief at %s)' % (
+      cluster.cluster['chief'][0]) in outputs['worker1']
+
+  # The evaluator joined no cluster; it evaluated the chief's checkpoints
+  # as cifar10_eval.py does and ended with the final one's precision.
+  evaluated = outputs['evaluator0']
+  assert 'This task' not in evaluated
+  last = EVALUATOR_LINE.fullmatch(evaluated.strip().splitlines()[-1])
+  assert last, evaluated[-2000:]
+  checkpoint, step = last.group(1), int(last.group(2))
+  assert checkpoint == checkpoints.newest(train_dir)
+  assert max_steps <= step <= final
+  assert last.group(4) == PRECISION_LINE.findall(evaluated)[-1]
+  assert glob.glob(str(tmp_path / 'eval' / 'events.out.tfevents.*'))
+
+
+@pytest.mark.slow  # Clusters of processes.
+def test_vertex_ai_chief_ps_workers_train_synchronously(data_dir, tmp_path):
+  # Vertex AI custom training: worker pool 0 is the chief, pool 1 the
+  # workers, pool 2 the ps; TF_CONFIG also carries the job and a trial.
+  train_dir = str(tmp_path / 'train')
+  max_steps = 24
+  cluster = _ManagedCluster(
+      tmp_path, {'chief': 1, 'worker': 1, 'ps': 1},
+      _flags(data_dir, train_dir, tmp_path, max_steps, '--sync_replicas'),
+      extra={'environment': 'cloud', 'job': {'worker_pool_specs': []}},
+      task_extra={'trial': ''})
+  outputs = _run(cluster, ['ps0', 'worker0', 'chief0'])
+  for task in ('chief0', 'worker0'):
+    assert ('SyncReplicas enabled: replicas_to_aggregate=2; '
+            'total_num_replicas=2') in outputs[task]
+  final = _check_trained(outputs, train_dir, 'Chief', max_steps)
+  # Synchronous training stops on the global step, which counts updates.
+  assert max_steps <= final <= max_steps + 1
+
+
+@pytest.mark.slow  # Clusters of processes.
+def test_a_master_cluster_trains(data_dir, tmp_path):
+  # Older platforms (AI Platform's runtime 1.x) name the chief "master".
+  train_dir = str(tmp_path / 'train')
+  max_steps = 24
+  cluster = _ManagedCluster(
+      tmp_path, {'master': 1, 'ps': 1, 'worker': 1},
+      _flags(data_dir, train_dir, tmp_path, max_steps),
+      extra={'environment': 'cloud'})
+  outputs = _run(cluster, ['ps0', 'worker0', 'master0'])
+  _check_trained(outputs, train_dir, 'Master', max_steps)
+  assert 'This task: /job:master/task:0' in outputs['master0']
+
+
+@pytest.mark.slow  # Clusters of processes.
+def test_the_chief_job_killed_and_restarted_resumes(data_dir, tmp_path):
+  train_dir = str(tmp_path / 'train')
+  max_steps = 200
+  cluster = _ManagedCluster(
+      tmp_path, {'chief': 1, 'ps': 1, 'worker': 1},
+      _flags(data_dir, train_dir, tmp_path, max_steps))
+  try:
+    for task in ('ps0', 'worker0', 'chief0'):
+      cluster.start(task)
+    cluster.wait_for('a checkpoint at step 20', lambda: len(
+        checkpoints.listed(train_dir)) >= 3)
+    before = checkpoints.step_of(checkpoints.newest(train_dir))
+    cluster.processes['chief0'].send_signal(signal.SIGKILL)
+    cluster.processes['chief0'].wait(timeout=30)
+    offset = len(cluster.log('chief0'))
+    cluster.start('chief0')
+    resumed = cluster.wait_for('the chief to resume', lambda: re.search(
+        r'^Resuming from checkpoint \S+model\.ckpt-(\d+) at step', cluster.log(
+            'chief0')[offset:], re.M))
+    assert int(resumed.group(1)) >= before
+    codes = cluster.finish()
+    assert codes == {'worker0': 0, 'chief0': 0}, cluster.tails()
+  finally:
+    cluster.stop()
+  outputs = {task: cluster.log(task) for task in cluster.tasks}
+  assert 'Traceback' not in outputs['chief0'] + outputs['worker0']
+  _check_trained(outputs, train_dir, 'Chief', max_steps)
+
+
+@pytest.mark.slow  # A process.
+def test_an_evaluator_from_the_flags_evaluates_up_to_max_steps(
+    data_dir, tmp_path, tmp_path_factory):
+  # --job_name=evaluator, the flag form: no cluster, only --train_dir, here
+  # a finished run (test_eval's, built once per test run).
+  train_dir = testutil.shared_dir(
+      tmp_path_factory, 'eval_train',
+      lambda path: testutil.train_fixture(data_dir, path, TRAIN_STEPS,
+                                          batch_size=24))
+  result = testutil.run_script('cifar10_distributed_train.py', [
+      '--job_name=evaluator', '--data_dir=%s' % data_dir,
+      '--train_dir=%s' % train_dir, '--max_steps=%d' % TRAIN_STEPS,
+      '--eval_dir=%s' % (tmp_path / 'eval'), '--num_examples=20',
+      '--batch_size=8'], timeout=180)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stderr == ''
+  last = EVALUATOR_LINE.fullmatch(result.stdout.strip().splitlines()[-1])
+  assert last, result.stdout[-2000:]
+  assert last.group(1) == checkpoints.newest(train_dir)
+  assert int(last.group(2)) == TRAIN_STEPS
+
+
+# --- The documented manifests --------------------------------------------------
+
+
+def _command(container):
+  return container['command'] + container.get('args', [])
+
+
+def test_the_tfjob_manifest_runs_this_script_on_a_shared_train_dir():
+  path = os.path.join(testutil.ROOT, 'docs', 'managed', 'kubeflow_tfjob.json')
+  items = {item['kind']: item for item in json.load(open(path))['items']}
+  assert items['PersistentVolumeClaim']['spec']['accessModes'] == [
+      'ReadWriteMany']
+  claim = items['PersistentVolumeClaim']['metadata']['name']
+  replicas = items['TFJob']['spec']['tfReplicaSpecs']
+  assert {kind: spec['replicas'] for kind, spec in replicas.items()} == {
+      'Chief': 1, 'PS': 1, 'Worker': 2, 'Evaluator': 1}
+  commands = set()
+  for kind, spec in replicas.items():
+    pod = spec['template']['spec']
+    container, = pod['containers']
+    command = _command(container)
+    assert command[:2] == ['python', 'cifar10_distributed_train.py'], kind
+    commands.add(tuple(command))
+    if kind in ('Chief', 'Evaluator'):
+      # The chief writes --train_dir; the evaluator reads it: one volume.
+      train_dir, = [a.split('=', 1)[1] for a in command
+                    if a.startswith('--train_dir=')]
+      mount, = container['volumeMounts']
+      assert train_dir.startswith(mount['mountPath'] + '/')
+      volume, = [v for v in pod['volumes'] if v['name'] == mount['name']]
+      assert volume['persistentVolumeClaim']['claimName'] == claim
+  assert len(commands) == 1  # The same command on every replica.
+
+
+def test_the_vertex_ai_worker_pools_run_this_script_on_cloud_storage():
+  path = os.path.join(testutil.ROOT, 'docs', 'managed',
+                      'vertex_ai_worker_pools.json')
+  pools = json.load(open(path))['workerPoolSpecs']
+  # Pool 0 is the chief (one replica), 1 the workers, 2 the ps.
+  assert [pool['replicaCount'] for pool in pools][:1] == [1]
+  assert len(pools) == 3
+  for pool in pools:
+    command = _command(pool['containerSpec'])
+    assert command[:2] == ['python', 'cifar10_distributed_train.py']
+    assert '--train_dir=/gcs/' in ' '.join(command)
