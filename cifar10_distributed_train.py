@@ -90,7 +90,7 @@ flags.DEFINE_enum('job_name', None, ['ps', 'worker', 'evaluator'],
                   'from TF_CONFIG).')
 flags.DEFINE_integer('task_index', 0,
                      'Index of this task within its job; worker 0 is the '
-                     'chief.')
+                     'chief, unless TF_CONFIG has a chief job.')
 flags.DEFINE_string('ps_hosts', '',
                     'Comma-separated host:port list of the ps tasks.')
 flags.DEFINE_string('worker_hosts', '',
@@ -101,7 +101,8 @@ flags.DEFINE_boolean('sync_replicas', False,
                      'instead of applying every worker\'s step on its own.')
 flags.DEFINE_integer('replicas_to_aggregate', -1,
                      'Worker steps averaged into one update with '
-                     '--sync_replicas; -1 means the number of workers.')
+                     '--sync_replicas; -1 means the number of workers (with '
+                     'a chief job, the chief and the workers).')
 flags.DEFINE_integer('startup_wait_secs', 300,
                      'How long a worker waits for the ps tasks to answer and, '
                      'if not the chief, for the chief to initialise the '
@@ -395,6 +396,9 @@ def main(argv):
                                       FLAGS.worker_hosts):
     print('Cluster flags given: ignoring the TF_CONFIG environment variable.')
   if job_name == clusters.EVALUATOR:
+    if FLAGS.run_once:
+      raise app.UsageError('--run_once does not apply to the evaluator task, '
+                           'which follows training until --max_steps')
     # Joins no cluster: follows the chief's checkpoints in --train_dir, as
     # cifar10_eval.py does, until the one at --max_steps.
     last = cifar10_eval.evaluate_as_flagged(FLAGS, FLAGS.train_dir,

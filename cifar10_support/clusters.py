@@ -110,12 +110,13 @@ def cluster_from_tf_config(tf_config):
     if len(hosts[chiefs[0]]) != 1:
       raise ValueError('TF_CONFIG cluster "%s" lists %d tasks; a cluster '
                        'has one chief' % (chiefs[0], len(hosts[chiefs[0]])))
-  if 'worker' in cluster or not chiefs:
+  if cluster.get('worker') or not chiefs:  # A chief may train alone.
     hosts['worker'] = _tf_config_hosts(cluster, 'worker')
   job_name, task_index = task.get('type'), task.get('index', 0)
   if job_name == EVALUATOR:
     return hosts, job_name, 0
-  if job_name not in hosts or not isinstance(task_index, int):
+  if (job_name not in hosts or not isinstance(task_index, int) or
+      isinstance(task_index, bool)):
     raise ValueError('TF_CONFIG task %s is not a task of the cluster, whose '
                      'jobs are %s: give {"type": <job>, "index": <int>}, or '
                      '{"type": "evaluator"}' % (json.dumps(task), ', '.join(

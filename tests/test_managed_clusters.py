@@ -149,7 +149,8 @@ def _check_trained(outputs, train_dir, chief, max_steps):
   done = dict((label, int(step)) for output in outputs.values()
               for label, step, _ in DONE_LINE.findall(output))
   assert done[chief] >= max_steps, done
-  assert STEP_LINE.search(outputs[chief.lower() + '0'])
+  # Some task logged its steps (which one ran them is the machine's call).
+  assert any(STEP_LINE.search(output) for output in outputs.values())
   indexes = glob.glob(os.path.join(train_dir, 'model.ckpt-*.index'))
   assert len(indexes) >= 2
   for index in indexes:
@@ -267,9 +268,11 @@ def test_kubeflow_tfjob_trains_and_its_evaluator_follows(data_dir, tmp_path):
   assert 'This task' not in evaluated
   last = EVALUATOR_LINE.fullmatch(evaluated.strip().splitlines()[-1])
   assert last, evaluated[-2000:]
+  # The first checkpoint at or past --max_steps it saw: the chief's last
+  # one, or a periodic one that got there first.
   checkpoint, step = last.group(1), int(last.group(2))
-  assert checkpoint == checkpoints.newest(train_dir)
-  assert max_steps <= step <= final
+  assert step >= max_steps and final >= max_steps
+  assert checkpoint in checkpoints.listed(train_dir)
   assert last.group(4) == PRECISION_LINE.findall(evaluated)[-1]
   assert glob.glob(str(tmp_path / 'eval' / 'events.out.tfevents.*'))
 
