@@ -400,9 +400,13 @@ class TrainScriptVariant(Variant):
     step, not each part's median, so that its parts add up.
     """
     self.traced_step()
-    splits = sorted((self.traced_step() for _ in range(steps)),
-                    key=lambda split: split.step)
-    return splits[(len(splits) - 1) // 2]
+    runs = []
+    for _ in range(steps):
+      stats, start, end = self.traced_run()
+      runs.append((step_time.split_step(stats, start, end), stats))
+    runs.sort(key=lambda run: run[0].step)
+    split, self.median_step_stats = runs[(len(runs) - 1) // 2]
+    return split
 
   def close(self):
     with self.graph.as_default():  # the final checkpoint is saved here
@@ -572,34 +576,40 @@ def matmul_session_config():
 
 
 class MatmulVariant(SessionVariant):
-  """`products` independent n x n float32 products in one session.run.
+  """`products` independent n x n products in one session.run.
 
   Its "examples" are FLOP: its rates are FLOP/s. Each product has its own
-  operands (identical products would be merged by Grappler).
+  operands (identical products would be merged by Grappler). In bfloat16
+  (dtype tf.bfloat16) the operands and the product are bfloat16 and oneDNN
+  accumulates in float32, as in the model's bfloat16 layers.
   """
 
   matmul = True
 
-  def __init__(self, n, products, window_s=MATMUL_WINDOW_S):
+  def __init__(self, n, products, window_s=MATMUL_WINDOW_S, dtype=None):
     self.n = n
     self.products = products
     self.window_s = window_s
+    self.dtype = dtype or tf.float32
 
     def build():
       sums = []
       for i in range(products):
-        a = tf.Variable(tf.random.normal([n, n], seed=2 * i + 1))
-        b = tf.Variable(tf.random.normal([n, n], seed=2 * i + 2))
-        sums.append(tf.reduce_sum(tf.matmul(a, b)))
+        a = tf.Variable(tf.cast(tf.random.normal([n, n], seed=2 * i + 1),
+                                self.dtype))
+        b = tf.Variable(tf.cast(tf.random.normal([n, n], seed=2 * i + 2),
+                                self.dtype))
+        sums.append(tf.reduce_sum(tf.cast(tf.matmul(a, b), tf.float32)))
       return sums
 
     super(MatmulVariant, self).__init__(
-        'matmul %d x%d' % (n, products), 1, products * 2 * n ** 3, build,
-        config=matmul_session_config())
+        '%s %d x%d' % (row_name('matmul', dtype), n, products), 1,
+        products * 2 * n ** 3, build, config=matmul_session_config())
 
   def describe(self):
-    return '%d independent %dx%d float32 product%s in one session.run' % (
-        self.products, self.n, self.n, '' if self.products == 1 else 's')
+    return '%d independent %dx%d %s product%s in one session.run' % (
+        self.products, self.n, self.n, self.dtype.name,
+        '' if self.products == 1 else 's')
 
   def warm_up(self):
     """One run, then runs timed for ~window_s / 2 to set the window's runs."""
@@ -612,10 +622,10 @@ class MatmulVariant(SessionVariant):
     self.steps = max(1, int(round(self.window_s / per_step)))
 
 
-def matmul_variants(sizes, products, max_gflop):
+def matmul_variants(sizes, products, max_gflop, dtype=None):
   """A MatmulVariant for every size and number of products, except those of
-  more than max_gflop GFLOP per session.run."""
-  return [MatmulVariant(n, k) for n in sizes for k in products
+  more than max_gflop GFLOP per session.run; dtype None for float32."""
+  return [MatmulVariant(n, k, dtype=dtype) for n in sizes for k in products
           if k * 2 * n ** 3 <= max_gflop * 1e9]
 
 
@@ -659,31 +669,50 @@ def mixed_precision_rows(requested, on_gpu, cpu_feature, capability):
   return dtype, line
 
 
-def matmul_ceiling(variants, median):
+def matmul_ceiling(variants, median, dtype=None):
   """The matmul variant of the highest median rate, and that rate in GFLOP/s.
 
   Args:
     variants: the measured variants (those with `matmul` True count).
     median: {variant name: median rate over the rounds}.
+    dtype: the products' type, None for float32 (the ceiling) or
+      tf.bfloat16 (the bf16 ceiling).
+
+  Returns:
+    (variant, GFLOP/s), or (None, None) when no product of that type ran.
   """
-  best = max((v for v in variants if v.matmul), key=lambda v: median[v.name])
+  matmuls = [v for v in variants
+             if v.matmul and v.dtype == (dtype or tf.float32)]
+  if not matmuls:
+    return None, None
+  best = max(matmuls, key=lambda v: median[v.name])
   return best, median[best.name] / 1e9
 
 
-def table_lines(variants, median):
-  """The printed table: a row per variant, then the ceiling's line.
+def table_lines(variants, median, bf16_note=''):
+  """The printed table: a row per variant, then the ceilings' lines.
 
   Every GFLOP/s, the model's and each matrix product's, is given as a
-  ratio of the ceiling (matmul_ceiling), and nothing else.
+  ratio of the ceiling (matmul_ceiling), and nothing else; where bfloat16
+  products ran, those and the *_bf16 rows as a ratio of the bf16 ceiling.
+
+  Args:
+    bf16_note: what the bf16 ceiling's line says of this CPU's bfloat16
+      (native, or emulated).
   """
   best, ceiling = matmul_ceiling(variants, median)
-  row = '%-15s %12s %32s %10s   %s'
+  best16, ceiling16 = matmul_ceiling(variants, median, tf.bfloat16)
+  row = '%-18s %12s %38s %10s   %s'
   lines = [(row % ('variant', 'examples/s', 'ratio', 'GFLOP/s', '')).rstrip()]
   for v in variants:
     if v.matmul:
       gflops = median[v.name] / 1e9
-      ratio = ('1.00 (ceiling)' if v is best
-               else '%.2f of ceiling' % (gflops / ceiling))
+      if v.dtype == tf.bfloat16:
+        ratio = ('1.00 (bf16 ceiling)' if v is best16
+                 else '%.2f of bf16 ceiling' % (gflops / ceiling16))
+      else:
+        ratio = ('1.00 (ceiling)' if v is best
+                 else '%.2f of ceiling' % (gflops / ceiling))
       lines.append(row % (v.name, '-', ratio, '%.1f' % gflops,
                           '(rounds: %.1f-%.1f GFLOP/s)' % (
                               min(v.rates) / 1e9, max(v.rates) / 1e9)))
@@ -696,14 +725,23 @@ def table_lines(variants, median):
     if v.flop_per_example:
       rate = median[v.name] * v.flop_per_example / 1e9
       model_gflops = '%.1f' % rate
-      ratio += '%s%.2f of ceiling' % ('; ' if ratio else '', rate / ceiling)
+      if best16 is not None and v.name.endswith('_bf16'):
+        ratio += '; %.2f of bf16 ceiling' % (rate / ceiling16)
+      else:
+        ratio += '%s%.2f of ceiling' % ('; ' if ratio else '', rate / ceiling)
     lines.append(row % (v.name, '%.1f' % median[v.name], ratio, model_gflops,
                         '(rounds: %.0f-%.0f)' % (min(v.rates), max(v.rates))))
-  count = sum(1 for v in variants if v.matmul)
-  lines.append('ceiling: %s = %s, %.1f GFLOP/s (the best median of %d '
-               'matmul configuration%s)' % (
-                   best.name, best.describe(), ceiling, count,
-                   '' if count == 1 else 's'))
+  for top, value, dtype, label in ((best, ceiling, tf.float32, 'ceiling'),
+                                   (best16, ceiling16, tf.bfloat16,
+                                    'bf16 ceiling')):
+    if top is None:
+      continue
+    count = sum(1 for v in variants if v.matmul and v.dtype == dtype)
+    lines.append('%s: %s = %s, %.1f GFLOP/s (the best median of %d '
+                 'matmul configuration%s)%s' % (
+                     label, top.name, top.describe(), value, count,
+                     '' if count == 1 else 's',
+                     bf16_note if dtype == tf.bfloat16 else ''))
   return lines
 
 
@@ -836,6 +874,15 @@ def main():
     ]
   variants += matmul_variants(args.matmul_sizes, args.matmul_products,
                               args.matmul_max_gflop)
+  bf16_note = ''
+  if mixed == tf.bfloat16:
+    # The bf16 rows' own ceiling: the same products in bfloat16.
+    variants += matmul_variants(args.matmul_sizes, args.matmul_products,
+                                args.matmul_max_gflop, tf.bfloat16)
+    feature = precision.cpu_bf16_feature()
+    bf16_note = ('; this CPU computes bfloat16 natively (%s)' % feature.upper()
+                 if feature or on_gpu else
+                 '; emulated: this CPU has neither AVX512_BF16 nor AMX')
   assert variants[0].config is train_config
   for variant in variants:
     variant.warm_up()
@@ -856,7 +903,7 @@ def main():
 
   median = {v.name: float(np.median(v.rates)) for v in variants}
   print()
-  for line in table_lines(variants, median):
+  for line in table_lines(variants, median, bf16_note):
     print(line.rstrip())
   if splits:
     print()
@@ -866,6 +913,15 @@ def main():
       if v.name in splits:
         print(step_time.describe(v.name, splits[v.name],
                                  v.examples_per_step / median[v.name]))
+    if mixed:
+      # Which ops of a mixed-precision step run in which type, at what cost.
+      for v in variants:
+        if v.name in splits and v.name in (
+            'train', row_name('train', mixed)):
+          print()
+          for line in step_time.describe_op_costs(
+              v.name, step_time.op_costs(v.median_step_stats)):
+            print(line)
   print()
   print('start to first step: %s s (median %.1f s)' % (
       ', '.join('%.1f' % s for s in startup), float(np.median(startup))))

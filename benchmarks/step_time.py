@@ -164,3 +164,66 @@ def describe(name, breakdown, untraced_step=None):
   if untraced_step is not None:
     line += '; untraced %s' % _ms(untraced_step)
   return line
+
+
+OpCost = collections.namedtuple('OpCost', ['op_type', 'dtype', 'count',
+                                           'seconds'])
+OpCost.__doc__ = """The ops of one type and output dtype in a traced step.
+
+  op_type: str, e.g. 'Conv2D'. dtype: str, the first output's ('bfloat16',
+  'float', ...; '' for an op without outputs). count: int, how many ran.
+  seconds: float, their summed executor times (all_start .. all_end; ops
+  that ran side by side each count in full).
+"""
+
+# The DataType enum's names, as tensor descriptions give them.
+_DTYPE_NAMES = {1: 'float32', 3: 'int32', 4: 'uint8', 7: 'string',
+                9: 'int64', 10: 'bool', 14: 'bfloat16', 19: 'float16',
+                20: 'resource'}
+
+
+def op_costs(step_stats):
+  """What each op type, in each output dtype, cost in a traced step.
+
+  Args:
+    step_stats: a traced run's RunMetadata.step_stats.
+
+  Returns:
+    A list of OpCost, the costliest first.
+  """
+  totals = collections.defaultdict(lambda: [0, 0.0])
+  for device in step_stats.dev_stats:
+    if '/stream:' in device.device or '/memcpy' in device.device:
+      continue  # A GPU's stream entries repeat its ops' kernels.
+    for node in device.node_stats:
+      kind = op_type(node)
+      if not kind:
+        continue
+      dtype = ''
+      if node.output:
+        code = node.output[0].tensor_description.dtype
+        dtype = _DTYPE_NAMES.get(code, 'dtype %d' % code)
+      entry = totals[(kind, dtype)]
+      entry[0] += 1
+      entry[1] += node.all_end_rel_micros / 1e6
+  costs = [OpCost(kind, dtype, count, seconds)
+           for (kind, dtype), (count, seconds) in totals.items()]
+  return sorted(costs, key=lambda cost: -cost.seconds)
+
+
+def describe_op_costs(name, costs, top=15):
+  """Lines for the `top` costliest op types of a step, with their share of
+  the step's summed op time."""
+  total = sum(cost.seconds for cost in costs) or float('nan')
+  lines = ['%s: op time by type and output dtype (%.1f ms of ops in all):'
+           % (name, total * 1e3)]
+  for cost in costs[:top]:
+    lines.append('  %-28s %-9s %4d ops %8.2f ms %5.1f%%' % (
+        cost.op_type, cost.dtype, cost.count, cost.seconds * 1e3,
+        100 * cost.seconds / total))
+  rest = costs[top:]
+  if rest:
+    lines.append('  %d other op types %8.2f ms %5.1f%%' % (
+        len(rest), sum(c.seconds for c in rest) * 1e3,
+        100 * sum(c.seconds for c in rest) / total))
+  return lines

@@ -28,8 +28,17 @@ VARIANTS = ['train', 'towers', 'towers2', 'bound', 'input', 'eval', 'forward',
 MIXED = ['train', 'eval', 'forward']
 # The test's matrix products: small, so that a round stays short.
 MATMULS = ['matmul %d x%d' % (n, k) for n in (256, 512) for k in (1, 2)]
-ROW = re.compile(r'^(matmul \d+ x\d+|\w+) +([\d.]+|-) +(.*?) {2,}([\d.]+)?',
-                 re.M)
+# The same in bfloat16, with --mixed_precision=bf16: the bf16 ceiling.
+MATMULS_BF16 = [m.replace('matmul', 'matmul_bf16') for m in MATMULS]
+ROW = re.compile(
+    r'^(matmul(?:_bf16)? \d+ x\d+|\w+) +([\d.]+|-) +(.*?) {2,}([\d.]+)?',
+    re.M)
+BF16_CEILING = re.compile(
+    r'^bf16 ceiling: (matmul_bf16 (\d+) x(\d+)) = (\d+) independent '
+    r'(\d+)x(\d+) bfloat16 products? in one session\.run, ([\d.]+) GFLOP/s '
+    r'\(the best median of (\d+) matmul configurations\); (this CPU computes '
+    r'bfloat16 natively \((\w+)\)|emulated: this CPU has neither AVX512_BF16 '
+    r'nor AMX)$', re.M)
 CEILING = re.compile(
     r'^ceiling: (matmul (\d+) x(\d+)) = (\d+) independent (\d+)x(\d+) '
     r'float32 products? in one session\.run, ([\d.]+) GFLOP/s \(the best '
@@ -107,9 +116,13 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
       precision.gpu_capability() if on_gpu else None)
   assert line in out.splitlines(), out[:3000]
   mixed = {benchmark.row_name(name, dtype): name for name in MIXED}
+  # bfloat16 rows have a ceiling of their own (float16 ones, on a GPU
+  # without bfloat16, are against float32's).
+  bf16 = dtype == tf.bfloat16
+  matmuls = MATMULS + (MATMULS_BF16 if bf16 else [])
   rows = {m.group(1): (m.group(3), m.group(4)) for m in ROW.finditer(out)
-          if m.group(1) in VARIANTS + MATMULS + list(mixed)}
-  assert sorted(rows) == sorted(VARIANTS + MATMULS + list(mixed)), out
+          if m.group(1) in VARIANTS + matmuls + list(mixed)}
+  assert sorted(rows) == sorted(VARIANTS + matmuls + list(mixed)), out
   ratios = {name: ratio for name, (ratio, _) in rows.items()}
   gflops = {name: float(g) for name, (_, g) in rows.items() if g}
   for name in ('train', 'towers', 'towers2'):
@@ -117,10 +130,11 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
   for name in ('eval', 'classify'):
     assert re.match(r'\d\.\d\d of forward; [\d.]+ of ceiling$',
                     ratios[name])
-  # Each mixed-precision row against its float32 row, native or emulated.
+  # Each mixed-precision row against its float32 row, native or emulated,
+  # and against the ceiling of its own type.
   for row, name in mixed.items():
-    assert re.match(r'\d\.\d\d of %s; [\d.]+ of ceiling$' % name,
-                    ratios[row])
+    assert re.match(r'\d\.\d\d of %s; [\d.]+ of %sceiling$' % (
+        name, 'bf16 ' if bf16 else ''), ratios[row]), ratios[row]
   assert re.match(r'[\d.]+ of ceiling$', ratios['bound'])
   assert re.match(r'[\d.]+ of ceiling$', ratios['forward'])
   assert ratios['input'] == '' and 'input' not in gflops
@@ -134,15 +148,34 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
   assert int(count) == len(MATMULS)
   assert [m for m in MATMULS if ratios[m] == '1.00 (ceiling)'] == [name], out
   assert float(value) == gflops[name] == max(gflops[m] for m in MATMULS), out
-  # Every other GFLOP/s is printed as its ratio to that, and to nothing else.
-  top = float(value)
+  tops = {'ceiling': (name, float(value))}
+  if bf16:
+    # The bf16 ceiling: the best of the bfloat16 products, native or not.
+    line = BF16_CEILING.search(out)
+    assert line, out
+    name16, n, k, products, rows_n, cols_n, value16, count = line.groups()[:8]
+    assert (products, rows_n, cols_n) == (k, n, n)
+    assert int(count) == len(MATMULS_BF16)
+    assert [m for m in MATMULS_BF16
+            if ratios[m] == '1.00 (bf16 ceiling)'] == [name16], out
+    assert float(value16) == max(gflops[m] for m in MATMULS_BF16), out
+    assert (line.group(10) or '').lower() == (
+        precision.cpu_bf16_feature() or ''), line.group(0)
+    tops['bf16 ceiling'] = (name16, float(value16))
+  # Every other GFLOP/s is printed as its ratio to its ceiling, and to
+  # nothing else.
   for row, rate in gflops.items():
-    if row == name:
+    if row in (top_name for top_name, _ in tops.values()):
       continue
-    printed = float(re.search(r'([\d.]+) of ceiling$', ratios[row]).group(1))
+    label, printed = re.search(r'([\d.]+) of ((?:bf16 )?ceiling)$',
+                               ratios[row]).group(2, 1)
+    assert label == ('bf16 ceiling' if bf16 and '_bf16' in row
+                     else 'ceiling'), (row, out)
+    top = tops[label][1]
     # Rounding: the ratio to 2 decimals, both rates to 1.
     tolerance = 0.005 + rate / top * (0.05 / rate + 0.05 / top) + 1e-9
-    assert printed == pytest.approx(rate / top, abs=tolerance), (row, out)
+    assert float(printed) == pytest.approx(rate / top, abs=tolerance), (
+        row, out)
   assert 'of matmul' not in out and '(peak)' not in out, out
   assert re.search(r'^start to first step: [\d.]+ s \(median [\d.]+ s\)$',
                    out, re.M), out
@@ -158,6 +191,15 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
       ['towers', 'towers2', 'train', benchmark.row_name('train', dtype)]), out
   for _, step, *parts in splits:
     assert sum(map(float, parts)) == pytest.approx(float(step), abs=0.2), out
+  # The mixed-precision step's ops by type and dtype: its convolutions
+  # compute in the mixed type, and every op type is counted.
+  train_mixed = benchmark.row_name('train', dtype)
+  profile = re.search(r'^%s: op time by type and output dtype \(([\d.]+) ms '
+                      r'of ops in all\):\n((?:  .*\n)+)' % train_mixed, out,
+                      re.M)
+  assert profile, out
+  assert re.search(r'^  \w*Conv2D\w* +%s ' % dtype.name, profile.group(2),
+                   re.M), profile.group(2)
 
 
 def test_describe_machine_reports_cpu_cores_features_tf_and_onednn(monkeypatch):
@@ -407,6 +449,81 @@ def test_step_split_of_a_hand_built_trace():
               'before': 50, 'between': 5, 'after': 100}
   assert split._asdict() == pytest.approx(
       {k: v / 1e6 for k, v in expected.items()}, abs=1e-6)
+
+
+def test_op_costs_sum_each_op_type_in_each_output_dtype():
+  """Op time by (type, first output's dtype), costliest first; a GPU's
+  stream entries, which repeat its ops, and labels without an op type are
+  left out."""
+  import tensorflow.compat.v1 as tf
+  import step_time
+
+  t = 1795432394000000
+  metadata = tf.RunMetadata()
+  cpu = metadata.step_stats.dev_stats.add(device='/device:CPU:0')
+  for name, kind, start, length, dtype in (
+      ('conv1/Conv2D', 'Conv2D', 100, 300, tf.bfloat16),
+      ('conv2/Conv2D', 'Conv2D', 400, 200, tf.bfloat16),
+      ('cast', 'Cast', 600, 50, tf.float32),
+      ('cast_1', 'Cast', 650, 30, tf.bfloat16),
+      ('train_op', 'NoOp', 700, 5, None)):
+    node = _node(cpu, name, kind, t + start, length)
+    if dtype is not None:
+      node.output.add().tensor_description.dtype = dtype.as_datatype_enum
+  cpu.node_stats.add(node_name='no_label', all_start_micros=t,
+                     all_end_rel_micros=1000)
+  stream = metadata.step_stats.dev_stats.add(device='/device:GPU:0/stream:7')
+  _node(stream, 'conv1/Conv2D', 'Conv2D', t + 100, 300)
+
+  costs = step_time.op_costs(metadata.step_stats)
+  assert [(c.op_type, c.dtype, c.count) for c in costs] == [
+      ('Conv2D', 'bfloat16', 2), ('Cast', 'float32', 1),
+      ('Cast', 'bfloat16', 1), ('NoOp', '', 1)]
+  assert [c.seconds for c in costs] == pytest.approx([5e-4, 5e-5, 3e-5, 5e-6])
+  lines = step_time.describe_op_costs('train_bf16', costs, top=2)
+  assert lines[0] == ('train_bf16: op time by type and output dtype (0.6 ms '
+                      'of ops in all):')
+  assert re.match(r'  Conv2D +bfloat16 +2 ops +0\.50 ms +85\.5%$', lines[1])
+  assert re.match(r'  2 other op types +0\.04 ms +6\.0%$', lines[-1])
+
+
+def test_a_bf16_ceiling_of_its_own_for_the_bf16_rows():
+  import benchmark
+  tf = benchmark.tf
+
+  f32 = benchmark.MatmulVariant(8, 1)
+  b16 = benchmark.MatmulVariant(8, 1, dtype=tf.bfloat16)
+  b16_pair = benchmark.MatmulVariant(8, 2, dtype=tf.bfloat16)
+  for v in (f32, b16, b16_pair):
+    v.close()
+  f32.rates = [200e9]
+  b16.rates = [500e9]
+  b16_pair.rates = [800e9]
+  train = benchmark.Variant('train', 1, 128, benchmark.TRAIN_FLOP_PER_EXAMPLE)
+  train.rates = [1000.0]  # 105.3 GFLOP/s
+  bound = benchmark.Variant('bound', 1, 128, benchmark.TRAIN_FLOP_PER_EXAMPLE)
+  bound.rates = [1000.0]
+  train16 = benchmark.Variant('train_bf16', 1, 128,
+                              benchmark.TRAIN_FLOP_PER_EXAMPLE)
+  train16.rates = [2000.0]  # 210.6 GFLOP/s
+  variants = [train, bound, train16, f32, b16, b16_pair]
+  median = {v.name: float(benchmark.np.median(v.rates)) for v in variants}
+  assert benchmark.matmul_ceiling(variants, median) == (f32, 200.0)
+  assert benchmark.matmul_ceiling(variants, median, tf.bfloat16) == (
+      b16_pair, 800.0)
+  lines = benchmark.table_lines(variants, median, '; emulated')
+  rows = {m.group(1): (m.group(3), m.group(4))
+          for m in ROW.finditer('\n'.join(lines))}
+  assert rows['train'] == ('1.00 of bound; 0.53 of ceiling', '105.3')
+  assert rows['train_bf16'] == ('2.00 of train; 0.26 of bf16 ceiling',
+                                '210.6')
+  assert rows['matmul 8 x1'] == ('1.00 (ceiling)', '200.0')
+  assert rows['matmul_bf16 8 x1'] == ('0.62 of bf16 ceiling', '500.0')
+  assert rows['matmul_bf16 8 x2'] == ('1.00 (bf16 ceiling)', '800.0')
+  assert lines[-1] == ('bf16 ceiling: matmul_bf16 8 x2 = 2 independent 8x8 '
+                       'bfloat16 products in one session.run, 800.0 GFLOP/s '
+                       '(the best median of 2 matmul configurations); '
+                       'emulated')
 
 
 def test_step_split_of_a_real_cpu_training_step_adds_up(data_dir, tmp_path):
