@@ -400,9 +400,15 @@ def main(argv):
       raise app.UsageError('--run_once does not apply to the evaluator task, '
                            'which follows training until --max_steps')
     # Joins no cluster: follows the chief's checkpoints in --train_dir, as
-    # cifar10_eval.py does, until the one at --max_steps.
-    last = cifar10_eval.evaluate_as_flagged(FLAGS, FLAGS.train_dir,
-                                            until_step=FLAGS.max_steps)[-1]
+    # cifar10_eval.py does, until the one at --max_steps; from TF_CONFIG it
+    # stops when the chief stays away.
+    sleep = (cluster_sessions.sleep_watching_chief(
+        cluster, FLAGS.startup_wait_secs) if cluster else time.sleep)
+    try:
+      last = cifar10_eval.evaluate_as_flagged(
+          FLAGS, FLAGS.train_dir, until_step=FLAGS.max_steps, sleep=sleep)[-1]
+    except TimeoutError as e:
+      sys.exit('Evaluator: %s' % e)
     print('Evaluator: %s (global step %d, --max_steps=%d): precision @ 1 = '
           '%.3f.' % (last['checkpoint'], last['global_step'], FLAGS.max_steps,
                      last['precision']), flush=True)

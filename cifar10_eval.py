@@ -282,11 +282,12 @@ def evaluate(checkpoint_dir, eval_dir, settings, max_evaluations=None,
       return results
 
 
-def evaluate_as_flagged(flag_values, checkpoint_dir, until_step=None):
+def evaluate_as_flagged(flag_values, checkpoint_dir, until_step=None,
+                        sleep=time.sleep):
   """What main runs: the flags and the data checked once, then `evaluate`.
 
   Also the evaluator task of cifar10_distributed_train.py (until_step: its
-  --max_steps). A bad flag, data file or checkpoint ends the process with
+  --max_steps; sleep: its wait between looks, as for `evaluate`). A bad flag, data file or checkpoint ends the process with
   one line, '<script>: error: <message>', and exit status 1.
 
   Returns:
@@ -306,7 +307,7 @@ def evaluate_as_flagged(flag_values, checkpoint_dir, until_step=None):
     fail(str(e).replace('num_examples=', '--num_examples='))
   try:
     return evaluate(checkpoint_dir, flag_values.eval_dir,
-                    settings._replace(until_step=until_step),
+                    settings._replace(until_step=until_step), sleep=sleep,
                     settings_checked=True)
   except CheckpointError as e:
     fail(e)

@@ -13,6 +13,8 @@ this module adds is what TensorFlow leaves unbounded or unsaid:
     ReleaseTokensHook   no synchronous worker left waiting at the end
     monitored_session   a worker's MonitoredSession, built of the above
     operation_timeout   what a worker says when an operation blocked
+    sleep_watching_chief  the evaluator's wait, which stops when the chief
+                        stays away
 
 docs/distributed.md ("Faults") says what each fault costs.
 """
@@ -377,3 +379,36 @@ def operation_timeout(worker, global_step):
          '%s does not answer' % clusters.describe(gone, worker.cluster)
          if gone else
          'did another task stop, or is the input queue still filling?'))
+
+
+def sleep_watching_chief(cluster, wait_secs):
+  """A sleep for the evaluator's checkpoint loop that watches the chief too.
+
+  The evaluator waits for checkpoints up to --max_steps; if the chief stops
+  before writing one (a signal, a NaN loss, a full disk), none comes. Once
+  the chief has refused connections for `wait_secs`, the sleep raises
+  TimeoutError naming it, and the evaluator stops, as the workers do.
+
+  Args:
+    cluster: the cluster dict from TF_CONFIG (the chief's address).
+    wait_secs: number, --startup_wait_secs.
+
+  Returns:
+    function(secs), a drop-in for time.sleep.
+  """
+  chief = clusters.chief_task(cluster)
+  away_since = []
+
+  def sleep(secs):
+    time.sleep(secs)
+    if not clusters.unreachable(chief):
+      del away_since[:]
+    elif not away_since:
+      away_since.append(time.time())
+    elif time.time() - away_since[0] > wait_secs:
+      raise TimeoutError(
+          '%s has not answered for %d s (--startup_wait_secs) and no '
+          'checkpoint at --max_steps has come: stopping. Start the chief '
+          'again, then this evaluator.' % (clusters.describe(chief, cluster),
+                                           wait_secs))
+  return sleep

@@ -158,6 +158,15 @@ def _check_trained(outputs, train_dir, chief, max_steps):
   return done[chief]
 
 
+@pytest.fixture(scope='module')
+def train_dir(data_dir, tmp_path_factory):
+  """A finished run at TRAIN_STEPS: test_eval's, built once per test run."""
+  return testutil.shared_dir(
+      tmp_path_factory, 'eval_train',
+      lambda path: testutil.train_fixture(data_dir, path, TRAIN_STEPS,
+                                          batch_size=24))
+
+
 # --- TF_CONFIG of each platform, read -----------------------------------------
 
 
@@ -343,13 +352,9 @@ def test_the_chief_job_killed_and_restarted_resumes(data_dir, tmp_path):
 
 @pytest.mark.slow  # A process.
 def test_an_evaluator_from_the_flags_evaluates_up_to_max_steps(
-    data_dir, tmp_path, tmp_path_factory):
+    data_dir, tmp_path, train_dir):
   # --job_name=evaluator, the flag form: no cluster, only --train_dir, here
-  # a finished run (test_eval's, built once per test run).
-  train_dir = testutil.shared_dir(
-      tmp_path_factory, 'eval_train',
-      lambda path: testutil.train_fixture(data_dir, path, TRAIN_STEPS,
-                                          batch_size=24))
+  # a finished run.
   result = testutil.run_script('cifar10_distributed_train.py', [
       '--job_name=evaluator', '--data_dir=%s' % data_dir,
       '--train_dir=%s' % train_dir, '--max_steps=%d' % TRAIN_STEPS,
@@ -361,6 +366,29 @@ def test_an_evaluator_from_the_flags_evaluates_up_to_max_steps(
   assert last, result.stdout[-2000:]
   assert last.group(1) == checkpoints.newest(train_dir)
   assert int(last.group(2)) == TRAIN_STEPS
+
+
+@pytest.mark.slow  # A process.
+def test_an_evaluator_stops_when_the_chief_stays_away(data_dir, tmp_path,
+                                                      train_dir):
+  # The chief stopped before --max_steps (nobody listens at its address):
+  # the evaluator evaluates what there is, then stops with one line.
+  chief, ps = ['127.0.0.1:%d' % port for port in testutil.free_ports(2)]
+  tf_config = json.dumps({'cluster': {'chief': [chief], 'ps': [ps]},
+                          'task': {'type': 'evaluator', 'index': 0}})
+  result = testutil.run_script('cifar10_distributed_train.py', [
+      '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
+      '--max_steps=%d' % (TRAIN_STEPS + 100), '--startup_wait_secs=2',
+      '--eval_interval_secs=1', '--eval_dir=%s' % (tmp_path / 'eval'),
+      '--num_examples=20', '--batch_size=8'], timeout=180,
+                               TF_CONFIG=tf_config)
+  assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+  assert 'Traceback' not in result.stderr
+  assert PRECISION_LINE.search(result.stdout)  # It evaluated what there was.
+  assert result.stderr.strip().splitlines()[-1] == (
+      'Evaluator: the chief (chief at %s) has not answered for 2 s '
+      '(--startup_wait_secs) and no checkpoint at --max_steps has come: '
+      'stopping. Start the chief again, then this evaluator.' % chief)
 
 
 # --- The documented manifests --------------------------------------------------
