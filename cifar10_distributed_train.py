@@ -130,11 +130,6 @@ class ClusterError(RuntimeError):
   """Another task stopped, or left state behind; the message says which."""
 
 
-def worker_device(worker):
-  """Where a worker's own ops run: its CPU (no GPUs are placed here)."""
-  return clusters.own_task(worker) + '/cpu:0'
-
-
 def _sync_train_op(total_loss, global_step, batch_size, replicas_to_aggregate,
                    num_workers, after):
   """cifar10.train's step, with gradients aggregated across workers.
@@ -188,7 +183,7 @@ def build_worker_graph(settings, worker):
     otherwise.
   """
   num_workers = len(clusters.training_tasks(worker.cluster))
-  device = worker_device(worker)
+  device = clusters.worker_device(worker)
   setter = tf.train.replica_device_setter(
       worker_device=device, cluster=tf.train.ClusterSpec(worker.cluster))
   # tf.device rejects device functions in TF 2; the v1 form takes them.
@@ -442,7 +437,8 @@ def main(argv):
                 else FLAGS.replicas_to_aggregate)
     print('SyncReplicas enabled: replicas_to_aggregate=%d; '
           'total_num_replicas=%d' % (replicas, num_replicas))
-  # Workers compute on their CPUs (worker_device): float16 never arises.
+  # Workers compute on their CPUs (clusters.worker_device): float16 never
+  # arises.
   compute_dtype = precision.compute_dtype_for_this_machine(
       FLAGS.mixed_precision, on_gpu=False, use_fp16=FLAGS.use_fp16)
   settings = run_settings.from_flags(FLAGS, compute_dtype)

@@ -339,7 +339,7 @@ def _chief_session(settings, worker, hooks, lost_sessions, config, start):
   train_dir = start.train_dir
   plan = start.restore_plan()
   # Restores on the chief's CPU, from its own disk, as its saver saves.
-  with tf.device(clusters.own_task(worker) + '/cpu:0'):
+  with tf.device(clusters.worker_device(worker)):
     scaffold = checkpoints.restoring_scaffold(plan, train_dir, on_recovery)
   # After the NaN check, as in cifar10_train, so a diverged step is never
   # saved. The global step moves with every worker's updates: re-read each

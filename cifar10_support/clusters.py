@@ -316,6 +316,11 @@ def own_task(worker):
   return '/job:%s/task:%d' % (worker.job_name, worker.task_index)
 
 
+def worker_device(worker):
+  """Where a worker's own ops run: its CPU (no GPUs are placed here)."""
+  return own_task(worker) + '/cpu:0'
+
+
 def serve_until_interrupted(task_index, address):
   """A ps task's life once its server runs: serve until Ctrl-C (SIGINT).
 

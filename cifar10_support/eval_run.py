@@ -24,6 +24,7 @@ from cifar10_support import checkpoints
 from cifar10_support import data_files
 from cifar10_support import download
 from cifar10_support import precision
+from cifar10_support import run_flags
 from cifar10_support import sessions
 
 
@@ -71,7 +72,8 @@ def from_flags_checked(flag_values):
 
   Downloads the eval_data files if missing, checks the settings and files
   (`check_settings`), prints the 'Data: ...' line, then sets what asks
-  TensorFlow about the machine (`for_this_machine`).
+  TensorFlow about the machine: compute_dtype (--mixed_precision, on a GPU
+  when there is one) and session_config (the thread flags).
 
   Raises:
     ValueError: naming the flag or file at fault (data_files.DataError for a
@@ -84,20 +86,10 @@ def from_flags_checked(flag_values):
       files=files)
   records = check_settings(settings)
   print(download.data_check_message(flag_values.data_dir, files, records))
-  return for_this_machine(settings, flag_values.mixed_precision,
-                          sessions.ThreadCounts(flag_values.num_intra_threads,
-                                                flag_values.num_inter_threads))
-
-
-def for_this_machine(settings, mixed_precision, threads):
-  """The settings with compute_dtype (--mixed_precision, on a GPU when there
-  is one) and session_config (threads: sessions.ThreadCounts) for this
-  machine; they ask TensorFlow about it, so main sets them after the data
-  check."""
   return settings._replace(
       compute_dtype=precision.compute_dtype_for_this_machine(
-          mixed_precision, sessions.has_gpu()),
-      session_config=sessions.eval_config(threads))
+          flag_values.mixed_precision, sessions.has_gpu()),
+      session_config=sessions.eval_config(run_flags.threads(flag_values)))
 
 
 def check_settings(settings):

@@ -159,7 +159,7 @@ def _check_trained(outputs, train_dir, chief, max_steps):
 
 
 @pytest.fixture(scope='module')
-def train_dir(data_dir, tmp_path_factory):
+def finished_run(data_dir, tmp_path_factory):
   """A finished run at TRAIN_STEPS: test_eval's, built once per test run."""
   return testutil.shared_dir(
       tmp_path_factory, 'eval_train',
@@ -352,32 +352,32 @@ def test_the_chief_job_killed_and_restarted_resumes(data_dir, tmp_path):
 
 @pytest.mark.slow  # A process.
 def test_an_evaluator_from_the_flags_evaluates_up_to_max_steps(
-    data_dir, tmp_path, train_dir):
+    data_dir, tmp_path, finished_run):
   # --job_name=evaluator, the flag form: no cluster, only --train_dir, here
   # a finished run.
   result = testutil.run_script('cifar10_distributed_train.py', [
       '--job_name=evaluator', '--data_dir=%s' % data_dir,
-      '--train_dir=%s' % train_dir, '--max_steps=%d' % TRAIN_STEPS,
+      '--train_dir=%s' % finished_run, '--max_steps=%d' % TRAIN_STEPS,
       '--eval_dir=%s' % (tmp_path / 'eval'), '--num_examples=20',
       '--batch_size=8'], timeout=180)
   assert result.returncode == 0, result.stderr[-3000:]
   assert result.stderr == ''
   last = EVALUATOR_LINE.fullmatch(result.stdout.strip().splitlines()[-1])
   assert last, result.stdout[-2000:]
-  assert last.group(1) == checkpoints.newest(train_dir)
+  assert last.group(1) == checkpoints.newest(finished_run)
   assert int(last.group(2)) == TRAIN_STEPS
 
 
 @pytest.mark.slow  # A process.
 def test_an_evaluator_stops_when_the_chief_stays_away(data_dir, tmp_path,
-                                                      train_dir):
+                                                      finished_run):
   # The chief stopped before --max_steps (nobody listens at its address):
   # the evaluator evaluates what there is, then stops with one line.
   chief, ps = ['127.0.0.1:%d' % port for port in testutil.free_ports(2)]
   tf_config = json.dumps({'cluster': {'chief': [chief], 'ps': [ps]},
                           'task': {'type': 'evaluator', 'index': 0}})
   result = testutil.run_script('cifar10_distributed_train.py', [
-      '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
+      '--data_dir=%s' % data_dir, '--train_dir=%s' % finished_run,
       '--max_steps=%d' % (TRAIN_STEPS + 100), '--startup_wait_secs=2',
       '--eval_interval_secs=1', '--eval_dir=%s' % (tmp_path / 'eval'),
       '--num_examples=20', '--batch_size=8'], timeout=180,
