@@ -25,11 +25,12 @@ in the same run:
               written as PNG files, as a user classifies a folder: reading,
               decoding, the model, and the graph building and checkpoint
               restoring of each call (its ceiling is `forward`)
-  train_bf16, eval_bf16, forward_bf16
-              with --mixed_precision=bf16: `train`, `eval` and `forward`
-              again, the model computing in bfloat16 (float16 on a GPU
-              without bfloat16: rows *_fp16), each with its ratio to its
-              float32 row. On a CPU without AVX512_BF16 or AMX, where the
+  train_bf16, bound_bf16, eval_bf16, forward_bf16
+              with --mixed_precision=bf16: `train`, `bound`, `eval` and
+              `forward` again, the model computing in bfloat16 (float16 on a
+              GPU without bfloat16: rows *_fp16), each with its ratio to its
+              float32 row (train_bf16 over bound_bf16 is what the pipeline
+              and hooks cost in bfloat16). On a CPU without AVX512_BF16 or AMX, where the
               scripts stay float32, the rows still run (oneDNN emulates
               bfloat16) and a line says so: they show why the scripts don't
   matmul N xK K independent NxN float32 matrix products side by side in one
@@ -442,11 +443,11 @@ class TowersVariant(TrainScriptVariant):
                   summary_op=tf.summary.merge(step.summaries))
 
 
-def _build_bound(batch_size):
+def _build_bound(batch_size, compute_dtype=None):
   def build():
     global_step = tf.train.get_or_create_global_step()
     images, labels = _constant_batch(batch_size)
-    loss = cifar10.loss(cifar10.inference(images), labels)
+    loss = cifar10.loss(cifar10.inference(images, compute_dtype), labels)
     return cifar10.train(loss, global_step, batch_size)
   return build
 
@@ -634,7 +635,7 @@ BASELINES = {'train': 'bound', 'towers': 'bound', 'towers2': 'bound',
              'eval': 'forward', 'classify': 'forward'}
 # The mixed-precision rows, each against its float32 row.
 BASELINES.update({'%s_%s' % (name, suffix): name
-                  for name in ('train', 'eval', 'forward')
+                  for name in ('train', 'bound', 'eval', 'forward')
                   for suffix in ('bf16', 'fp16')})
 
 
@@ -867,6 +868,8 @@ def main():
         TrainScriptVariant(args.steps, data_dir,
                            os.path.join(scratch, 'train_mixed'), batch,
                            model_config(), mixed),
+        SessionVariant(row_name('bound', mixed), args.steps, batch,
+                       _build_bound(batch, mixed), TRAIN_FLOP_PER_EXAMPLE),
         EvalVariant(data_dir, batch, num_test, mixed),
         SessionVariant(row_name('forward', mixed), eval_batches, batch,
                        _build_forward(batch, mixed),

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
 VARIANTS = ['train', 'towers', 'towers2', 'bound', 'input', 'eval', 'forward',
             'classify']
 # --mixed_precision=bf16's rows, each against its float32 row.
-MIXED = ['train', 'eval', 'forward']
+MIXED = ['train', 'bound', 'eval', 'forward']
 # The test's matrix products: small, so that a round stays short.
 MATMULS = ['matmul %d x%d' % (n, k) for n in (256, 512) for k in (1, 2)]
 # The same in bfloat16, with --mixed_precision=bf16: the bf16 ceiling.
