@@ -30,9 +30,10 @@ in the same run:
               `forward` again, the model computing in bfloat16 (float16 on a
               GPU without bfloat16: rows *_fp16), each with its ratio to its
               float32 row (train_bf16 over bound_bf16 is what the pipeline
-              and hooks cost in bfloat16). On a CPU without AVX512_BF16 or AMX, where the
-              scripts stay float32, the rows still run (oneDNN emulates
-              bfloat16) and a line says so: they show why the scripts don't
+              and hooks cost in bfloat16). On a CPU without AVX512_BF16 or
+              AMX, where the scripts stay float32, the rows still run
+              (oneDNN emulates bfloat16) and a line says so: they show why
+              the scripts don't
   matmul N xK K independent NxN float32 matrix products side by side in one
               session.run, for N in --matmul_sizes and K in
               --matmul_products, in TF's default session configuration (its
@@ -443,12 +444,23 @@ class TowersVariant(TrainScriptVariant):
                   summary_op=tf.summary.merge(step.summaries))
 
 
+def bound_variant(steps, batch_size, compute_dtype=None):
+  """The `bound` row (`bound_bf16`, `bound_fp16` in mixed precision): the
+  train op `train` runs, in the same type and with the same loss scaling,
+  on one constant batch."""
+  return SessionVariant(row_name('bound', compute_dtype), steps, batch_size,
+                        _build_bound(batch_size, compute_dtype),
+                        TRAIN_FLOP_PER_EXAMPLE)
+
+
 def _build_bound(batch_size, compute_dtype=None):
   def build():
     global_step = tf.train.get_or_create_global_step()
     images, labels = _constant_batch(batch_size)
     loss = cifar10.loss(cifar10.inference(images, compute_dtype), labels)
-    return cifar10.train(loss, global_step, batch_size)
+    return cifar10.train(
+        loss, global_step, batch_size,
+        loss_scaling=precision.needs_loss_scale(compute_dtype))
   return build
 
 
@@ -852,8 +864,7 @@ def main():
                     os.path.join(scratch, 'towers'), batch, 1),
       TowersVariant('towers2', args.steps, data_dir,
                     os.path.join(scratch, 'towers2'), batch // 2, 2),
-      SessionVariant('bound', args.steps, batch, _build_bound(batch),
-                     TRAIN_FLOP_PER_EXAMPLE),
+      bound_variant(args.steps, batch),
       SessionVariant('input', 50, batch, _build_input(data_dir, batch)),
       EvalVariant(data_dir, batch, num_test),
       # Evaluation's ceiling, in evaluation's session configuration.
@@ -868,8 +879,7 @@ def main():
         TrainScriptVariant(args.steps, data_dir,
                            os.path.join(scratch, 'train_mixed'), batch,
                            model_config(), mixed),
-        SessionVariant(row_name('bound', mixed), args.steps, batch,
-                       _build_bound(batch, mixed), TRAIN_FLOP_PER_EXAMPLE),
+        bound_variant(args.steps, batch, mixed),
         EvalVariant(data_dir, batch, num_test, mixed),
         SessionVariant(row_name('forward', mixed), eval_batches, batch,
                        _build_forward(batch, mixed),

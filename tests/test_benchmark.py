@@ -585,3 +585,23 @@ def test_mixed_precision_rows_follow_the_scripts_except_emulation():
   assert dtype == tf.float16
   assert benchmark.row_name('train', tf.float16) == 'train_fp16'
   assert benchmark.row_name('eval', None) == 'eval'
+
+
+@pytest.mark.parametrize('dtype_name', ['float32', 'bfloat16', 'float16'])
+def test_bound_rows_build_the_train_op_of_their_type(dtype_name):
+  # bound_bf16 (bound_fp16 on an older GPU) is train_bf16's ceiling only if
+  # it computes in the same type, with the same loss scaling.
+  import tensorflow.compat.v1 as tf
+  import benchmark
+
+  dtype = None if dtype_name == 'float32' else tf.as_dtype(dtype_name)
+  bound = benchmark.bound_variant(1, 8, dtype)
+  bound.close()
+  assert bound.name == benchmark.row_name('bound', dtype)
+  graph = bound.graph
+  convs = [op.get_attr('T') for op in graph.get_operations()
+           if op.type == 'Conv2D']
+  assert convs == [dtype or tf.float32] * 2
+  scaled = [op.name for op in graph.get_operations()
+            if op.type == 'VarHandleOp' and op.name.startswith('loss_scale/')]
+  assert bool(scaled) == (dtype_name == 'float16'), scaled
