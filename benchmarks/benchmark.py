@@ -67,7 +67,11 @@ print, for the traced step of median wall time, how its wall time around
            thread; shown as the time before the first op, between ops and
            after the last
 
-Input + compute + host = the step's wall time, each part >= 0.
+Input + compute + host = the step's wall time, each part >= 0. With
+--mixed_precision, the same traced step of `train` and of its mixed row is
+also split by op: its op time by op type and output dtype, then its
+costliest ops by name (conv2's filter gradient apart from its input
+gradient, say).
 """
 
 import argparse
@@ -934,6 +938,9 @@ def main():
           print()
           for line in step_time.describe_op_costs(
               v.name, step_time.op_costs(v.median_step_stats)):
+            print(line)
+          for line in step_time.describe_node_costs(
+              v.name, step_time.node_costs(v.median_step_stats)):
             print(line)
   print()
   print('start to first step: %s s (median %.1f s)' % (

@@ -182,6 +182,24 @@ _DTYPE_NAMES = {1: 'float32', 3: 'int32', 4: 'uint8', 7: 'string',
                 20: 'resource'}
 
 
+def _timed_nodes(step_stats):
+  """(node name, op type, first output's dtype name, seconds) of each op
+  a traced step ran, leaving out a GPU's stream entries (they repeat its
+  ops' kernels) and labels without an op type."""
+  for device in step_stats.dev_stats:
+    if '/stream:' in device.device or '/memcpy' in device.device:
+      continue
+    for node in device.node_stats:
+      kind = op_type(node)
+      if not kind:
+        continue
+      dtype = ''
+      if node.output:
+        code = node.output[0].tensor_description.dtype
+        dtype = _DTYPE_NAMES.get(code, 'dtype %d' % code)
+      yield node.node_name, kind, dtype, node.all_end_rel_micros / 1e6
+
+
 def op_costs(step_stats):
   """What each op type, in each output dtype, cost in a traced step.
 
@@ -192,23 +210,24 @@ def op_costs(step_stats):
     A list of OpCost, the costliest first.
   """
   totals = collections.defaultdict(lambda: [0, 0.0])
-  for device in step_stats.dev_stats:
-    if '/stream:' in device.device or '/memcpy' in device.device:
-      continue  # A GPU's stream entries repeat its ops' kernels.
-    for node in device.node_stats:
-      kind = op_type(node)
-      if not kind:
-        continue
-      dtype = ''
-      if node.output:
-        code = node.output[0].tensor_description.dtype
-        dtype = _DTYPE_NAMES.get(code, 'dtype %d' % code)
-      entry = totals[(kind, dtype)]
-      entry[0] += 1
-      entry[1] += node.all_end_rel_micros / 1e6
+  for _, kind, dtype, seconds in _timed_nodes(step_stats):
+    entry = totals[(kind, dtype)]
+    entry[0] += 1
+    entry[1] += seconds
   costs = [OpCost(kind, dtype, count, seconds)
            for (kind, dtype), (count, seconds) in totals.items()]
   return sorted(costs, key=lambda cost: -cost.seconds)
+
+
+def node_costs(step_stats):
+  """What each op of a traced step cost, by its name: conv2's filter
+  gradient apart from its input gradient, say.
+
+  Returns:
+    A list of (node name, op type, dtype name, seconds), the costliest
+    first.
+  """
+  return sorted(_timed_nodes(step_stats), key=lambda node: -node[3])
 
 
 def describe_op_costs(name, costs, top=15):
@@ -226,4 +245,15 @@ def describe_op_costs(name, costs, top=15):
     lines.append('  %d other op types %8.2f ms %5.1f%%' % (
         len(rest), sum(c.seconds for c in rest) * 1e3,
         100 * sum(c.seconds for c in rest) / total))
+  return lines
+
+
+def describe_node_costs(name, nodes, top=12):
+  """Lines for the `top` costliest ops of a step by name (`node_costs`),
+  with their share of the step's summed op time."""
+  total = sum(node[3] for node in nodes) or float('nan')
+  lines = ['%s: the costliest ops by name:' % name]
+  for node_name, kind, dtype, seconds in nodes[:top]:
+    lines.append('  %8.2f ms %5.1f%%  %-9s %s (%s)' % (
+        seconds * 1e3, 100 * seconds / total, dtype, node_name, kind))
   return lines

@@ -200,6 +200,14 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
   assert profile, out
   assert re.search(r'^  \w*Conv2D\w* +%s ' % dtype.name, profile.group(2),
                    re.M), profile.group(2)
+  # Then its costliest ops by name, each with its time, share and type.
+  named = re.search(r'^%s: the costliest ops by name:\n((?:  .*\n)+)'
+                    % train_mixed, out, re.M)
+  assert named, out
+  lines = named.group(1).splitlines()
+  assert 1 <= len(lines) <= 12, lines
+  for line in lines:
+    assert re.match(r'  +[\d.]+ ms +[\d.]+%  \S* +\S+ \(\w+\)$', line), line
 
 
 def test_describe_machine_reports_cpu_cores_features_tf_and_onednn(monkeypatch):
@@ -485,6 +493,20 @@ def test_op_costs_sum_each_op_type_in_each_output_dtype():
                       'of ops in all):')
   assert re.match(r'  Conv2D +bfloat16 +2 ops +0\.50 ms +85\.5%$', lines[1])
   assert re.match(r'  2 other op types +0\.04 ms +6\.0%$', lines[-1])
+
+  # The same ops by name, the costliest first.
+  nodes = step_time.node_costs(metadata.step_stats)
+  assert [node[:3] for node in nodes] == [
+      ('conv1/Conv2D', 'Conv2D', 'bfloat16'),
+      ('conv2/Conv2D', 'Conv2D', 'bfloat16'), ('cast', 'Cast', 'float32'),
+      ('cast_1', 'Cast', 'bfloat16'), ('train_op', 'NoOp', '')]
+  assert [node[3] for node in nodes] == pytest.approx(
+      [3e-4, 2e-4, 5e-5, 3e-5, 5e-6])
+  lines = step_time.describe_node_costs('train_bf16', nodes, top=2)
+  assert lines[0] == 'train_bf16: the costliest ops by name:'
+  assert re.match(r'  +0\.30 ms +51\.3%  bfloat16 +conv1/Conv2D \(Conv2D\)$',
+                  lines[1]), lines
+  assert len(lines) == 3
 
 
 def test_a_bf16_ceiling_of_its_own_for_the_bf16_rows():
