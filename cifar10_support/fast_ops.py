@@ -26,6 +26,34 @@ HISTOGRAM_BUCKETS = 30
 LOSS_AVERAGE_DECAY = 0.9
 
 
+# The LRN's gradient, registered once for the whole process.
+# tf.custom_gradient would register a new gradient function for every LRN
+# built, in TensorFlow's global registry, each holding tensors of its graph:
+# no graph that built an LRN could ever be freed (TensorFlow issue #27492),
+# and cifar10_eval.py, which builds a graph per checkpoint, grew by about
+# 2 MB per evaluation.
+_LRN_GRADIENT = 'Cifar10Lrn075Gradient'
+
+
+@tf.RegisterGradient(_LRN_GRADIENT)
+def _lrn_075_gradient(op, dy, *unused_grads):
+  """The gradient of `_lrn_075`, from the tensors its IdentityN passes on.
+
+  d out_i / d x_k = [i == k] * scale_k
+                    - 1.5 * alpha * x_k * y_i / u_i * [|i - k| <= r];
+  the band is symmetric, so the sum over i is again a band product.
+  """
+  out, x, u, scale, grad_band = op.inputs
+  channels = u.shape.as_list()[-1]
+  dy = tf.reshape(dy, [-1, channels])
+  y = tf.reshape(out, [-1, channels])
+  flat = tf.reshape(x, [-1, channels])
+  spread = tf.matmul(dy * y / u, grad_band)
+  dx = tf.reshape(dy * scale + flat * spread, tf.shape(x))
+  # Only x has a gradient: the forward ops are not differentiated.
+  return [None, dx, None, None, None]
+
+
 def _lrn_075(x, name, depth_radius, bias, alpha, out_name):
   """Local response normalization with beta 0.75 in x's dtype; see `lrn`.
 
@@ -36,8 +64,7 @@ def _lrn_075(x, name, depth_radius, bias, alpha, out_name):
   band = (np.abs(index[:, None] - index[None, :]) <= depth_radius)
   dtype = x.dtype.base_dtype
 
-  @tf.custom_gradient
-  def normalize(x):
+  with tf.name_scope(name + '_window'):
     flat = tf.reshape(x, [-1, channels])
     # u = bias + alpha * window sum of squares; its bias_add fuses into the
     # matmul.
@@ -46,20 +73,13 @@ def _lrn_075(x, name, depth_radius, bias, alpha, out_name):
         tf.constant(np.full(channels, bias), dtype))
     r = tf.math.rsqrt(u)
     scale = r * tf.sqrt(r)  # u ** -0.75
-    y = flat * scale
-
-    def grad(dy):
-      # d out_i / d x_k = [i == k] * scale_k
-      #                   - 1.5 * alpha * x_k * y_i / u_i * [|i - k| <= r];
-      # the band is symmetric, so the sum over i is again a band product.
-      dy = tf.reshape(dy, [-1, channels])
-      spread = tf.matmul(dy * y / u, tf.constant(-1.5 * alpha * band, dtype))
-      return tf.reshape(dy * scale + flat * spread, tf.shape(x))
-
-    return tf.reshape(y, tf.shape(x)), grad
-
-  with tf.name_scope(name + '_window'):
-    out = normalize(x)
+    y = tf.reshape(flat * scale, tf.shape(x))
+    # The IdentityN hands the gradient what it needs; its gradient is
+    # _lrn_075_gradient instead of the forward ops' own.
+    with tf.get_default_graph().gradient_override_map(
+        {'IdentityN': _LRN_GRADIENT}):
+      out = tf.identity_n(
+          [y, x, u, scale, tf.constant(-1.5 * alpha * band, dtype)])[0]
   return tf.identity(out, name=out_name)
 
 

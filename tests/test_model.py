@@ -186,6 +186,28 @@ def test_lrn_matches_tf_nn_lrn_and_its_gradient(dtype, tolerance):
   np.testing.assert_allclose(grad, ref_grad, rtol=tolerance, atol=tolerance)
 
 
+
+@pytest.mark.parametrize('compute_dtype', [None, tf.bfloat16])
+def test_a_graph_that_built_a_training_step_can_be_freed(compute_dtype):
+  # cifar10_eval.py builds a graph for each checkpoint it evaluates; nothing
+  # the model registers may keep the old ones alive (tf.custom_gradient
+  # does: TensorFlow's registry held every graph that built an LRN).
+  import gc
+  import weakref
+
+  def build():
+    with tf.Graph().as_default() as graph:
+      global_step = tf.train.get_or_create_global_step()
+      logits = cifar10.inference(tf.zeros([2, 24, 24, 3]), compute_dtype)
+      total_loss = cifar10.loss(logits, tf.zeros([2], tf.int32))
+      cifar10.train(total_loss, global_step, batch_size=2)
+    return weakref.ref(graph)
+
+  graph = build()
+  gc.collect()
+  assert graph() is None
+
+
 def test_histogram_summary_buckets_tag_and_format():
   # 40 zeros, one value inside each of buckets 1-29, and the maximum.
   values = np.concatenate([np.zeros(40), np.arange(1, 30) * 0.1 + 0.05, [3.0]])
