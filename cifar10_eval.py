@@ -287,8 +287,9 @@ def evaluate_as_flagged(flag_values, checkpoint_dir, until_step=None,
   """What main runs: the flags and the data checked once, then `evaluate`.
 
   Also the evaluator task of cifar10_distributed_train.py (until_step: its
-  --max_steps; sleep: its wait between looks, as for `evaluate`). A bad flag, data file or checkpoint ends the process with
-  one line, '<script>: error: <message>', and exit status 1.
+  --max_steps; sleep: its wait between looks, as for `evaluate`). A bad
+  flag, data file or checkpoint ends the process with one line,
+  '<script>: error: <message>', and exit status 1.
 
   Returns:
     The list of `eval_once` results.

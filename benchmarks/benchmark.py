@@ -341,24 +341,22 @@ class TrainScriptVariant(Variant):
       with tf.device('/cpu:0'):
         global_step = tf.train.get_or_create_global_step()
       images, labels = cifar10.distorted_inputs(data_dir, batch_size)
-      loss = cifar10.loss(cifar10.inference(images, compute_dtype), labels)
-      self.train_op = cifar10.train(
-          loss, global_step, batch_size,
-          loss_scaling=precision.needs_loss_scale(compute_dtype))
+      self.train_op, loss = _train_op(images, labels, global_step, batch_size,
+                                      compute_dtype)
       # config: the script's own unless a test bounds its ops' time.
-      self._start(run_settings.TrainSettings(
-          data_dir, train_dir, max_steps=10 ** 9, batch_size=batch_size),
-                  model_config() if config is None else config, loss,
-                  step_hook=cifar10_train.LoggerHook(loss, global_step,
-                                                     batch_size, 10))
+      self._start(train_dir, model_config() if config is None else config,
+                  loss, step_hook=cifar10_train.LoggerHook(
+                      loss, global_step, batch_size, 10))
 
-  def _start(self, settings, config, loss, step_hook, summary_op=None):
+  def _start(self, train_dir, config, loss, step_hook, summary_op=None):
     """Opens the trainer's session, with its hooks (step_hook: its logger or
-    step counter; a logger's lines go to /dev/null), in a fresh
-    settings.train_dir."""
+    step counter; a logger's lines go to /dev/null), in a fresh train_dir,
+    with the scripts' saving settings and no stop step."""
     self.config = config  # the session's, as given to it
     self._log = open(os.devnull, 'w')
-    with contextlib.redirect_stdout(self._log):
+    # Only train_dir, max_steps and the save_* settings are read here.
+    settings = run_settings.TrainSettings(None, train_dir, max_steps=10 ** 9)
+    with self._quiet():
       scaffold, saving_hooks, session_args = saving.restore_then_save(
           None, settings.train_dir, settings, summary_op)
       hooks = [tf.train.StopAtStepHook(last_step=settings.max_steps),
@@ -366,53 +364,51 @@ class TrainScriptVariant(Variant):
       self.sess = tf.train.MonitoredTrainingSession(
           scaffold=scaffold, hooks=hooks, config=config, **session_args)
 
-  def measure(self):
-    # Redirected once a window, not once a step: the loop stays as it is.
-    # In the graph: the script's checkpoint hook saves every 10 minutes, and
-    # its saver builds its save ops there (outside, in eager mode, it fails).
+  @contextlib.contextmanager
+  def _quiet(self):
+    """The logger's lines to /dev/null, in this variant's graph (the
+    script's checkpoint hook saves every 10 minutes, and its saver builds its
+    save ops there: outside, in eager mode, it fails)."""
     with contextlib.redirect_stdout(self._log), self.graph.as_default():
+      yield
+
+  def measure(self):
+    # Quiet once a window, not once a step: the loop stays as it is.
+    with self._quiet():
       super(TrainScriptVariant, self).measure()
 
   def warm_up(self):
-    with contextlib.redirect_stdout(self._log), self.graph.as_default():
+    with self._quiet():
       super(TrainScriptVariant, self).warm_up()
 
   def step(self):
     self.sess.run(self.train_op)
-
-  def traced_step(self):
-    """One step under FULL_TRACE, with the script's hooks, split.
-
-    Returns:
-      A step_time.Breakdown, in seconds.
-    """
-    return step_time.split_step(*self.traced_run())
 
   def traced_run(self):
     """One step under FULL_TRACE: (its step_stats, start, end), end and start
     in seconds since the epoch around the run call."""
     options = tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE)
     metadata = tf.RunMetadata()
-    with contextlib.redirect_stdout(self._log), self.graph.as_default():
+    with self._quiet():
       start = time.time()
       self.sess.run(self.train_op, options=options, run_metadata=metadata)
       end = time.time()
     return metadata.step_stats, start, end
 
   def median_traced_step(self, steps):
-    """The split of the traced step of median wall time, of `steps` > 0.
+    """The traced step of median wall time, of `steps` > 0: (its
+    step_time.Breakdown, its step_stats).
 
     A first traced step, which sets the tracer up, is left out. The median
     step, not each part's median, so that its parts add up.
     """
-    self.traced_step()
+    self.traced_run()
     runs = []
     for _ in range(steps):
       stats, start, end = self.traced_run()
       runs.append((step_time.split_step(stats, start, end), stats))
     runs.sort(key=lambda run: run[0].step)
-    split, self.median_step_stats = runs[(len(runs) - 1) // 2]
-    return split
+    return runs[(len(runs) - 1) // 2]
 
   def close(self):
     with self.graph.as_default():  # the final checkpoint is saved here
@@ -440,8 +436,7 @@ class TowersVariant(TrainScriptVariant):
           batches, global_step, batch_size, tower_device='cpu')
       # Its loop fetches the loss for the step line.
       self.train_op = [step.train_op, step.loss]
-      self._start(run_settings.TrainSettings(
-          data_dir, train_dir, max_steps=10 ** 9, batch_size=batch_size),
+      self._start(train_dir,
                   sessions.training_config(THREADS['model'], num_towers,
                                            'cpu'), step.loss,
                   towers.StepCounter(global_step),
@@ -457,14 +452,21 @@ def bound_variant(steps, batch_size, compute_dtype=None):
                         TRAIN_FLOP_PER_EXAMPLE)
 
 
+def _train_op(images, labels, global_step, batch_size, compute_dtype=None):
+  """(train op, loss) as cifar10_train.train builds them from a batch; the
+  `train` and `bound` rows share it, so that the bound computes the same."""
+  loss = cifar10.loss(cifar10.inference(images, compute_dtype), labels)
+  return cifar10.train(
+      loss, global_step, batch_size,
+      loss_scaling=precision.needs_loss_scale(compute_dtype)), loss
+
+
 def _build_bound(batch_size, compute_dtype=None):
   def build():
     global_step = tf.train.get_or_create_global_step()
     images, labels = _constant_batch(batch_size)
-    loss = cifar10.loss(cifar10.inference(images, compute_dtype), labels)
-    return cifar10.train(
-        loss, global_step, batch_size,
-        loss_scaling=precision.needs_loss_scale(compute_dtype))
+    return _train_op(images, labels, global_step, batch_size,
+                     compute_dtype)[0]
   return build
 
 
@@ -853,8 +855,9 @@ def main():
   print('train session %s' % describe_threads(train_config))
   print('matmul sessions %s' % describe_threads(matmul_session_config()))
   on_gpu = bool(tf.config.list_physical_devices('GPU'))
-  mixed, mixed_line = mixed_precision_rows(
-      args.mixed_precision, on_gpu, *precision.this_machine(on_gpu))
+  cpu_feature, capability = precision.this_machine(on_gpu)
+  mixed, mixed_line = mixed_precision_rows(args.mixed_precision, on_gpu,
+                                           cpu_feature, capability)
   if mixed_line:
     print(mixed_line)
   print('data: %s' % (args.data_dir or 'synthetic'), flush=True)
@@ -896,9 +899,8 @@ def main():
     # The bf16 rows' own ceiling: the same products in bfloat16.
     variants += matmul_variants(args.matmul_sizes, args.matmul_products,
                                 args.matmul_max_gflop, tf.bfloat16)
-    feature = precision.cpu_bf16_feature()
-    bf16_note = ('; this CPU computes bfloat16 natively (%s)' % feature.upper()
-                 if feature or on_gpu else
+    bf16_note = ('; this CPU computes bfloat16 natively (%s)'
+                 % cpu_feature.upper() if cpu_feature or on_gpu else
                  '; emulated: this CPU has neither AVX512_BF16 nor AMX')
   assert variants[0].config is train_config
   for variant in variants:
@@ -914,7 +916,8 @@ def main():
   if args.traced_steps > 0:
     for variant in variants:
       if isinstance(variant, TrainScriptVariant):
-        splits[variant.name] = variant.median_traced_step(args.traced_steps)
+        splits[variant.name] = variant.median_traced_step(
+            args.traced_steps)
   for variant in variants:
     variant.close()
 
@@ -928,19 +931,19 @@ def main():
           'of %d; tracing adds to it):' % args.traced_steps)
     for v in variants:
       if v.name in splits:
-        print(step_time.describe(v.name, splits[v.name],
+        print(step_time.describe(v.name, splits[v.name][0],
                                  v.examples_per_step / median[v.name]))
     if mixed:
       # Which ops of a mixed-precision step run in which type, at what cost.
-      for v in variants:
-        if v.name in splits and v.name in (
-            'train', row_name('train', mixed)):
+      for name in ('train', row_name('train', mixed)):
+        if name in splits:
+          stats = splits[name][1]
           print()
           for line in step_time.describe_op_costs(
-              v.name, step_time.op_costs(v.median_step_stats)):
+              name, step_time.op_costs(stats)):
             print(line)
           for line in step_time.describe_node_costs(
-              v.name, step_time.node_costs(v.median_step_stats)):
+              name, step_time.node_costs(stats)):
             print(line)
   print()
   print('start to first step: %s s (median %.1f s)' % (

@@ -171,7 +171,7 @@ OpCost = collections.namedtuple('OpCost', ['op_type', 'dtype', 'count',
 OpCost.__doc__ = """The ops of one type and output dtype in a traced step.
 
   op_type: str, e.g. 'Conv2D'. dtype: str, the first output's ('bfloat16',
-  'float', ...; '' for an op without outputs). count: int, how many ran.
+  'float32', ...; '' for an op without outputs). count: int, how many ran.
   seconds: float, their summed executor times (all_start .. all_end; ops
   that ran side by side each count in full).
 """

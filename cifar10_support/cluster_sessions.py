@@ -29,8 +29,8 @@ import tensorflow.compat.v1 as tf
 
 from cifar10_support import checkpoints
 from cifar10_support import clusters
+from cifar10_support import saving
 from cifar10_support import sessions
-from cifar10_support import summaries
 
 # How MonitoredSession's log line for an error it recovers from begins.
 RECOVERED_ERROR_LOG = 'An error was raised'
@@ -344,13 +344,8 @@ def _chief_session(settings, worker, hooks, lost_sessions, config, start):
   # After the NaN check, as in cifar10_train, so a diverged step is never
   # saved. The global step moves with every worker's updates: re-read each
   # run.
-  steps = settings.save_checkpoint_steps
-  hooks = hooks + [
-      summaries.SummaryHook(train_dir, settings.save_summaries_steps,
-                            settings.max_steps, own_steps=False),
-      tf.train.CheckpointSaverHook(
-          train_dir, scaffold=scaffold, save_steps=steps,
-          save_secs=None if steps else settings.save_checkpoint_secs)]
+  hooks = hooks + saving.saving_hooks(scaffold, train_dir, settings,
+                                      own_steps=False, announce=False)
   if settings.save_summaries_steps:
     hooks.append(tf.train.StepCounterHook(
         every_n_steps=settings.save_summaries_steps, output_dir=train_dir))

@@ -67,14 +67,7 @@ def restore_then_save(plan, train_dir, settings, summary_op=None):
   """
   scaffold = checkpoints.restoring_scaffold(plan, train_dir,
                                             summary_op=summary_op)
-  steps = settings.save_checkpoint_steps
-  hooks = [
-      summaries.SummaryHook(train_dir, settings.save_summaries_steps,
-                            settings.max_steps, summary_op),
-      tf.train.CheckpointSaverHook(
-          train_dir, scaffold=scaffold, save_steps=steps or None,
-          save_secs=None if steps else settings.save_checkpoint_secs,
-          listeners=[SaveAnnouncer(train_dir)])]
+  hooks = saving_hooks(scaffold, train_dir, settings, summary_op)
   # No checkpoint_dir: the scaffold restores, from any trainer's checkpoint.
   # The session's step counter writes global_step/sec with the summaries.
   session_args = dict(
@@ -83,3 +76,32 @@ def restore_then_save(plan, train_dir, settings, summary_op=None):
       save_summaries_secs=None,
       log_step_count_steps=settings.save_summaries_steps or None)
   return Saving(scaffold, hooks, session_args)
+
+
+def saving_hooks(scaffold, train_dir, settings, summary_op=None,
+                 own_steps=True, announce=True):
+  """The summary and checkpoint hooks of a run in train_dir, to put after
+  the NaN check.
+
+  Args:
+    scaffold: the session's scaffold (its saver writes the checkpoints).
+    train_dir: str, where the checkpoints and summaries go.
+    settings: the run's run_settings.TrainSettings (max_steps and the save_*
+      settings).
+    summary_op: the summaries to write, or None for every one in the graph.
+    own_steps: False where other processes move the global step too
+      (summaries.SummaryHook re-reads it each run).
+    announce: print a line after each checkpoint (SaveAnnouncer).
+
+  Returns:
+    [summaries.SummaryHook, tf.train.CheckpointSaverHook].
+  """
+  steps = settings.save_checkpoint_steps
+  return [
+      summaries.SummaryHook(train_dir, settings.save_summaries_steps,
+                            settings.max_steps, summary_op,
+                            own_steps=own_steps),
+      tf.train.CheckpointSaverHook(
+          train_dir, scaffold=scaffold, save_steps=steps or None,
+          save_secs=None if steps else settings.save_checkpoint_secs,
+          listeners=[SaveAnnouncer(train_dir)] if announce else None)]

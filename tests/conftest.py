@@ -25,11 +25,9 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
 
-
 # What makes a test slow: starting a process, or training a model.
 SLOW_CALLS = re.compile(
-    r'\b(run_script|subprocess\.(run|Popen)|_start|start_trainer|start_task|'
-    r'_run_chief|_run|_train|'
+    r'\b(run_script|subprocess\.(run|Popen)|_start|_run_chief|_run|_train|'
     r'_train_here|train_fixture|train|evaluate|tensorboard)\(')
 
 

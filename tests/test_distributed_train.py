@@ -37,7 +37,7 @@ CLUSTER_TIMEOUT_SECS = 240
 
 def start_task(args, log_path, tf_config=None):
   """Starts cifar10_distributed_train.py; its output goes to log_path."""
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONUNBUFFERED='1')
+  env = testutil.script_env(TF_CPP_MIN_LOG_LEVEL='2')
   env.pop('TF_CONFIG', None)
   if tf_config:
     env['TF_CONFIG'] = tf_config

@@ -27,8 +27,7 @@ PRECISION_LINE = re.compile(
 TRAIN_STEPS = 250
 
 
-@pytest.fixture(scope='module')
-def train_dir(data_dir, tmp_path_factory):
+def shared_train_dir(data_dir, tmp_path_factory):
   """A short training run on the synthetic data: checkpoints 0 and 250.
 
   Seeded, at the fixtures' learning rate: a model that learned, every run
@@ -39,6 +38,12 @@ def train_dir(data_dir, tmp_path_factory):
       tmp_path_factory, 'eval_train',
       lambda path: testutil.train_fixture(data_dir, path, TRAIN_STEPS,
                                           batch_size=24))
+
+
+@pytest.fixture(scope='module')
+def train_dir(data_dir, tmp_path_factory):
+  """`shared_train_dir`."""
+  return shared_train_dir(data_dir, tmp_path_factory)
 
 
 def _test_labels(data_dir):

@@ -22,7 +22,9 @@ import cifar10_distributed_train as dist
 from cifar10_support import checkpoints
 from cifar10_support import clusters
 from cifar10_support import run_settings
+from test_distributed_faults import LEARNING_RATE
 from test_eval import TRAIN_STEPS
+from test_eval import shared_train_dir
 import testutil
 
 DONE_LINE = re.compile(r'^(Chief|Master|Worker \d): stopped at global step '
@@ -35,9 +37,6 @@ EVALUATOR_LINE = re.compile(
 PRECISION_LINE = re.compile(r'^\S+ \S+: precision @ 1 = (\d\.\d{3})$', re.M)
 # No scenario may take longer than this.
 SCENARIO_SECS = 300
-# The original's 0.1 can diverge over a few hundred asynchronous steps on the
-# synthetic records (see test_distributed_faults).
-LEARNING_RATE = 0.02
 
 
 class _ManagedCluster(object):
@@ -161,10 +160,7 @@ def _check_trained(outputs, train_dir, chief, max_steps):
 @pytest.fixture(scope='module')
 def finished_run(data_dir, tmp_path_factory):
   """A finished run at TRAIN_STEPS: test_eval's, built once per test run."""
-  return testutil.shared_dir(
-      tmp_path_factory, 'eval_train',
-      lambda path: testutil.train_fixture(data_dir, path, TRAIN_STEPS,
-                                          batch_size=24))
+  return shared_train_dir(data_dir, tmp_path_factory)
 
 
 # --- TF_CONFIG of each platform, read -----------------------------------------

@@ -1,6 +1,5 @@
 """Tests of cifar10_multi_gpu_train.py: towers on real virtual CPU devices."""
 
-import glob
 import os
 import re
 
@@ -12,7 +11,6 @@ import tensorflow.compat.v1 as tf
 import cifar10
 import cifar10_eval
 import cifar10_multi_gpu_train as multi
-import cifar10_train
 from cifar10_support import gpus
 from cifar10_support import sessions
 from cifar10_support import run_settings

@@ -175,7 +175,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(
 def start_trainer(data_dir, train_dir, *flags):
   """Starts cifar10_train.py; returns the process, its output lines and the
   thread that reads them (it ends at the end of the output: join it)."""
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONUNBUFFERED='1')
+  env = testutil.script_env(TF_CPP_MIN_LOG_LEVEL='2')
   proc = subprocess.Popen(
       [sys.executable, os.path.join(testutil.ROOT, 'cifar10_train.py'),
        '--data_dir=' + data_dir, '--train_dir=' + train_dir,
