@@ -688,6 +688,20 @@ def mixed_precision_rows(requested, on_gpu, cpu_feature, capability):
   return dtype, line
 
 
+def bf16_ceiling_note(cpu_feature, on_gpu):
+  """What the bf16 ceiling's line says of where its products ran.
+
+  Args:
+    cpu_feature: precision.cpu_bf16_feature()'s answer for this CPU.
+    on_gpu: bool, the products ran on a GPU.
+  """
+  if on_gpu:
+    return '; on the GPU'
+  if cpu_feature:
+    return '; this CPU computes bfloat16 natively (%s)' % cpu_feature.upper()
+  return '; emulated: this CPU has neither AVX512_BF16 nor AMX'
+
+
 def matmul_ceiling(variants, median, dtype=None):
   """The matmul variant of the highest median rate, and that rate in GFLOP/s.
 
@@ -899,9 +913,7 @@ def main():
     # The bf16 rows' own ceiling: the same products in bfloat16.
     variants += matmul_variants(args.matmul_sizes, args.matmul_products,
                                 args.matmul_max_gflop, tf.bfloat16)
-    bf16_note = ('; this CPU computes bfloat16 natively (%s)'
-                 % cpu_feature.upper() if cpu_feature or on_gpu else
-                 '; emulated: this CPU has neither AVX512_BF16 nor AMX')
+    bf16_note = bf16_ceiling_note(cpu_feature, on_gpu)
   assert variants[0].config is train_config
   for variant in variants:
     variant.warm_up()

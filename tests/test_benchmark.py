@@ -38,7 +38,7 @@ BF16_CEILING = re.compile(
     r'(\d+)x(\d+) bfloat16 products? in one session\.run, ([\d.]+) GFLOP/s '
     r'\(the best median of (\d+) matmul configurations\); (this CPU computes '
     r'bfloat16 natively \((\w+)\)|emulated: this CPU has neither AVX512_BF16 '
-    r'nor AMX)$', re.M)
+    r'nor AMX|on the GPU)$', re.M)
 CEILING = re.compile(
     r'^ceiling: (matmul (\d+) x(\d+)) = (\d+) independent (\d+)x(\d+) '
     r'float32 products? in one session\.run, ([\d.]+) GFLOP/s \(the best '
@@ -160,7 +160,7 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
             if ratios[m] == '1.00 (bf16 ceiling)'] == [name16], out
     assert float(value16) == max(gflops[m] for m in MATMULS_BF16), out
     assert (line.group(10) or '').lower() == (
-        precision.cpu_bf16_feature() or ''), line.group(0)
+        '' if on_gpu else precision.cpu_bf16_feature() or ''), line.group(0)
     tops['bf16 ceiling'] = (name16, float(value16))
   # Every other GFLOP/s is printed as its ratio to its ceiling, and to
   # nothing else.
@@ -627,3 +627,15 @@ def test_bound_rows_build_the_train_op_of_their_type(dtype_name):
   scaled = [op.name for op in graph.get_operations()
             if op.type == 'VarHandleOp' and op.name.startswith('loss_scale/')]
   assert bool(scaled) == (dtype_name == 'float16'), scaled
+
+
+def test_the_bf16_ceiling_says_where_its_products_ran():
+  import benchmark
+
+  assert benchmark.bf16_ceiling_note('amx_bf16', False) == (
+      '; this CPU computes bfloat16 natively (AMX_BF16)')
+  assert benchmark.bf16_ceiling_note(None, False) == (
+      '; emulated: this CPU has neither AVX512_BF16 nor AMX')
+  # A GPU beside a CPU without bfloat16 (this crashed once).
+  assert benchmark.bf16_ceiling_note(None, True) == '; on the GPU'
+  assert benchmark.bf16_ceiling_note('avx512_bf16', True) == '; on the GPU'
