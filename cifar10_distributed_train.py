@@ -385,6 +385,8 @@ def main(argv):
         FLAGS.job_name, FLAGS.task_index, ps_hosts=FLAGS.ps_hosts,
         worker_hosts=FLAGS.worker_hosts,
         tf_config=os.environ.get('TF_CONFIG'))
+  except clusters.TFConfigError as e:
+    sys.exit(str(e))  # Not a flag: one line, without the usage text.
   except ValueError as e:
     raise app.UsageError(str(e))
   if os.environ.get('TF_CONFIG') and (FLAGS.job_name or FLAGS.ps_hosts or

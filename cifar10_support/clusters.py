@@ -6,7 +6,8 @@
     wait_for_addresses({'/job:ps/task:0': 'h0:2222'}, wait_secs=300)
 
 Every malformed list, repeated address or out-of-range index is a ValueError
-naming the flag (or TF_CONFIG) at fault; no task waits forever.
+naming the flag at fault, or a TFConfigError naming what in TF_CONFIG is;
+no task waits forever.
 """
 
 import collections
@@ -46,81 +47,98 @@ def parse_hosts(value, flag_name):
 
 # The jobs a cluster may have. A chief job ('chief', or 'master' on older
 # platforms) is the chief, and its workers are counted apart from it;
-# without one, worker 0 is the chief. An 'evaluator' task (TF_CONFIG's task
-# type, or --job_name) is not part of the cluster.
+# without one, worker 0 is the chief. An 'evaluator' (TF_CONFIG's task type,
+# or --job_name) is never part of the training cluster: Kubeflow lists it in
+# TF_CONFIG's cluster, Vertex AI does not, and either way it joins no server.
 CHIEF_JOBS = ('chief', 'master')
 TRAINING_JOBS = CHIEF_JOBS + ('worker',)
 EVALUATOR = 'evaluator'
+ONE_EVALUATOR = ('one evaluator follows a run, as TensorFlow allows at most '
+                 'one: set the evaluator replicas to 1')
+
+
+class TFConfigError(ValueError):
+  """TF_CONFIG, not a flag, is at fault: one line, no usage text."""
 
 
 def _tf_config_hosts(cluster, job):
   if not isinstance(cluster.get(job), list):
-    raise ValueError('TF_CONFIG cluster needs a "%s" list of host:port' % job)
-  return parse_hosts(','.join(map(str, cluster[job])),
-                     'TF_CONFIG cluster "%s"' % job)
+    raise TFConfigError('TF_CONFIG cluster needs a "%s" list of host:port'
+                        % job)
+  try:
+    return parse_hosts(','.join(map(str, cluster[job])),
+                       'TF_CONFIG cluster "%s"' % job)
+  except ValueError as e:
+    raise TFConfigError(str(e))
 
 
 def cluster_from_tf_config(tf_config):
   """Reads the cluster and this task from a TF_CONFIG JSON string.
 
   The cluster has a "ps" job, a "worker" job, a chief job ("chief" or
-  "master", of one task), or both of the last two; the task is one of them,
-  or {"type": "evaluator"}, which is not listed in the cluster.
+  "master", of one task), or both of the last two, and may list one
+  "evaluator" task (as Kubeflow does); the task is one of them, or
+  {"type": "evaluator"}, listed or not.
 
   Returns:
-    (cluster, job_name, task_index): cluster a dict from each job to its
-    list of 'host:port'; job_name one of its jobs or 'evaluator'.
+    (cluster, job_name, task_index): cluster a dict from each training job
+    ("ps", "worker", a chief job; never "evaluator") to its list of
+    'host:port'; job_name one of its jobs or 'evaluator'.
 
   Raises:
-    ValueError: one line naming what is wrong: malformed JSON, a missing,
-      unknown or repeated job, more than one chief task, an evaluator listed
-      in the cluster, or a task that is not in the cluster.
+    TFConfigError: one line naming what is wrong: malformed JSON, a missing,
+      unknown or repeated job, more than one chief or evaluator task, or a
+      task that is not in the cluster.
   """
   try:
     config = json.loads(tf_config)
   except ValueError as e:
-    raise ValueError('TF_CONFIG is not valid JSON (%s): %r' % (e, tf_config))
+    raise TFConfigError('TF_CONFIG is not valid JSON (%s): %r'
+                        % (e, tf_config))
   cluster = config.get('cluster') if isinstance(config, dict) else None
   task = config.get('task') if isinstance(config, dict) else None
   if not isinstance(cluster, dict) or not isinstance(task, dict):
-    raise ValueError('TF_CONFIG needs a "cluster" and a "task" object, e.g. '
-                     '{"cluster": {"ps": ["h0:2222"], "worker": ["h1:2222"]}, '
-                     '"task": {"type": "worker", "index": 0}}; got %r'
-                     % tf_config)
-  if EVALUATOR in cluster:
-    raise ValueError('TF_CONFIG cluster lists an "evaluator" job: an '
-                     'evaluator is a task of its own, given only as '
-                     '{"task": {"type": "evaluator"}}, and joins no cluster')
-  extra = sorted(set(cluster) - {'ps'} - set(TRAINING_JOBS))
+    raise TFConfigError(
+        'TF_CONFIG needs a "cluster" and a "task" object, e.g. {"cluster": '
+        '{"ps": ["h0:2222"], "worker": ["h1:2222"]}, "task": {"type": '
+        '"worker", "index": 0}}; got %r' % tf_config)
+  extra = sorted(set(cluster) - {'ps', EVALUATOR} - set(TRAINING_JOBS))
   if extra:
-    raise ValueError('TF_CONFIG cluster has job(s) %s; this script knows '
-                     '"ps", "worker", and "chief" or "master" (the chief)'
-                     % ', '.join(extra))
+    raise TFConfigError('TF_CONFIG cluster has job(s) %s; this script knows '
+                        '"ps", "worker", "chief" or "master" (the chief), and '
+                        '"evaluator"' % ', '.join(extra))
+  if cluster.get(EVALUATOR) and len(_tf_config_hosts(cluster, EVALUATOR)) > 1:
+    raise TFConfigError('TF_CONFIG cluster lists %d "evaluator" tasks; %s'
+                        % (len(cluster[EVALUATOR]), ONE_EVALUATOR))
   chiefs = [job for job in CHIEF_JOBS if job in cluster]
   if len(chiefs) > 1:
-    raise ValueError('TF_CONFIG cluster has both a "chief" and a "master" '
-                     'job: a cluster has one chief, under either name')
+    raise TFConfigError('TF_CONFIG cluster has both a "chief" and a "master" '
+                        'job: a cluster has one chief, under either name')
   if 'ps' not in cluster:
-    raise ValueError('TF_CONFIG cluster needs a "ps" list of host:port%s: '
-                     'this script trains with parameter servers'
-                     % (' beside its "%s" job' % chiefs[0] if chiefs else ''))
+    raise TFConfigError(
+        'TF_CONFIG cluster needs a "ps" list of host:port%s: this script '
+        'trains with parameter servers'
+        % (' beside its "%s" job' % chiefs[0] if chiefs else ''))
   hosts = {'ps': _tf_config_hosts(cluster, 'ps')}
   if chiefs:
     hosts[chiefs[0]] = _tf_config_hosts(cluster, chiefs[0])
     if len(hosts[chiefs[0]]) != 1:
-      raise ValueError('TF_CONFIG cluster "%s" lists %d tasks; a cluster '
-                       'has one chief' % (chiefs[0], len(hosts[chiefs[0]])))
+      raise TFConfigError('TF_CONFIG cluster "%s" lists %d tasks; a cluster '
+                          'has one chief' % (chiefs[0], len(hosts[chiefs[0]])))
   if cluster.get('worker') or not chiefs:  # A chief may train alone.
     hosts['worker'] = _tf_config_hosts(cluster, 'worker')
   job_name, task_index = task.get('type'), task.get('index', 0)
   if job_name == EVALUATOR:
+    if task_index != 0:
+      raise TFConfigError('TF_CONFIG task %s: %s' % (json.dumps(task),
+                                                     ONE_EVALUATOR))
     return hosts, job_name, 0
   if (job_name not in hosts or not isinstance(task_index, int) or
       isinstance(task_index, bool)):
-    raise ValueError('TF_CONFIG task %s is not a task of the cluster, whose '
-                     'jobs are %s: give {"type": <job>, "index": <int>}, or '
-                     '{"type": "evaluator"}' % (json.dumps(task), ', '.join(
-                         '"%s"' % job for job in sorted(hosts))))
+    raise TFConfigError(
+        'TF_CONFIG task %s is not a task of the cluster, whose jobs are %s: '
+        'give {"type": <job>, "index": <int>}, or {"type": "evaluator"}'
+        % (json.dumps(task), ', '.join('"%s"' % job for job in sorted(hosts))))
   return hosts, job_name, task_index
 
 
@@ -140,9 +158,9 @@ def resolve_cluster(job_name, task_index, ps_hosts, worker_hosts, tf_config):
     flags, which needs no cluster.
 
   Raises:
-    ValueError: naming the flag or variable at fault: no cluster given, a
-      malformed host list, an address listed twice, or a task index out of
-      range.
+    ValueError: naming the flag at fault: no cluster given, a malformed
+      host list, an address listed twice, or a task index out of range;
+      TFConfigError (a ValueError) where TF_CONFIG is at fault.
   """
   if job_name or ps_hosts or worker_hosts or not tf_config:
     if not job_name:
@@ -153,22 +171,22 @@ def resolve_cluster(job_name, task_index, ps_hosts, worker_hosts, tf_config):
       return None, job_name, 0
     cluster = {'ps': parse_hosts(ps_hosts, '--ps_hosts'),
                'worker': parse_hosts(worker_hosts, '--worker_hosts')}
-    source = '--task_index'
+    source, error = '--task_index', ValueError
   else:
     cluster, job_name, task_index = cluster_from_tf_config(tf_config)
-    source = 'TF_CONFIG task index'
+    source, error = 'TF_CONFIG task index', TFConfigError
   addresses = [a for hosts in cluster.values() for a in hosts]
   repeated = sorted(set(a for a in addresses if addresses.count(a) > 1))
   if repeated:
-    raise ValueError('Address(es) %s listed more than once in the cluster: '
-                     'every task needs its own host:port' % ', '.join(repeated))
+    raise error('Address(es) %s listed more than once in the cluster: '
+                'every task needs its own host:port' % ', '.join(repeated))
   if job_name == EVALUATOR:
     return cluster, job_name, 0
   num_tasks = len(cluster[job_name])
   if not 0 <= task_index < num_tasks:
-    raise ValueError('%s=%d is out of range for job "%s", which has %d '
-                     'task(s): use 0..%d' % (source, task_index, job_name,
-                                             num_tasks, num_tasks - 1))
+    raise error('%s=%d is out of range for job "%s", which has %d '
+                'task(s): use 0..%d' % (source, task_index, job_name,
+                                        num_tasks, num_tasks - 1))
   return cluster, job_name, task_index
 
 

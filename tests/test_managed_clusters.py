@@ -1,9 +1,11 @@
 """cifar10_distributed_train.py where a cluster manager starts it: TF_CONFIG
-with a chief job ("chief", or "master"), and an evaluator task.
+with a chief job ("chief", or "master"), and an evaluator task, listed in
+the cluster (Kubeflow) or not (Vertex AI).
 
 Every task runs the same command, as Kubeflow's TFJob and Vertex AI start
 it, and learns its role from TF_CONFIG, set exactly as each platform sets
-it; real processes on 127.0.0.1.
+it; real processes on 127.0.0.1. TensorFlow's own TFConfigClusterResolver
+reads every one of these TF_CONFIGs as we do.
 """
 
 import glob
@@ -44,8 +46,9 @@ class _ManagedCluster(object):
 
   Args:
     jobs: dict from each job of the cluster ('chief', 'master', 'ps',
-      'worker') to its number of tasks.
-    evaluator: bool, also an evaluator task (not listed in the cluster).
+      'worker', and 'evaluator' where the platform lists it) to its number
+      of tasks.
+    evaluator: bool, also an evaluator task not listed in the cluster.
     flags: the command's flags, the same for every task.
     extra: dict of keys TF_CONFIG carries beside cluster and task on the
       platform ('environment', 'job', ...); task_extra, beside type and
@@ -115,6 +118,44 @@ class _ManagedCluster(object):
       if process.poll() is None:
         process.send_signal(signal.SIGKILL)
       process.wait()
+
+
+TFJOB_MANIFEST = os.path.join(testutil.ROOT, 'docs', 'managed',
+                              'kubeflow_tfjob.json')
+VERTEX_POOLS = os.path.join(testutil.ROOT, 'docs', 'managed',
+                            'vertex_ai_worker_pools.json')
+
+
+def _tfjob_items():
+  return {item['kind']: item for item in json.load(open(TFJOB_MANIFEST))[
+      'items']}
+
+
+def _tfjob_jobs():
+  """The shipped TFJob's cluster as the Training Operator (v1.x) lists it
+  in every replica's TF_CONFIG (genClusterSpec): each replica type,
+  lower-cased, the evaluator included, one address per replica."""
+  replicas = _tfjob_items()['TFJob']['spec']['tfReplicaSpecs']
+  return {kind.lower(): spec['replicas'] for kind, spec in replicas.items()}
+
+
+# Each platform's cluster, as _ManagedCluster's arguments: the operator's
+# "environment": "cloud"; Vertex AI's job and trial keys and its evaluator
+# (worker pool 3) outside the cluster.
+PLATFORMS = {
+    'kubeflow': lambda: dict(jobs=_tfjob_jobs(),
+                             extra={'environment': 'cloud'}),
+    'kubeflow_without_evaluator': lambda: dict(
+        jobs={'chief': 1, 'ps': 1, 'worker': 2},
+        extra={'environment': 'cloud'}),
+    'vertex_ai': lambda: dict(
+        jobs={'chief': 1, 'worker': 1, 'ps': 1}, evaluator=True,
+        extra={'environment': 'cloud', 'job': {'worker_pool_specs': []}},
+        task_extra={'trial': ''}),
+    'master': lambda: dict(jobs={'master': 1, 'ps': 1, 'worker': 1},
+                           extra={'environment': 'cloud'}),
+    'chief_alone': lambda: dict(jobs={'chief': 1, 'ps': 1}, evaluator=True),
+}
 
 
 def _flags(data_dir, train_dir, tmp_path, max_steps, *extra):
@@ -192,7 +233,7 @@ def test_a_chief_job_is_the_chief_and_its_workers_count_apart():
 
 
 def test_an_evaluator_and_a_lone_chief_are_read():
-  # Kubeflow leaves the evaluator out of the cluster; a chief may be alone.
+  # Vertex AI leaves the evaluator out of the cluster; a chief may be alone.
   tf_config = {'cluster': {'chief': ['c:1'], 'ps': ['p:1']},
                'task': {'type': 'evaluator', 'index': 0},
                'environment': 'cloud'}
@@ -205,6 +246,39 @@ def test_an_evaluator_and_a_lone_chief_are_read():
       None, 'evaluator', 0)
 
 
+@pytest.mark.parametrize('task', ['chief', 'ps', 'worker', 'evaluator'])
+def test_kubeflows_evaluator_in_the_cluster_is_not_a_training_task(task):
+  # The operator lists the evaluator among the jobs of every replica's
+  # TF_CONFIG; no task's server may wait for it, so none is told of it.
+  tf_config = {'cluster': {'chief': ['c:1'], 'evaluator': ['e:1'],
+                           'ps': ['p:1'], 'worker': ['w:1', 'w:2']},
+               'task': {'type': task, 'index': 0}, 'environment': 'cloud'}
+  cluster, job, index = clusters.resolve_cluster(None, 0, '', '',
+                                                 json.dumps(tf_config))
+  assert cluster == {'chief': ['c:1'], 'ps': ['p:1'], 'worker': ['w:1', 'w:2']}
+  assert (job, index) == (task, 0)
+
+
+@pytest.mark.parametrize('platform', sorted(PLATFORMS))
+def test_tensorflow_reads_every_platforms_tf_config_as_we_do(
+    platform, tmp_path, monkeypatch):
+  # TensorFlow's own resolver is the oracle: the same jobs, addresses, task
+  # type and index for every task of every platform's cluster (the
+  # evaluator job aside, which we read and leave out of the cluster).
+  setup = PLATFORMS[platform]()
+  cluster = _ManagedCluster(tmp_path, flags=[], **setup)
+  for task in cluster.tasks:
+    tf_config = cluster.tf_config(task)
+    monkeypatch.setenv('TF_CONFIG', tf_config)
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    theirs = resolver.cluster_spec().as_dict()
+    assert ('evaluator' in theirs) == ('evaluator' in setup['jobs'])
+    theirs = {job: addresses for job, addresses in theirs.items()
+              if addresses and job != 'evaluator'}
+    assert clusters.resolve_cluster(None, 0, '', '', tf_config) == (
+        theirs, resolver.task_type, resolver.task_id), tf_config
+
+
 @pytest.mark.parametrize('tf_config,message', [
     ({'cluster': {'chief': ['c:1'], 'master': ['m:1'], 'ps': ['p:1']},
       'task': {'type': 'chief', 'index': 0}}, r'both a "chief" and a "master"'),
@@ -214,9 +288,19 @@ def test_an_evaluator_and_a_lone_chief_are_read():
     ({'cluster': {'chief': ['c:1'], 'worker': ['w:1']},
       'task': {'type': 'chief', 'index': 0}},
      r'needs a "ps" list of host:port beside its "chief" job'),
-    ({'cluster': {'chief': ['c:1'], 'ps': ['p:1'], 'evaluator': ['e:1']},
+    # TensorFlow allows one evaluator; a second would write the same
+    # summaries to the same --eval_dir. Every task refuses such a cluster.
+    ({'cluster': {'chief': ['c:1'], 'ps': ['p:1'],
+                  'evaluator': ['e:1', 'e:2']},
+      'task': {'type': 'chief', 'index': 0}},
+     r'cluster lists 2 "evaluator" tasks; one evaluator follows a run'),
+    ({'cluster': {'chief': ['c:1'], 'ps': ['p:1']},
+      'task': {'type': 'evaluator', 'index': 1}},
+     r'task \{"type": "evaluator", "index": 1\}: one evaluator follows a '
+     r'run, as TensorFlow allows at most one'),
+    ({'cluster': {'chief': ['c:1'], 'ps': ['p:1'], 'evaluator': ['e']},
       'task': {'type': 'evaluator', 'index': 0}},
-     r'lists an "evaluator" job: an evaluator is a task of its own'),
+     r'TF_CONFIG cluster "evaluator" entry \'e\' is not host:port'),
     ({'cluster': {'chief': ['c:1'], 'ps': ['p:1']},
       'task': {'type': 'worker', 'index': 0}},
      r'task \{"type": "worker", "index": 0\} is not a task of the cluster, '
@@ -226,8 +310,30 @@ def test_an_evaluator_and_a_lone_chief_are_read():
      r'TF_CONFIG task index=1 is out of range for job "master"'),
 ])
 def test_bad_tf_config_of_a_managed_cluster_is_one_line(tf_config, message):
-  with pytest.raises(ValueError, match=message):
+  with pytest.raises(clusters.TFConfigError, match=message):
     clusters.resolve_cluster(None, 0, '', '', json.dumps(tf_config))
+
+
+@pytest.mark.parametrize('tf_config,line', [
+    ({'cluster': {'chief': ['c:1'], 'ps': ['p:1'], 'boss': ['b:1']},
+      'task': {'type': 'chief', 'index': 0}},
+     'TF_CONFIG cluster has job(s) boss; this script knows "ps", "worker", '
+     '"chief" or "master" (the chief), and "evaluator"'),
+    ({'cluster': {'chief': ['c:1'], 'ps': ['p:1'], 'worker': ['w:1']},
+      'task': {'type': 'worker', 'index': 1}},
+     'TF_CONFIG task index=1 is out of range for job "worker", which has 1 '
+     'task(s): use 0..0'),
+    ({'cluster': {'chief': ['c:1'], 'master': ['m:1'], 'ps': ['p:1']},
+      'task': {'type': 'ps', 'index': 0}},
+     'TF_CONFIG cluster has both a "chief" and a "master" job: a cluster has '
+     'one chief, under either name'),
+])
+def test_a_task_given_bad_tf_config_prints_one_line_and_exits_1(tf_config,
+                                                                line):
+  result = testutil.run_script('cifar10_distributed_train.py', [],
+                               timeout=120, TF_CONFIG=json.dumps(tf_config))
+  assert (result.returncode, result.stdout, result.stderr) == (1, '',
+                                                               line + '\n')
 
 
 def test_the_chief_jobs_graph_runs_on_the_chief(data_dir):
@@ -249,57 +355,60 @@ def test_the_chief_jobs_graph_runs_on_the_chief(data_dir):
 # --- Each platform's cluster, for real ------------------------------------------
 
 
-@pytest.mark.slow  # Clusters of processes.
-def test_kubeflow_tfjob_trains_and_its_evaluator_follows(data_dir, tmp_path):
-  # A TFJob with Chief 1, PS 1, Worker 2 and Evaluator 1, asynchronous; the
-  # operator sets TF_CONFIG with the replica types lower-cased and leaves
-  # the evaluator out of the cluster.
-  train_dir = str(tmp_path / 'train')
-  max_steps = 40
-  cluster = _ManagedCluster(
-      tmp_path, {'chief': 1, 'ps': 1, 'worker': 2},
-      _flags(data_dir, train_dir, tmp_path, max_steps), evaluator=True,
-      extra={'environment': 'cloud'})
-  outputs = _run(cluster, ['ps0', 'evaluator0', 'worker0', 'worker1',
-                           'chief0'])
-  final = _check_trained(outputs, train_dir, 'Chief', max_steps)
-  assert 'Chief host is: %s' % cluster.cluster['chief'][0] in outputs['chief0']
-  assert 'waiting up to 120 s for the chief (chief at %s)' % (
-      cluster.cluster['chief'][0]) in outputs['worker1']
-
-  # The evaluator joined no cluster; it evaluated the chief's checkpoints
-  # as cifar10_eval.py does and ended with the final one's precision.
+def _check_evaluated(outputs, train_dir, tmp_path, max_steps):
+  """The evaluator joined no cluster; it evaluated the chief's checkpoints
+  as cifar10_eval.py does and ended with the first one at or past
+  --max_steps it saw (the chief's last, or a periodic one that got there
+  first): that one's precision."""
   evaluated = outputs['evaluator0']
   assert 'This task' not in evaluated
   last = EVALUATOR_LINE.fullmatch(evaluated.strip().splitlines()[-1])
   assert last, evaluated[-2000:]
-  # The first checkpoint at or past --max_steps it saw: the chief's last
-  # one, or a periodic one that got there first.
-  checkpoint, step = last.group(1), int(last.group(2))
-  assert step >= max_steps and final >= max_steps
-  assert checkpoint in checkpoints.listed(train_dir)
+  assert int(last.group(2)) >= max_steps
+  assert last.group(1) in checkpoints.listed(train_dir)
   assert last.group(4) == PRECISION_LINE.findall(evaluated)[-1]
   assert glob.glob(str(tmp_path / 'eval' / 'events.out.tfevents.*'))
 
 
 @pytest.mark.slow  # Clusters of processes.
+def test_kubeflow_tfjob_trains_and_its_evaluator_follows(data_dir, tmp_path):
+  # The shipped TFJob (Chief 1, PS 1, Worker 2, Evaluator 1), asynchronous,
+  # with TF_CONFIG as the Training Operator sets it: every replica type in
+  # the cluster, the evaluator included.
+  train_dir = str(tmp_path / 'train')
+  max_steps = 40
+  cluster = _ManagedCluster(
+      tmp_path, flags=_flags(data_dir, train_dir, tmp_path, max_steps),
+      **PLATFORMS['kubeflow']())
+  assert 'evaluator' in json.loads(cluster.tf_config('chief0'))['cluster']
+  outputs = _run(cluster, ['ps0', 'evaluator0', 'worker0', 'worker1',
+                           'chief0'])
+  _check_trained(outputs, train_dir, 'Chief', max_steps)
+  assert 'Chief host is: %s' % cluster.cluster['chief'][0] in outputs['chief0']
+  assert 'waiting up to 120 s for the chief (chief at %s)' % (
+      cluster.cluster['chief'][0]) in outputs['worker1']
+  _check_evaluated(outputs, train_dir, tmp_path, max_steps)
+
+
+@pytest.mark.slow  # Clusters of processes.
 def test_vertex_ai_chief_ps_workers_train_synchronously(data_dir, tmp_path):
   # Vertex AI custom training: worker pool 0 is the chief, pool 1 the
-  # workers, pool 2 the ps; TF_CONFIG also carries the job and a trial.
+  # workers, pool 2 the ps, pool 3 an evaluator left out of the cluster;
+  # TF_CONFIG also carries the job and a trial.
   train_dir = str(tmp_path / 'train')
   max_steps = 24
   cluster = _ManagedCluster(
-      tmp_path, {'chief': 1, 'worker': 1, 'ps': 1},
-      _flags(data_dir, train_dir, tmp_path, max_steps, '--sync_replicas'),
-      extra={'environment': 'cloud', 'job': {'worker_pool_specs': []}},
-      task_extra={'trial': ''})
-  outputs = _run(cluster, ['ps0', 'worker0', 'chief0'])
+      tmp_path, flags=_flags(data_dir, train_dir, tmp_path, max_steps,
+                             '--sync_replicas'),
+      **PLATFORMS['vertex_ai']())
+  outputs = _run(cluster, ['ps0', 'evaluator0', 'worker0', 'chief0'])
   for task in ('chief0', 'worker0'):
     assert ('SyncReplicas enabled: replicas_to_aggregate=2; '
             'total_num_replicas=2') in outputs[task]
   final = _check_trained(outputs, train_dir, 'Chief', max_steps)
   # Synchronous training stops on the global step, which counts updates.
   assert max_steps <= final <= max_steps + 1
+  _check_evaluated(outputs, train_dir, tmp_path, max_steps)
 
 
 @pytest.mark.slow  # Clusters of processes.
@@ -308,9 +417,8 @@ def test_a_master_cluster_trains(data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
   max_steps = 24
   cluster = _ManagedCluster(
-      tmp_path, {'master': 1, 'ps': 1, 'worker': 1},
-      _flags(data_dir, train_dir, tmp_path, max_steps),
-      extra={'environment': 'cloud'})
+      tmp_path, flags=_flags(data_dir, train_dir, tmp_path, max_steps),
+      **PLATFORMS['master']())
   outputs = _run(cluster, ['ps0', 'worker0', 'master0'])
   _check_trained(outputs, train_dir, 'Master', max_steps)
   assert 'This task: /job:master/task:0' in outputs['master0']
@@ -390,25 +498,69 @@ def test_an_evaluator_stops_when_the_chief_stays_away(data_dir, tmp_path,
 # --- The documented manifests --------------------------------------------------
 
 
+IMAGE = 'YOUR_REGISTRY/cifar10-tutorial:tf2.21'
+
+
 def _command(container):
   return container['command'] + container.get('args', [])
 
 
+def _dockerfile():
+  """The Dockerfile's instructions: [(INSTRUCTION, arguments), ...]."""
+  with open(os.path.join(testutil.ROOT, 'Dockerfile')) as f:
+    lines = [line.strip() for line in f if line.strip() and
+             not line.lstrip().startswith('#')]
+  return [tuple(line.split(None, 1)) for line in lines]
+
+
+def _check_runs_in_the_image(command, working_dir):
+  """A manifest's command runs as written in the Dockerfile's image: the
+  repository copied to its WORKDIR, the command's script there, the
+  requirements installed, no data copied in."""
+  steps = _dockerfile()
+  assert steps[0][0] == 'FROM' and steps[0][1].startswith('python:')
+  assert steps[0][1].endswith('-slim')  # An official Python slim base.
+  workdir, = [args for op, args in steps if op == 'WORKDIR']
+  assert working_dir in (None, workdir)
+  # The requirements, then the repository, both into WORKDIR.
+  assert steps.index(('WORKDIR', workdir)) < steps.index(
+      ('COPY', 'requirements.txt .')) < steps.index(
+          ('RUN', 'pip install --no-cache-dir -r requirements.txt')) < (
+              steps.index(('COPY', '. .')))
+  assert command[0] == 'python'
+  assert os.path.isfile(os.path.join(testutil.ROOT, command[1]))
+  with open(os.path.join(testutil.ROOT, '.dockerignore')) as f:
+    ignored = f.read().split()
+  assert 'cifar10/*' in ignored  # A user's downloaded data stays out.
+  assert not any(pattern.startswith(('cifar10_', '*.py')) for pattern in
+                 ignored)
+
+
 def test_the_tfjob_manifest_runs_this_script_on_a_shared_train_dir():
-  path = os.path.join(testutil.ROOT, 'docs', 'managed', 'kubeflow_tfjob.json')
-  items = {item['kind']: item for item in json.load(open(path))['items']}
-  assert items['PersistentVolumeClaim']['spec']['accessModes'] == [
-      'ReadWriteMany']
+  items = _tfjob_items()
+  claim_spec = items['PersistentVolumeClaim']['spec']
+  assert claim_spec['accessModes'] == ['ReadWriteMany']
+  # Where the user names a ReadWriteMany class (docs/distributed.md).
+  assert claim_spec['storageClassName'] == 'YOUR_READWRITEMANY_CLASS'
   claim = items['PersistentVolumeClaim']['metadata']['name']
-  replicas = items['TFJob']['spec']['tfReplicaSpecs']
+  tfjob = items['TFJob']
+  assert tfjob['apiVersion'] == 'kubeflow.org/v1'  # Training Operator v1.x
+  replicas = tfjob['spec']['tfReplicaSpecs']
   assert {kind: spec['replicas'] for kind, spec in replicas.items()} == {
       'Chief': 1, 'PS': 1, 'Worker': 2, 'Evaluator': 1}
   commands = set()
   for kind, spec in replicas.items():
-    pod = spec['template']['spec']
+    template = spec['template']
+    # Istio's sidecar, injected in Kubeflow's profile namespaces, breaks
+    # the tasks' gRPC; every pod opts out.
+    assert template['metadata']['annotations'] == {
+        'sidecar.istio.io/inject': 'false'}, kind
+    pod = template['spec']
     container, = pod['containers']
+    assert container['image'] == IMAGE
     command = _command(container)
-    assert command[:2] == ['python', 'cifar10_distributed_train.py'], kind
+    _check_runs_in_the_image(command, container['workingDir'])
+    assert command[1] == 'cifar10_distributed_train.py', kind
     commands.add(tuple(command))
     if kind in ('Chief', 'Evaluator'):
       # The chief writes --train_dir; the evaluator reads it: one volume.
@@ -422,13 +574,25 @@ def test_the_tfjob_manifest_runs_this_script_on_a_shared_train_dir():
 
 
 def test_the_vertex_ai_worker_pools_run_this_script_on_cloud_storage():
-  path = os.path.join(testutil.ROOT, 'docs', 'managed',
-                      'vertex_ai_worker_pools.json')
-  pools = json.load(open(path))['workerPoolSpecs']
+  pools = json.load(open(VERTEX_POOLS))['workerPoolSpecs']
   # Pool 0 is the chief (one replica), 1 the workers, 2 the ps.
   assert [pool['replicaCount'] for pool in pools][:1] == [1]
   assert len(pools) == 3
   for pool in pools:
+    assert pool['containerSpec']['imageUri'] == IMAGE
     command = _command(pool['containerSpec'])
-    assert command[:2] == ['python', 'cifar10_distributed_train.py']
+    _check_runs_in_the_image(command, None)
+    assert command[1] == 'cifar10_distributed_train.py'
     assert '--train_dir=/gcs/' in ' '.join(command)
+
+
+def test_the_docs_build_and_push_the_image_the_manifests_run():
+  with open(os.path.join(testutil.ROOT, 'docs', 'distributed.md')) as f:
+    doc = f.read()
+  image = IMAGE.replace('YOUR_REGISTRY', '$REGISTRY')
+  assert 'docker build -t %s .' % image in doc
+  assert 'docker push %s' % image in doc
+  # The same name, put into both manifests.
+  assert ('sed -i "s#YOUR_REGISTRY#$REGISTRY#" '
+          'docs/managed/kubeflow_tfjob.json '
+          'docs/managed/vertex_ai_worker_pools.json') in doc
