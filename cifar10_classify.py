@@ -176,6 +176,10 @@ def classify(files, checkpoint, dtype=tf.float32, batch_size=128,
              session_config=None):
   """Classifies picture files with a checkpoint's averaged weights.
 
+  A generator: each batch of batch_size files is read and classified when
+  the caller asks for its first result, so lines can be printed as the
+  pictures are classified.
+
   Args:
     files: list of paths.
     checkpoint: a checkpoint path prefix (see `find_checkpoint`).
@@ -183,23 +187,11 @@ def classify(files, checkpoint, dtype=tf.float32, batch_size=128,
     batch_size: int, pictures per run of the model.
     session_config: tf.ConfigProto or None.
 
-  Returns:
-    (results, problems): results is a list of (path, probabilities float32
-    [10]) for the files that decoded, in order; problems one 'path: reason'
-    string per file that did not.
+  Yields:
+    (path, probabilities, problem) for each file, in order: probabilities
+    float32 [10] and problem None for a picture; probabilities None and
+    problem a 'path: reason' string for a file that is not one.
   """
-  results, problems, readable = [], [], []
-  for path in files:
-    try:
-      with open(path, 'rb') as f:
-        data = f.read()
-    except OSError as e:
-      problems.append('%s: cannot be read (%s)' % (path, e.strerror))
-      continue
-    if data:
-      readable.append((path, data))
-    else:
-      problems.append('%s: the file is empty' % path)
   with tf.Graph().as_default() as graph:
     encoded_file = tf.placeholder(tf.string, [])
     decoded_file = decode(encoded_file)
@@ -213,29 +205,40 @@ def classify(files, checkpoint, dtype=tf.float32, batch_size=128,
     graph.finalize()
     with tf.Session(config=session_config) as sess:
       saver.restore(sess, checkpoint)
-      for i in range(0, len(readable), batch_size):
-        chunk = readable[i:i + batch_size]
+      for i in range(0, len(files), batch_size):
+        outcomes = [_read(path) for path in files[i:i + batch_size]]
+        readable = [j for j, (_, data) in enumerate(outcomes) if data]
         try:
-          scores = sess.run(probabilities,
-                            {encoded_batch: [data for _, data in chunk]})
-          results.extend(zip([path for path, _ in chunk], scores))
-          continue
+          scores = sess.run(probabilities, {encoded_batch: [
+              outcomes[j][1] for j in readable]}) if readable else []
         except tf.errors.InvalidArgumentError:
-          pass
-        good = []
-        for path, data in chunk:
-          try:
-            good.append((path, sess.run(decoded_file,
-                                        {encoded_file: data})))
-          except tf.errors.InvalidArgumentError as e:
-            problems.append('%s: not a PNG, JPEG, BMP or GIF picture '
-                            'TensorFlow can read (%s)'
-                            % (path, _tf_error_reason(e.message)))
-        if good:
-          scores = sess.run(probabilities,
-                            {pixels: np.stack([p for _, p in good])})
-          results.extend(zip([path for path, _ in good], scores))
-  return results, problems
+          scores, decoded = [], {}
+          for j in readable:
+            try:
+              decoded[j] = sess.run(decoded_file,
+                                    {encoded_file: outcomes[j][1]})
+            except tf.errors.InvalidArgumentError as e:
+              outcomes[j] = ('%s: not a PNG, JPEG, BMP or GIF picture '
+                             'TensorFlow can read (%s)' % (
+                                 files[i + j], _tf_error_reason(e.message)),
+                             None)
+          readable = sorted(decoded)
+          if readable:
+            scores = sess.run(probabilities, {pixels: np.stack(
+                [decoded[j] for j in readable])})
+        scored = dict(zip(readable, scores))
+        for j, (problem, _) in enumerate(outcomes):
+          yield files[i + j], scored.get(j), problem
+
+
+def _read(path):
+  """(None, the file's bytes), or (a 'path: reason' problem, None)."""
+  try:
+    with open(path, 'rb') as f:
+      data = f.read()
+  except OSError as e:
+    return '%s: cannot be read (%s)' % (path, e.strerror), None
+  return (None, data) if data else ('%s: the file is empty' % path, None)
 
 
 def format_top_classes(path, probabilities, top_k=3):
@@ -306,18 +309,20 @@ def main(argv):
   except ClassifyError as e:
     sys.exit('%s: %s' % (name, e))
   files, problems = image_files(argv[1:])
-  results, unreadable = [], []
+  for problem in problems:
+    print('%s: %s' % (name, problem), file=sys.stderr, flush=True)
   if files:
-    results, unreadable = classify(
+    for path, probabilities, problem in classify(
         files, checkpoint, dtype=dtype, batch_size=FLAGS.batch_size,
         session_config=sessions.session_config(
-            optimize_graph=False, threads=run_flags.threads(FLAGS)))
-  for path, probabilities in results:
-    print(format_top_classes(path, probabilities, FLAGS.top_k))
-  sys.stdout.flush()
-  for problem in problems + unreadable:
-    print('%s: %s' % (name, problem), file=sys.stderr)
-  if problems or unreadable:
+            optimize_graph=False, threads=run_flags.threads(FLAGS))):
+      if problem:
+        problems.append(problem)
+        print('%s: %s' % (name, problem), file=sys.stderr, flush=True)
+      else:
+        print(format_top_classes(path, probabilities, FLAGS.top_k),
+              flush=True)
+  if problems:
     sys.exit(1)
 
 

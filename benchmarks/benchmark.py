@@ -564,9 +564,9 @@ class ClassifyVariant(Variant):
     self.step()
 
   def step(self):
-    cifar10_classify.classify(
+    list(cifar10_classify.classify(
         self.files, self.checkpoint, batch_size=self.batch_size,
-        session_config=eval_config())
+        session_config=eval_config()))
 
   def close(self):
     pass

@@ -344,8 +344,9 @@ def _chief_session(settings, worker, hooks, lost_sessions, config, start):
   # After the NaN check, as in cifar10_train, so a diverged step is never
   # saved. The global step moves with every worker's updates: re-read each
   # run.
-  hooks = hooks + saving.saving_hooks(scaffold, train_dir, settings,
-                                      own_steps=False, announce=False)
+  hooks = hooks + saving.saving_hooks(
+      scaffold, train_dir, settings, own_steps=False,
+      label=clusters.task_label(worker.job_name, worker.task_index))
   if settings.save_summaries_steps:
     hooks.append(tf.train.StepCounterHook(
         every_n_steps=settings.save_summaries_steps, output_dir=train_dir))

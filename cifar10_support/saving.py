@@ -17,6 +17,7 @@ which would run before every other hook.
 import collections
 from datetime import datetime
 import os
+import time
 
 import tensorflow.compat.v1 as tf
 
@@ -35,18 +36,49 @@ Saving.__doc__ = """What `restore_then_save` returns.
 """
 
 
-class SaveAnnouncer(tf.train.CheckpointSaverListener):
-  """Prints a line after each checkpoint is written (TF's own is INFO):
+def time_left(secs):
+  """'about 1 h 5 min', 'about 12 min' or 'less than a minute': secs, to the
+  nearest minute."""
+  minutes = int(round(secs / 60.0))
+  if minutes < 1:
+    return 'less than a minute'
+  if minutes < 60:
+    return 'about %d min' % minutes
+  return 'about %d h %d min' % divmod(minutes, 60)
 
-      <date time>: saved checkpoint <train_dir>/model.ckpt-<step>
+
+def progress(step, max_steps, steps_per_sec=None):
+  """Where a run stands: 'step 12,000 of 100,000; about 1 h 5 min left' at
+  steps_per_sec (the time left out where it is None or 0, and at the end)."""
+  text = 'step {:,} of {:,}'.format(step, max_steps)
+  if steps_per_sec and step < max_steps:
+    text += '; %s left' % time_left((max_steps - step) / steps_per_sec)
+  return text
+
+
+class SaveAnnouncer(tf.train.CheckpointSaverListener):
+  """Prints a line after each checkpoint is written (TF's own is INFO), with
+  where the run stands, the time left at the speed since the last one:
+
+      <date time>: saved checkpoint <train_dir>/model.ckpt-<step>; step
+      12,000 of 100,000; about 1 h 5 min left
   """
 
-  def __init__(self, train_dir):
+  def __init__(self, train_dir, max_steps, label=''):
     self._prefix = os.path.join(train_dir, 'model.ckpt')
+    self._max_steps = max_steps
+    self._label = label + ': ' if label else ''
+    self._last = None  # (global step, time) at the last checkpoint.
 
   def after_save(self, session, global_step_value):
-    print('%s: saved checkpoint %s-%d' % (datetime.now(), self._prefix,
-                                          global_step_value), flush=True)
+    now = time.time()
+    speed = None
+    if self._last and global_step_value > self._last[0] and now > self._last[1]:
+      speed = (global_step_value - self._last[0]) / (now - self._last[1])
+    self._last = (global_step_value, now)
+    print('%s%s: saved checkpoint %s-%d; %s' % (
+        self._label, datetime.now(), self._prefix, global_step_value,
+        progress(global_step_value, self._max_steps, speed)), flush=True)
 
 
 def restore_then_save(plan, train_dir, settings, summary_op=None):
@@ -79,7 +111,7 @@ def restore_then_save(plan, train_dir, settings, summary_op=None):
 
 
 def saving_hooks(scaffold, train_dir, settings, summary_op=None,
-                 own_steps=True, announce=True):
+                 own_steps=True, label=''):
   """The summary and checkpoint hooks of a run in train_dir, to put after
   the NaN check.
 
@@ -91,7 +123,8 @@ def saving_hooks(scaffold, train_dir, settings, summary_op=None,
     summary_op: the summaries to write, or None for every one in the graph.
     own_steps: False where other processes move the global step too
       (summaries.SummaryHook re-reads it each run).
-    announce: print a line after each checkpoint (SaveAnnouncer).
+    label: what the checkpoint lines (SaveAnnouncer) begin with, e.g.
+      'Chief'; none by default.
 
   Returns:
     [summaries.SummaryHook, tf.train.CheckpointSaverHook].
@@ -104,4 +137,4 @@ def saving_hooks(scaffold, train_dir, settings, summary_op=None,
       tf.train.CheckpointSaverHook(
           train_dir, scaffold=scaffold, save_steps=steps or None,
           save_secs=None if steps else settings.save_checkpoint_secs,
-          listeners=[SaveAnnouncer(train_dir)] if announce else None)]
+          listeners=[SaveAnnouncer(train_dir, settings.max_steps, label)])]

@@ -106,11 +106,12 @@ def test_png_of_each_test_record_gets_the_eval_graphs_class(trained, pngs):
   expected = _eval_graph_classes(data_dir, train_dir)
   checkpoint, dtype = cifar10_classify.find_checkpoint(train_dir)
 
-  results, problems = cifar10_classify.classify(
+  classified = list(cifar10_classify.classify(
       pngs, checkpoint, dtype, batch_size=64,
-      session_config=testutil.session_config())
+      session_config=testutil.session_config()))
 
-  assert problems == []
+  assert [problem for _, _, problem in classified] == [None] * len(pngs)
+  results = [(path, p) for path, p, _ in classified]
   assert [path for path, _ in results] == pngs
   classes = np.array([p.argmax() for _, p in results])
   np.testing.assert_array_equal(classes, expected)
@@ -120,6 +121,25 @@ def test_png_of_each_test_record_gets_the_eval_graphs_class(trained, pngs):
       os.path.join(data_dir, 'cifar-10-batches-bin', 'test_batch.bin'))[0]
   assert (classes == labels).mean() > 0.25
   assert len(set(classes)) >= 4
+
+
+def test_each_batch_is_classified_before_the_next_is_read(trained, pngs,
+                                                          tmp_path):
+  # The script prints each picture's line as it comes: a batch's results
+  # come before the next batch's files are even opened.
+  checkpoint, dtype = cifar10_classify.find_checkpoint(trained[1])
+  later = str(tmp_path / 'later.png')
+  results = cifar10_classify.classify(
+      [pngs[0], later, pngs[1]], checkpoint, dtype, batch_size=1,
+      session_config=testutil.session_config())
+  first = next(results)
+  assert first[0] == pngs[0] and first[2] is None
+  with open(pngs[2], 'rb') as f:
+    _write(later, f.read())  # Written only now: not read before.
+  rest = list(results)
+  assert [(path, problem) for path, _, problem in rest] == [
+      (later, None), (pngs[1], None)]
+  assert first[1].shape == (10,)
 
 
 def _odd_pictures(folder, records):
@@ -217,9 +237,8 @@ def test_savedmodel_serves_what_the_script_prints(trained, pngs, tmp_path):
   served = np.load(out)
 
   checkpoint, dtype = cifar10_classify.find_checkpoint(train_dir)
-  results, _ = cifar10_classify.classify(
-      files, checkpoint, dtype, session_config=testutil.session_config())
-  expected = np.stack([p for _, p in results])
+  expected = np.stack([p for _, p, _ in cifar10_classify.classify(
+      files, checkpoint, dtype, session_config=testutil.session_config())])
   np.testing.assert_allclose(served['probabilities'], expected, atol=1e-5)
   np.testing.assert_allclose(served['pixels'], expected[:1], atol=1e-5)
   assert list(served['classes']) == [

@@ -38,10 +38,11 @@ def _train_console(batches, train_dir):
       r'No checkpoint in %s: training from step 0\.' % train_dir,
       r'Filling queue with 40 CIFAR images before starting to train\. '
       r'This will take a few minutes\.',
-      DATE + r': saved checkpoint %s/model\.ckpt-0' % train_dir,
+      DATE + r': saved checkpoint %s/model\.ckpt-0; step 0 of 20' % train_dir,
       STEP % 0,
       STEP % 10,
-      DATE + r': saved checkpoint %s/model\.ckpt-20' % train_dir,
+      DATE + r': saved checkpoint %s/model\.ckpt-20; step 20 of 20'
+      % train_dir,
       r'Done: step 20 reached \(--max_steps\); final checkpoint '
       r'%s/model\.ckpt-20\.' % train_dir,
   ]

@@ -4,10 +4,12 @@ import glob
 import os
 import re
 
+import pytest
 import tensorflow.compat.v1 as tf
 
 import cifar10_train
 from cifar10_support import run_settings
+from cifar10_support import saving
 from testutil import run_script
 
 LINE = re.compile(r'^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}): step (\d+), '
@@ -92,7 +94,8 @@ def test_train_logs_checkpoints_summarizes_and_resumes(data_dir, tmp_path,
     assert float(match.group(3)) > 0 and float(match.group(4)) > 0
   # Each line once: neither TF's nor absl's handler doubles it.
   assert first.stdout.count('step 5, loss') == 1
-  assert first.stdout.count('saved checkpoint %s/model.ckpt-20\n' % train_dir) == 1
+  assert first.stdout.count(
+      'saved checkpoint %s/model.ckpt-20; step 20 of 20\n' % train_dir) == 1
   assert _checkpoint_steps(train_dir) == [0, 20]
   values = event_values(train_dir)
   assert ORIGINAL_TAGS <= set(values)
@@ -132,3 +135,35 @@ def test_missing_data_is_a_clear_error_within_seconds(tmp_path):
   assert result.returncode != 0
   assert ('Failed to find file: %s' % (data_dir / 'cifar-10-batches-bin' /
                                        'data_batch_1.bin')) in result.stderr
+
+
+@pytest.mark.parametrize('step,max_steps,steps_per_sec,text', [
+    (0, 100000, None, 'step 0 of 100,000'),
+    (12000, 100000, 22.5, 'step 12,000 of 100,000; about 1 h 5 min left'),
+    (99000, 100000, 20.0, 'step 99,000 of 100,000; about 1 min left'),
+    (99990, 100000, 20.0, 'step 99,990 of 100,000; less than a minute left'),
+    (2000, 5000, 10.0, 'step 2,000 of 5,000; about 5 min left'),
+    (100000, 100000, 20.0, 'step 100,000 of 100,000'),
+])
+def test_progress_says_where_a_run_stands(step, max_steps, steps_per_sec,
+                                          text):
+  assert saving.progress(step, max_steps, steps_per_sec) == text
+
+
+def test_each_checkpoint_line_has_the_time_left_at_the_recent_speed(
+    monkeypatch, capsys):
+  clock = iter([1000.0, 1600.0, 1700.0])
+  monkeypatch.setattr(saving.time, 'time', lambda: next(clock))
+  announcer = saving.SaveAnnouncer('/runs/a', 100000, label='Chief')
+  for step in (10000, 22000, 23000):
+    announcer.after_save(None, step)
+  lines = capsys.readouterr().out.splitlines()
+  date = r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}'
+  # The first line knows no speed yet; then 12,000 steps in 10 min, and
+  # 1,000 in 100 s: the most recent speed counts.
+  for line, tail in zip(lines, [
+      'model.ckpt-10000; step 10,000 of 100,000',
+      'model.ckpt-22000; step 22,000 of 100,000; about 1 h 5 min left',
+      'model.ckpt-23000; step 23,000 of 100,000; about 2 h 8 min left']):
+    assert re.fullmatch('Chief: %s: saved checkpoint /runs/a/%s' % (
+        date, re.escape(tail)), line), line
