@@ -87,3 +87,15 @@ def data_dir(tmp_path_factory):
   import testutil  # pylint: disable=g-import-not-at-top
   return testutil.shared_dir(tmp_path_factory, 'cifar10_data',
                              synthetic.make_data_dir)
+
+
+@pytest.fixture(scope='session')
+def learnable_data_dir(tmp_path_factory):
+  """Synthetic data a model learns in a few hundred steps at the scripts'
+  own hyper-parameters: 512 records a file (so a batch of 128 is a quarter
+  of one), each image's colour telling its label; chance is 0.1."""
+  import synthetic  # pylint: disable=g-import-not-at-top
+  import testutil  # pylint: disable=g-import-not-at-top
+  return testutil.shared_dir(
+      tmp_path_factory, 'cifar10_learnable',
+      lambda path: synthetic.make_data_dir(path, records_per_file=512))

@@ -53,16 +53,19 @@ class _ManagedCluster(object):
     extra: dict of keys TF_CONFIG carries beside cluster and task on the
       platform ('environment', 'job', ...); task_extra, beside type and
       index.
+    learning_rate: every task's initial learning rate (the fault tests',
+      which must not diverge on 100 records); None for the script's own.
   """
 
   def __init__(self, tmp_path, jobs, flags, evaluator=False, extra=None,
-               task_extra=None):
+               task_extra=None, learning_rate=LEARNING_RATE):
     ports = iter(testutil.free_ports(sum(jobs.values())))
     self.cluster = {job: ['127.0.0.1:%d' % next(ports) for _ in range(n)]
                     for job, n in jobs.items()}
     self.tasks = ['%s%d' % (job, i) for job, n in jobs.items()
                   for i in range(n)] + (['evaluator0'] if evaluator else [])
     self.flags = flags
+    self.learning_rate = learning_rate
     self.extra = extra or {}
     self.task_extra = task_extra or {}
     self.logs = {task: str(tmp_path / (task + '.log')) for task in self.tasks}
@@ -77,12 +80,14 @@ class _ManagedCluster(object):
 
   def start(self, task):
     env = testutil.script_env(TF_CONFIG=self.tf_config(task))
+    script = [os.path.join(testutil.ROOT, 'cifar10_distributed_train.py')]
+    if self.learning_rate:
+      script = [os.path.join(testutil.ROOT, 'tests', 'with_learning_rate.py'),
+                str(self.learning_rate), 'cifar10_distributed_train.py']
     with open(self.logs[task], 'a') as log:
       self.processes[task] = subprocess.Popen(
-          [sys.executable, os.path.join(testutil.ROOT, 'tests',
-                                        'with_learning_rate.py'),
-           str(LEARNING_RATE), 'cifar10_distributed_train.py'] + self.flags,
-          cwd=testutil.ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+          [sys.executable] + script + self.flags, cwd=testutil.ROOT, env=env,
+          stdout=log, stderr=subprocess.STDOUT)
 
   def log(self, task):
     with open(self.logs[task]) as f:
@@ -391,16 +396,23 @@ def test_kubeflow_tfjob_trains_and_its_evaluator_follows(data_dir, tmp_path):
 
 
 @pytest.mark.slow  # Clusters of processes.
-def test_vertex_ai_chief_ps_workers_train_synchronously(data_dir, tmp_path):
+def test_vertex_ai_chief_ps_workers_train_synchronously_and_learn(
+    learnable_data_dir, tmp_path):
   # Vertex AI custom training: worker pool 0 is the chief, pool 1 the
   # workers, pool 2 the ps, pool 3 an evaluator left out of the cluster;
-  # TF_CONFIG also carries the job and a trial.
+  # TF_CONFIG also carries the job and a trial. The script's own batch size
+  # and learning rate, on learnable data: the chief job's run must learn.
   train_dir = str(tmp_path / 'train')
-  max_steps = 24
+  max_steps = 200
   cluster = _ManagedCluster(
-      tmp_path, flags=_flags(data_dir, train_dir, tmp_path, max_steps,
-                             '--sync_replicas'),
-      **PLATFORMS['vertex_ai']())
+      tmp_path, flags=[
+          '--data_dir=%s' % learnable_data_dir, '--train_dir=%s' % train_dir,
+          '--max_steps=%d' % max_steps, '--log_frequency=20',
+          '--save_checkpoint_steps=50', '--startup_wait_secs=120',
+          '--operation_timeout_secs=120', '--sync_replicas',
+          '--eval_dir=%s' % (tmp_path / 'eval'), '--eval_interval_secs=1',
+          '--num_examples=%d' % testutil.LEARNABLE_TEST_RECORDS],
+      learning_rate=None, **PLATFORMS['vertex_ai']())
   outputs = _run(cluster, ['ps0', 'evaluator0', 'worker0', 'chief0'])
   for task in ('chief0', 'worker0'):
     assert ('SyncReplicas enabled: replicas_to_aggregate=2; '
@@ -409,6 +421,12 @@ def test_vertex_ai_chief_ps_workers_train_synchronously(data_dir, tmp_path):
   # Synchronous training stops on the global step, which counts updates.
   assert max_steps <= final <= max_steps + 1
   _check_evaluated(outputs, train_dir, tmp_path, max_steps)
+  # What the evaluator found, and cifar10_eval.py on the final checkpoint.
+  last = EVALUATOR_LINE.fullmatch(outputs['evaluator0'].strip().splitlines()[
+      -1])
+  assert float(last.group(4)) >= testutil.LEARNED
+  assert testutil.eval_precision(learnable_data_dir, train_dir, str(
+      tmp_path / 'eval_once')) >= testutil.LEARNED
 
 
 @pytest.mark.slow  # Clusters of processes.

@@ -3,6 +3,7 @@
 import fcntl
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -46,6 +47,26 @@ def run_script(script, args, timeout=240, **env):
   return subprocess.run([sys.executable, os.path.join(ROOT, script)] + args,
                         cwd=ROOT, env=env, capture_output=True, text=True,
                         timeout=timeout)
+
+
+# Precision @ 1 on learnable_data_dir's 512 test records (10 classes, chance
+# 0.1) that only a model that learned reaches. Healthy runs of every trainer
+# end at 1.000 (a few records short of it at worst); a broken update, sign
+# or label ends near chance or diverges.
+LEARNED = 0.8
+LEARNABLE_TEST_RECORDS = 512
+
+
+def eval_precision(data_dir, train_dir, eval_dir):
+  """cifar10_eval.py --run_once on train_dir's newest checkpoint, as a user
+  runs it, on every test record once; returns its precision @ 1."""
+  result = run_script('cifar10_eval.py', [
+      '--run_once', '--data_dir=%s' % data_dir,
+      '--checkpoint_dir=%s' % train_dir, '--eval_dir=%s' % eval_dir,
+      '--num_examples=%d' % LEARNABLE_TEST_RECORDS], timeout=120)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return float(re.search(r'^\S+ \S+: precision @ 1 = (\d\.\d{3})$',
+                         result.stdout, re.M).group(1))
 
 
 # A learning rate the fixtures' short runs on the synthetic colours reach a
