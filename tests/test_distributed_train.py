@@ -167,6 +167,38 @@ def test_main_turns_bad_flags_into_usage_errors(args, message):
       dist.FLAGS.unparse_flags()
 
 
+def test_xdist_workers_pick_ports_apart(monkeypatch):
+  # Two pytest-xdist workers never pick the same port, so neither can take
+  # one the other picked before its task binds it.
+  monkeypatch.setenv('PYTEST_XDIST_WORKER_COUNT', '2')
+  shares = []
+  for worker in ('gw0', 'gw1'):
+    monkeypatch.setenv('PYTEST_XDIST_WORKER', worker)
+    shares.append(set(testutil.own_ports()))
+    assert set(testutil.free_ports(20)) <= shares[-1]
+  assert not shares[0] & shares[1]
+  assert shares[0] | shares[1] == set(testutil.TASK_PORTS)
+
+
+def test_a_run_whose_port_was_taken_runs_again():
+  runs = []
+
+  def run():
+    runs.append(len(runs))
+    if len(runs) < 3:
+      raise testutil.PortTaken()
+    return 'trained'
+
+  assert testutil.retry_port_taken(run) == 'trained'
+  assert runs == [0, 1, 2]
+
+  def always_taken():
+    raise testutil.PortTaken()
+
+  with pytest.raises(testutil.PortTaken):
+    testutil.retry_port_taken(always_taken)
+
+
 def test_wait_for_addresses_is_bounded_and_names_the_address():
   listening = socket.socket()
   listening.bind(('127.0.0.1', 0))
@@ -265,6 +297,9 @@ def _run_cluster(tmp_path, data_dir, extra_flags, tf_config_worker_1=False,
   Returns:
     (outputs, train_dir, rerun): outputs is a list of the two workers' logs;
     rerun the subprocess.CompletedProcess of the new chief, or None.
+
+  Raises:
+    testutil.PortTaken: a task could not bind its port.
   """
   ports = testutil.free_ports(3)
   ps_hosts = '127.0.0.1:%d' % ports[0]
@@ -297,6 +332,9 @@ def _run_cluster(tmp_path, data_dir, extra_flags, tf_config_worker_1=False,
     codes = [p.wait(timeout=max(deadline - time.time(), 1))
              for p in processes[1:]]
     outputs = [open(path).read() for path in logs[1:]]
+    if codes != [0, 0] and any(testutil.PORT_TAKEN in open(path).read()
+                               for path in logs):
+      raise testutil.PortTaken()
     assert codes == [0, 0], '\n'.join(o[-3000:] for o in outputs)
     # The ps serves until it is stopped.
     assert processes[0].poll() is None, open(logs[0]).read()[-3000:]
@@ -372,8 +410,8 @@ def _check_chief_checkpoint(train_dir, min_step, max_step):
 
 def test_async_cluster_trains_to_the_global_step_and_learns(
     learnable_data_dir, tmp_path):
-  outputs, train_dir, _ = _run_cluster(
-      tmp_path, learnable_data_dir, [], learning_rate=ASYNC_LEARNING_RATE)
+  outputs, train_dir, _ = testutil.retry_port_taken(lambda: _run_cluster(
+      tmp_path, learnable_data_dir, [], learning_rate=ASYNC_LEARNING_RATE))
   done = _finished(outputs)
   final_step = max(step for step, _ in done.values())
   assert final_step >= LEARN_STEPS
@@ -387,9 +425,9 @@ def test_async_cluster_trains_to_the_global_step_and_learns(
 
 def test_sync_cluster_trains_to_the_global_step_and_learns(
     learnable_data_dir, tmp_path):
-  outputs, train_dir, rerun = _run_cluster(
+  outputs, train_dir, rerun = testutil.retry_port_taken(lambda: _run_cluster(
       tmp_path, learnable_data_dir, ['--sync_replicas'],
-      tf_config_worker_1=True, rerun_chief=True)
+      tf_config_worker_1=True, rerun_chief=True))
   for output in outputs:
     assert ('SyncReplicas enabled: replicas_to_aggregate=2; '
             'total_num_replicas=2') in output

@@ -10,7 +10,6 @@ import http.server
 import io
 import os
 import shutil
-import socket
 import tarfile
 import threading
 
@@ -89,9 +88,7 @@ def server(archive):
 
 def closed_port_url():
   """An http URL on 127.0.0.1 where nothing listens: offline, at once."""
-  with socket.socket() as s:
-    s.bind(('127.0.0.1', 0))
-    port = s.getsockname()[1]
+  port, = testutil.free_ports(1)
   return 'http://127.0.0.1:%d/cifar-10-binary.tar.gz' % port
 
 

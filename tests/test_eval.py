@@ -5,7 +5,6 @@ import glob
 import os
 import re
 import shutil
-import socket
 
 from absl import flags
 import numpy as np
@@ -156,9 +155,7 @@ def test_test_file_alone_is_enough_and_nothing_is_fetched(data_dir, train_dir,
   shutil.copy(os.path.join(data_dir, 'cifar-10-batches-bin', 'test_batch.bin'),
               str(only_test))
   # Nothing listens there: any download attempt would fail the run.
-  with socket.socket() as s:
-    s.bind(('127.0.0.1', 0))
-    url = 'http://127.0.0.1:%d/cifar-10-binary.tar.gz' % s.getsockname()[1]
+  url = 'http://127.0.0.1:%d/cifar-10-binary.tar.gz' % testutil.free_ports(1)[0]
   args = ['--run_once', '--data_dir=%s' % only_test.parent,
           '--checkpoint_dir=%s' % train_dir, '--eval_dir=%s' % (tmp_path / 'e'),
           '--num_examples=20', '--batch_size=8', '--data_url=%s' % url]

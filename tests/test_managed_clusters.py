@@ -59,9 +59,8 @@ class _ManagedCluster(object):
 
   def __init__(self, tmp_path, jobs, flags, evaluator=False, extra=None,
                task_extra=None, learning_rate=LEARNING_RATE):
-    ports = iter(testutil.free_ports(sum(jobs.values())))
-    self.cluster = {job: ['127.0.0.1:%d' % next(ports) for _ in range(n)]
-                    for job, n in jobs.items()}
+    self.jobs = jobs
+    self.new_ports()
     self.tasks = ['%s%d' % (job, i) for job, n in jobs.items()
                   for i in range(n)] + (['evaluator0'] if evaluator else [])
     self.flags = flags
@@ -70,7 +69,13 @@ class _ManagedCluster(object):
     self.task_extra = task_extra or {}
     self.logs = {task: str(tmp_path / (task + '.log')) for task in self.tasks}
     self.processes = {}
+
+  def new_ports(self):
+    """Every task's address, picked anew; the scenario's time, anew."""
     self.deadline = time.time() + SCENARIO_SECS
+    ports = iter(testutil.free_ports(sum(self.jobs.values())))
+    self.cluster = {job: ['127.0.0.1:%d' % next(ports) for _ in range(n)]
+                    for job, n in self.jobs.items()}
 
   def tf_config(self, task):
     job, index = task.rstrip('0123456789'), int(task[len(task.rstrip(
@@ -173,14 +178,27 @@ def _flags(data_dir, train_dir, tmp_path, max_steps, *extra):
 
 
 def _run(cluster, order):
-  """Starts the tasks in `order`, waits for all but the ps; their logs."""
-  try:
-    for task in order:
-      cluster.start(task)
-    codes = cluster.finish()
+  """Starts the tasks in `order`, waits for all but the ps; their logs.
+
+  Again on new ports if a task found its port taken before it bound it
+  (testutil.retry_port_taken)."""
+
+  def run_once():
+    try:
+      for task in order:
+        cluster.start(task)
+      codes = cluster.finish()
+    finally:
+      cluster.stop()
+    if set(codes.values()) != {0} and testutil.PORT_TAKEN in cluster.tails():
+      for path in cluster.logs.values():
+        if os.path.exists(path):
+          os.remove(path)
+      cluster.new_ports()
+      raise testutil.PortTaken()
     assert set(codes.values()) == {0}, (codes, cluster.tails())
-  finally:
-    cluster.stop()
+
+  testutil.retry_port_taken(run_once)
   outputs = {task: cluster.log(task) for task in cluster.tasks}
   for task, output in outputs.items():
     assert 'Traceback' not in output, '%s:\n%s' % (task, output[-3000:])

@@ -5,7 +5,6 @@ real TensorBoard server's HTTP data API, as a browser reads it.
 import glob
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -92,16 +91,10 @@ def test_save_summaries_steps_zero_writes_no_summaries(data_dir, tmp_path):
   assert os.path.exists(os.path.join(train_dir, 'model.ckpt-5.index'))
 
 
-def _free_port():
-  with socket.socket() as s:
-    s.bind(('127.0.0.1', 0))
-    return s.getsockname()[1]
-
-
 @pytest.fixture(scope='module')
 def tensorboard(logdir):
   """A TensorBoard server on logdir; yields a function GET path -> JSON."""
-  port = _free_port()
+  port, = testutil.free_ports(1)
   server = subprocess.Popen(
       [sys.executable, '-m', 'tensorboard.main', '--logdir', logdir,
        '--host', '127.0.0.1', '--port', str(port), '--load_fast=false',

@@ -108,9 +108,7 @@ def test_distributed_chief_stops_on_a_busy_train_dir(data_dir, tmp_path):
   with socket.socket() as ps, train_dirs.train_dir_lock(train_dir):
     ps.bind(('127.0.0.1', 0))
     ps.listen()
-    with socket.socket() as s:
-      s.bind(('127.0.0.1', 0))
-      worker_port = s.getsockname()[1]
+    worker_port, = testutil.free_ports(1)
     result = testutil.run_script('cifar10_distributed_train.py', [
         '--job_name=worker', '--task_index=0',
         '--ps_hosts=127.0.0.1:%d' % ps.getsockname()[1],

@@ -142,14 +142,28 @@ def shared_dir(tmp_path_factory, name, build):
 # Below Linux's ephemeral range (32768-60999 by default), from which the
 # kernel picks the source port of every outgoing connection: a cluster's own
 # gRPC channels could otherwise take a port before its task binds it.
-_TASK_PORTS = range(20000, 32768)
+TASK_PORTS = range(20000, 32768)
+
+# What the script prints when its server cannot bind its port.
+PORT_TAKEN = 'Could not start the server of'
+
+
+def own_ports():
+  """This pytest-xdist worker's share of TASK_PORTS, apart from every other
+  worker's: two workers never pick the same port, so none can take a port
+  another picked before its task binds it (TensorFlow's servers refuse
+  SO_REUSEPORT, so a picked port cannot be held open for them)."""
+  worker = os.environ.get('PYTEST_XDIST_WORKER', 'gw0')
+  count = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
+  return TASK_PORTS[int(worker[len('gw'):])::count]
 
 
 def free_ports(count):
   """`count` different ports on 127.0.0.1 that nothing listens on now,
-  outside the ephemeral range; for the tasks of a test cluster."""
+  outside the ephemeral range and in this worker's own share of it; for the
+  tasks of a test cluster, a server, or an address where nothing listens."""
   ports = []
-  for port in random.sample(_TASK_PORTS, 200):
+  for port in random.sample(own_ports(), 200):
     with socket.socket() as s:
       try:
         s.bind(('127.0.0.1', port))
@@ -158,4 +172,20 @@ def free_ports(count):
     ports.append(port)
     if len(ports) == count:
       return ports
-  raise RuntimeError('no %d free ports in %s' % (count, _TASK_PORTS))
+  raise RuntimeError('no %d free ports in %s' % (count, own_ports()))
+
+
+class PortTaken(Exception):
+  """A task found its port taken (by a process outside the tests) between
+  free_ports' pick and its bind."""
+
+
+def retry_port_taken(run, attempts=3):
+  """run(), again on new ports (run picks them) while it raises PortTaken;
+  the last attempt's PortTaken fails the test."""
+  for attempt in range(attempts):
+    try:
+      return run()
+    except PortTaken:
+      if attempt == attempts - 1:
+        raise
