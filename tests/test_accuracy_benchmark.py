@@ -1,0 +1,229 @@
+"""benchmarks/accuracy.py: the tolerance rule, the table, the record, a run.
+
+The rule and the table are checked on hand-set numbers; the record in
+benchmarks/ against the runs we measured beside it (healthy ones must pass,
+the maths regressions must not); the checkpoint keeper against a saver that
+prunes; that a record of another test set or batch, and a train_dir with
+files in it, are refused; and one small run on the synthetic data, end to end
+in this process, against a record made to pass one step and fail the other.
+"""
+
+import json
+import math
+import os
+import sys
+
+import pytest
+import tensorflow.compat.v1 as tf
+
+from testutil import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
+import accuracy  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+BENCHMARKS = os.path.join(ROOT, 'benchmarks')
+
+
+def _load(name):
+  with open(os.path.join(BENCHMARKS, name)) as f:
+    return json.load(f)
+
+
+def _log(steps, precisions, **fields):
+  """A --log of a float32 run, as accuracy.py writes it."""
+  log = {'machine': 'M', 'cpu': 'cpu', 'cpu_family_model': None,
+         'tensorflow': '2.21.0', 'python': '3.11.7', 'date': '2026-11-25',
+         'started': '2026-11-25T10:00:00Z', 'test_data_md5': 'abc',
+         'batch_size': 128, 'num_examples': 10000,
+         'command': 'python benchmarks/accuracy.py --steps=2000 '
+                    '--log=/tmp/a.json', 'mixed_precision': 'off',
+         'rows': [{'step': s, 'wall_s': 10.0 * s, 'precision': p}
+                  for s, p in zip(steps, precisions)]}
+  log.update(fields)
+  return log
+
+
+def test_the_band_is_the_mean_and_the_range_plus_the_margin():
+  recorded, tolerance = accuracy.band([0.70, 0.74, 0.72], sd=0.01)
+
+  assert recorded == pytest.approx(0.72)
+  assert tolerance == pytest.approx(0.04 + 2 * 0.01)  # the documented rule
+
+
+def test_the_standard_deviation_is_pooled_over_the_steps():
+  # Squared deviations 0.02 + 0; degrees of freedom 1 + 2.
+  assert accuracy.pooled_sd([[0.5, 0.7], [0.6, 0.6, 0.6]]) == pytest.approx(
+      math.sqrt(0.02 / 3))
+  assert accuracy.pooled_sd([[0.5], [0.7]]) == 0.0
+
+
+def test_a_row_passes_inside_the_band_and_on_its_edge_only():
+  expected = (0.60, 0.02)
+
+  assert accuracy.judge(0.61, expected) == accuracy.OK
+  assert accuracy.judge(0.62, expected) == accuracy.OK  # on the edge
+  assert accuracy.judge(0.58, expected) == accuracy.OK
+  assert accuracy.judge(0.621, expected) == accuracy.REGRESSION
+  assert accuracy.judge(0.579, expected) == accuracy.REGRESSION
+  assert accuracy.judge(0.61, None) == accuracy.NOT_RECORDED
+
+
+def test_one_row_outside_fails_the_run_and_is_named():
+  results = [{'step': s, 'wall_s': w, 'precision': p, 'true_count': 0}
+             for s, w, p in [(500, 25.4, 0.51), (1000, 45.0, 0.50),
+                             (1500, 66.0, 0.65)]]
+  rows = accuracy.make_rows(results, {500: (0.515, 0.02),
+                                      1000: (0.600, 0.02)})
+
+  assert [r['result'] for r in rows] == [accuracy.OK, accuracy.REGRESSION,
+                                         accuracy.NOT_RECORDED]
+  status, line = accuracy.verdict(rows, [500, 1000])
+  assert status == 1
+  assert line == ('REGRESSION: 1 of 2 checked steps outside the tolerance '
+                  '(step 1000: 0.500, recorded 0.600 +/- 0.020).')
+  lines = accuracy.table_lines(rows)
+  assert lines[0].split() == ['step', 'wall', 'time', 'precision', '@', '1',
+                              'recorded', 'tolerance', 'result']
+  assert lines[1].split() == ['500', '25', 's', '0.510', '0.515', '+/-0.020',
+                              'OK']
+  assert lines[3].split() == ['1500', '66', 's', '0.650', '-', '-', 'not',
+                              'recorded']
+
+
+def test_a_run_passes_when_every_checked_row_does():
+  rows = accuracy.make_rows(
+      [{'step': 500, 'wall_s': 1.0, 'precision': 0.52, 'true_count': 0}],
+      {500: (0.515, 0.02)})
+
+  assert accuracy.verdict(rows, [500]) == (
+      0, 'OK: all 1 checked steps within the tolerance.')
+  assert accuracy.verdict(rows, [])[0] == 0
+  assert accuracy.verdict(accuracy.make_rows(rows, {}), [2000]) == (
+      0, 'Nothing checked: the record holds none of these steps, only 2000.')
+
+
+def test_the_checked_steps_end_with_the_last():
+  assert accuracy.checked_steps(2000, 500) == [500, 1000, 1500, 2000]
+  assert accuracy.checked_steps(1200, 500) == [500, 1000, 1200]
+
+
+def test_a_record_holds_each_step_of_every_run_in_order():
+  curve = accuracy.curve_from_logs([
+      _log([500, 1000], [0.50, 0.60]),
+      _log([500, 1000], [0.52, 0.61], date='2026-11-26')])
+
+  assert curve['points'] == [
+      {'step': 500, 'precision': [0.50, 0.52], 'wall_s': [5000.0, 5000.0]},
+      {'step': 1000, 'precision': [0.60, 0.61],
+       'wall_s': [10000.0, 10000.0]}]
+  assert curve['command'] == 'python benchmarks/accuracy.py --steps=2000'
+  assert curve['date'] == '2026-11-25 to 2026-11-26'
+  expected = accuracy.expected_by_step(curve)
+  sd = math.sqrt((2 * 0.01 ** 2 + 2 * 0.005 ** 2) / 2)
+  assert expected[500] == pytest.approx((0.51, 0.02 + 2 * sd))
+
+
+def test_a_record_refuses_bf16_runs_and_runs_of_other_steps():
+  with pytest.raises(ValueError, match='float32'):
+    accuracy.curve_from_logs([_log([500], [0.5]),
+                              _log([500], [0.5], mixed_precision='bf16')])
+  with pytest.raises(ValueError, match='steps'):
+    accuracy.curve_from_logs([_log([500], [0.5]), _log([1000], [0.5])])
+
+
+def test_a_record_of_another_test_set_or_batch_is_not_used(tmp_path, capsys):
+  path = str(tmp_path / 'curve.json')
+  accuracy.write_json(path, accuracy.curve_from_logs([_log([500], [0.5])]))
+  info = {'test_data_md5': 'abc', 'batch_size': 128, 'num_examples': 10000}
+
+  assert accuracy.record_to_check(path, info)['points'][0]['step'] == 500
+  assert accuracy.record_to_check(path, dict(info, batch_size=64)) is None
+  assert 'batch_size 128, here 64' in capsys.readouterr().out
+  assert accuracy.record_to_check(path, dict(info, test_data_md5='x')) is None
+  assert accuracy.record_to_check(str(tmp_path / 'none.json'), info) is None
+
+
+def test_the_record_passes_our_healthy_runs_and_fails_the_regressions():
+  # The record's own runs made it; these are runs made beside it.
+  expected = accuracy.expected_by_step(_load('accuracy_curve.json'))
+  regressions = _load('accuracy_regressions.json')
+  healthy = [_load(name) for name in regressions['healthy_logs']]
+
+  # The wrong sign's run diverged (NaN) before any checkpoint to check.
+  evaluated = [run for run in regressions['runs'] if run['rows']]
+
+  assert len(expected) == 4 and len(healthy) == 2 and len(evaluated) == 3
+  for log in healthy:
+    rows = accuracy.make_rows(log['rows'], expected)
+    assert accuracy.verdict(rows, sorted(expected))[0] == 0, log['command']
+  for run in evaluated:
+    rows = accuracy.make_rows(run['rows'], expected)
+    assert accuracy.verdict(rows, sorted(expected))[0] == 1, run['change']
+
+
+def test_the_keeper_keeps_what_the_saver_prunes(tmp_path):
+  train_dir, keep_dir = str(tmp_path / 'train'), str(tmp_path / 'kept')
+  with tf.Graph().as_default():
+    step = tf.train.get_or_create_global_step()
+    increment = tf.assign_add(step, 10)
+    saver = tf.train.Saver(max_to_keep=2)
+    with tf.Session() as sess:
+      sess.run(step.initializer)
+      keeper = accuracy.CheckpointKeeper(train_dir, keep_dir, interval=60)
+      with keeper:
+        for _ in range(4):
+          sess.run(increment)
+          saver.save(sess, os.path.join(train_dir, 'model.ckpt'),
+                     global_step=step)
+          keeper.look()
+
+  assert sorted(keeper.kept) == [10, 20, 30, 40]
+  # The saver kept two; the keeper all four, readable.
+  assert len(tf.train.get_checkpoint_state(
+      train_dir).all_model_checkpoint_paths) == 2
+  assert not os.path.exists(os.path.join(train_dir, 'model.ckpt-10.index'))
+  reader = tf.train.load_checkpoint(keeper.kept[10])
+  assert reader.get_tensor('global_step') == 10
+
+
+def test_a_train_dir_with_files_is_refused(tmp_path):
+  (tmp_path / 'model.ckpt-5.index').write_text('')
+  args = accuracy.parse_args(['--data_dir=/nonexistent',
+                              '--train_dir=%s' % tmp_path])
+
+  with pytest.raises(SystemExit, match='is not empty'):
+    accuracy.run(args, [])
+
+
+@pytest.mark.slow
+def test_a_small_run_evaluates_each_checkpoint_against_the_record(
+    data_dir, tmp_path, capsys):
+  # A record of this test set that step 10 passes whatever it measures, and
+  # step 20 cannot.
+  md5 = accuracy.file_md5(os.path.join(data_dir, 'cifar-10-batches-bin',
+                                       'test_batch.bin'))
+  same = dict(test_data_md5=md5, batch_size=8, num_examples=20)
+  curve = accuracy.curve_from_logs([_log([10, 20], [0.0, 5.0], **same),
+                                    _log([10, 20], [1.0, 5.0], **same)])
+  curve_path = str(tmp_path / 'curve.json')
+  log_path = str(tmp_path / 'log.json')
+  accuracy.write_json(curve_path, curve)
+  argv = ['--data_dir=%s' % data_dir, '--steps=20', '--eval_every=10',
+          '--batch_size=8', '--num_examples=20', '--curve=%s' % curve_path,
+          '--log=%s' % log_path, '--train_dir=%s' % (tmp_path / 'train')]
+
+  status = accuracy.run(accuracy.parse_args(argv), argv)
+
+  assert status == 1
+  out = capsys.readouterr().out
+  with open(log_path) as f:
+    log = json.load(f)
+  assert [r['step'] for r in log['rows']] == [10, 20]
+  assert [r['result'] for r in log['rows']] == ['OK', 'REGRESSION']
+  for row in log['rows']:
+    assert row['precision'] == row['true_count'] / 20
+    assert '%6d' % row['step'] in out
+  assert 0 < log['rows'][0]['wall_s'] <= log['rows'][1]['wall_s']
+  assert log['compute_dtype'] == 'float32'
+  assert 'REGRESSION: 1 of 2 checked steps outside the tolerance' in out
+  assert os.path.exists(tmp_path / 'train' / 'kept' / 'model.ckpt-20.index')
