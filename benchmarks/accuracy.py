@@ -65,7 +65,6 @@ import argparse
 import contextlib
 from datetime import datetime
 from datetime import timezone
-import hashlib
 import io
 import json
 import math
@@ -367,15 +366,6 @@ def evaluate(kept, steps, start, settings):
   return results
 
 
-def file_md5(path):
-  """The hex MD5 of a file: which test set a run was measured on."""
-  digest = hashlib.md5()
-  with open(path, 'rb') as f:
-    for block in iter(lambda: f.read(1 << 20), b''):
-      digest.update(block)
-  return digest.hexdigest()
-
-
 def cpu_family_model(cpuinfo):
   """'family F model M' of /proc/cpuinfo's text, or None."""
   family = re.search(r'^cpu family\s*:\s*(\d+)', cpuinfo, re.M)
@@ -584,7 +574,7 @@ def run(args, argv):
       started=datetime.now(timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ'),
       command=' '.join(['python', 'benchmarks/accuracy.py'] + argv),
       data_dir=args.data_dir,
-      test_data_md5=file_md5(os.path.join(
+      test_data_md5=download.file_md5(os.path.join(
           args.data_dir, download.BATCHES_DIR, 'test_batch.bin')),
       mixed_precision=args.mixed_precision,
       compute_dtype=(compute_dtype or tf.float32).name,

@@ -16,6 +16,7 @@ import sys
 import pytest
 import tensorflow.compat.v1 as tf
 
+from cifar10_support import download
 from testutil import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
@@ -200,7 +201,7 @@ def test_a_small_run_evaluates_each_checkpoint_against_the_record(
     data_dir, tmp_path, capsys):
   # A record of this test set that step 10 passes whatever it measures, and
   # step 20 cannot.
-  md5 = accuracy.file_md5(os.path.join(data_dir, 'cifar-10-batches-bin',
+  md5 = download.file_md5(os.path.join(data_dir, 'cifar-10-batches-bin',
                                        'test_batch.bin'))
   same = dict(test_data_md5=md5, batch_size=8, num_examples=20)
   curve = accuracy.curve_from_logs([_log([10, 20], [0.0, 5.0], **same),
