@@ -203,32 +203,38 @@ def classify(files, checkpoint, dtype=tf.float32, batch_size=128,
     probabilities, _ = model(pixels, dtype)
     saver = _averages_saver()
     graph.finalize()
-    with tf.Session(config=session_config) as sess:
+  # Yields outside any `with`: the caller's default graph stays its own
+  # between results, and two generators may be open at once.
+  sess = tf.Session(graph=graph, config=session_config)
+  try:
+    with graph.as_default():  # A Saver restores eagerly outside a graph.
       saver.restore(sess, checkpoint)
-      for i in range(0, len(files), batch_size):
-        outcomes = [_read(path) for path in files[i:i + batch_size]]
-        readable = [j for j, (_, data) in enumerate(outcomes) if data]
-        try:
-          scores = sess.run(probabilities, {encoded_batch: [
-              outcomes[j][1] for j in readable]}) if readable else []
-        except tf.errors.InvalidArgumentError:
-          scores, decoded = [], {}
-          for j in readable:
-            try:
-              decoded[j] = sess.run(decoded_file,
-                                    {encoded_file: outcomes[j][1]})
-            except tf.errors.InvalidArgumentError as e:
-              outcomes[j] = ('%s: not a PNG, JPEG, BMP or GIF picture '
-                             'TensorFlow can read (%s)' % (
-                                 files[i + j], _tf_error_reason(e.message)),
-                             None)
-          readable = sorted(decoded)
-          if readable:
-            scores = sess.run(probabilities, {pixels: np.stack(
-                [decoded[j] for j in readable])})
-        scored = dict(zip(readable, scores))
-        for j, (problem, _) in enumerate(outcomes):
-          yield files[i + j], scored.get(j), problem
+    for i in range(0, len(files), batch_size):
+      outcomes = [_read(path) for path in files[i:i + batch_size]]
+      readable = [j for j, (_, data) in enumerate(outcomes) if data]
+      try:
+        scores = sess.run(probabilities, {encoded_batch: [
+            outcomes[j][1] for j in readable]}) if readable else []
+      except tf.errors.InvalidArgumentError:
+        scores, decoded = [], {}
+        for j in readable:
+          try:
+            decoded[j] = sess.run(decoded_file,
+                                  {encoded_file: outcomes[j][1]})
+          except tf.errors.InvalidArgumentError as e:
+            outcomes[j] = ('%s: not a PNG, JPEG, BMP or GIF picture '
+                           'TensorFlow can read (%s)' % (
+                               files[i + j], _tf_error_reason(e.message)),
+                           None)
+        readable = sorted(decoded)
+        if readable:
+          scores = sess.run(probabilities, {pixels: np.stack(
+              [decoded[j] for j in readable])})
+      scored = dict(zip(readable, scores))
+      for j, (problem, _) in enumerate(outcomes):
+        yield files[i + j], scored.get(j), problem
+  finally:
+    sess.close()
 
 
 def _read(path):

@@ -107,9 +107,11 @@ def cluster_from_tf_config(tf_config):
     raise TFConfigError('TF_CONFIG cluster has job(s) %s; this script knows '
                         '"ps", "worker", "chief" or "master" (the chief), and '
                         '"evaluator"' % ', '.join(extra))
-  if cluster.get(EVALUATOR) and len(_tf_config_hosts(cluster, EVALUATOR)) > 1:
+  evaluators = (_tf_config_hosts(cluster, EVALUATOR)
+                if cluster.get(EVALUATOR, []) != [] else [])
+  if len(evaluators) > 1:
     raise TFConfigError('TF_CONFIG cluster lists %d "evaluator" tasks; %s'
-                        % (len(cluster[EVALUATOR]), ONE_EVALUATOR))
+                        % (len(evaluators), ONE_EVALUATOR))
   chiefs = [job for job in CHIEF_JOBS if job in cluster]
   if len(chiefs) > 1:
     raise TFConfigError('TF_CONFIG cluster has both a "chief" and a "master" '

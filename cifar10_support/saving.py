@@ -37,13 +37,15 @@ Saving.__doc__ = """What `restore_then_save` returns.
 
 
 def time_left(secs):
-  """'about 1 h 5 min', 'about 12 min' or 'less than a minute': secs, to the
-  nearest minute."""
-  minutes = int(round(secs / 60.0))
+  """'about 1 h 5 min', 'about 2 h', 'about 12 min' or 'less than a minute':
+  secs, to the nearest minute (halves up)."""
+  minutes = int(secs / 60.0 + 0.5)
   if minutes < 1:
     return 'less than a minute'
   if minutes < 60:
     return 'about %d min' % minutes
+  if minutes % 60 == 0:
+    return 'about %d h' % (minutes // 60)
   return 'about %d h %d min' % divmod(minutes, 60)
 
 

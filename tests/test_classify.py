@@ -134,6 +134,8 @@ def test_each_batch_is_classified_before_the_next_is_read(trained, pngs,
       session_config=testutil.session_config())
   first = next(results)
   assert first[0] == pngs[0] and first[2] is None
+  # Between results the caller's default graph is its own, not classify's.
+  assert not tf.get_default_graph().finalized
   with open(pngs[2], 'rb') as f:
     _write(later, f.read())  # Written only now: not read before.
   rest = list(results)

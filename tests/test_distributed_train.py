@@ -4,6 +4,7 @@
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -305,6 +306,8 @@ def _run_cluster(tmp_path, data_dir, extra_flags, tf_config_worker_1=False,
   ps_hosts = '127.0.0.1:%d' % ports[0]
   worker_hosts = '127.0.0.1:%d,127.0.0.1:%d' % (ports[1], ports[2])
   train_dir = str(tmp_path / 'train')
+  for run_dir in (train_dir, str(tmp_path / 'train_2')):
+    shutil.rmtree(run_dir, ignore_errors=True)  # An attempt on taken ports.
   cluster_flags = ['--ps_hosts=' + ps_hosts, '--worker_hosts=' + worker_hosts]
   settings = ['--data_dir=%s' % data_dir, '--max_steps=%d' % LEARN_STEPS,
               '--log_frequency=20', '--operation_timeout_secs=60',

@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -194,6 +195,9 @@ def _run(cluster, order):
       for path in cluster.logs.values():
         if os.path.exists(path):
           os.remove(path)
+      for flag in cluster.flags:  # What the attempt wrote: start afresh.
+        if flag.startswith(('--train_dir=', '--eval_dir=')):
+          shutil.rmtree(flag.split('=', 1)[1], ignore_errors=True)
       cluster.new_ports()
       raise testutil.PortTaken()
     assert set(codes.values()) == {0}, (codes, cluster.tails())
@@ -324,6 +328,13 @@ def test_tensorflow_reads_every_platforms_tf_config_as_we_do(
     ({'cluster': {'chief': ['c:1'], 'ps': ['p:1'], 'evaluator': ['e']},
       'task': {'type': 'evaluator', 'index': 0}},
      r'TF_CONFIG cluster "evaluator" entry \'e\' is not host:port'),
+    ({'cluster': {'chief': ['c:1'], 'ps': ['p:1'], 'evaluator': None},
+      'task': {'type': 'evaluator', 'index': 0}},
+     r'TF_CONFIG cluster needs a "evaluator" list of host:port'),
+    ({'cluster': {'chief': ['c:1'], 'ps': ['p:1'],
+                  'evaluator': ['e:1,e:2']},
+      'task': {'type': 'chief', 'index': 0}},
+     r'cluster lists 2 "evaluator" tasks'),
     ({'cluster': {'chief': ['c:1'], 'ps': ['p:1']},
       'task': {'type': 'worker', 'index': 0}},
      r'task \{"type": "worker", "index": 0\} is not a task of the cluster, '

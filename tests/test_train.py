@@ -143,6 +143,8 @@ def test_missing_data_is_a_clear_error_within_seconds(tmp_path):
     (99000, 100000, 20.0, 'step 99,000 of 100,000; about 1 min left'),
     (99990, 100000, 20.0, 'step 99,990 of 100,000; less than a minute left'),
     (2000, 5000, 10.0, 'step 2,000 of 5,000; about 5 min left'),
+    (4850, 5000, 1.0, 'step 4,850 of 5,000; about 3 min left'),  # 2.5 min
+    (1400, 5000, 1.0, 'step 1,400 of 5,000; about 1 h left'),
     (100000, 100000, 20.0, 'step 100,000 of 100,000'),
 ])
 def test_progress_says_where_a_run_stands(step, max_steps, steps_per_sec,
@@ -153,11 +155,13 @@ def test_progress_says_where_a_run_stands(step, max_steps, steps_per_sec,
 def test_each_checkpoint_line_has_the_time_left_at_the_recent_speed(
     monkeypatch, capsys):
   clock = iter([1000.0, 1600.0, 1700.0])
-  monkeypatch.setattr(saving.time, 'time', lambda: next(clock))
+  monkeypatch.setattr(saving, 'time', type('Clock', (), {
+      'time': staticmethod(lambda: next(clock))}))
   announcer = saving.SaveAnnouncer('/runs/a', 100000, label='Chief')
   for step in (10000, 22000, 23000):
     announcer.after_save(None, step)
   lines = capsys.readouterr().out.splitlines()
+  assert len(lines) == 3
   date = r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}'
   # The first line knows no speed yet; then 12,000 steps in 10 min, and
   # 1,000 in 100 s: the most recent speed counts.

@@ -150,9 +150,10 @@ PORT_TAKEN = 'Could not start the server of'
 
 def own_ports():
   """This pytest-xdist worker's share of TASK_PORTS, apart from every other
-  worker's: two workers never pick the same port, so none can take a port
-  another picked before its task binds it (TensorFlow's servers refuse
-  SO_REUSEPORT, so a picked port cannot be held open for them)."""
+  worker's: two workers of a run never pick the same port, so none can take
+  a port another picked before its task binds it (TensorFlow's servers
+  refuse SO_REUSEPORT, so a picked port cannot be held open for them). Two
+  runs at once share the shares; retry_port_taken covers that."""
   worker = os.environ.get('PYTEST_XDIST_WORKER', 'gw0')
   count = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
   return TASK_PORTS[int(worker[len('gw'):])::count]
@@ -163,7 +164,8 @@ def free_ports(count):
   outside the ephemeral range and in this worker's own share of it; for the
   tasks of a test cluster, a server, or an address where nothing listens."""
   ports = []
-  for port in random.sample(own_ports(), 200):
+  share = own_ports()
+  for port in random.sample(share, min(200, len(share))):
     with socket.socket() as s:
       try:
         s.bind(('127.0.0.1', port))
@@ -172,7 +174,7 @@ def free_ports(count):
     ports.append(port)
     if len(ports) == count:
       return ports
-  raise RuntimeError('no %d free ports in %s' % (count, own_ports()))
+  raise RuntimeError('no %d free ports in %s' % (count, share))
 
 
 class PortTaken(Exception):
