@@ -12,7 +12,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -86,11 +85,9 @@ class _Cluster(object):
     env = testutil.script_env()  # The console a user sees.
     with open(self.logs[task], 'a') as log:
       self.processes[task] = subprocess.Popen(
-          [sys.executable, os.path.join(testutil.ROOT, 'tests',
-                                        'with_learning_rate.py'),
-           str(LEARNING_RATE), 'cifar10_distributed_train.py'] +
-          self.args[task], cwd=testutil.ROOT, env=env, stdout=log,
-          stderr=subprocess.STDOUT)
+          testutil.script_command('cifar10_distributed_train.py',
+                                  LEARNING_RATE) + self.args[task],
+          cwd=testutil.ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
   def kill(self, task):
     """SIGKILL, as a crash or a lost machine; returns once it is gone."""

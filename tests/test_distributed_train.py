@@ -8,7 +8,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 from absl import app
@@ -55,14 +54,11 @@ def start_task(args, log_path, tf_config=None, learning_rate=None):
   env.pop('TF_CONFIG', None)
   if tf_config:
     env['TF_CONFIG'] = tf_config
-  script = [os.path.join(testutil.ROOT, 'cifar10_distributed_train.py')]
-  if learning_rate:
-    script = [os.path.join(testutil.ROOT, 'tests', 'with_learning_rate.py'),
-              str(learning_rate), 'cifar10_distributed_train.py']
   with open(log_path, 'w') as log:
     return subprocess.Popen(
-        [sys.executable] + script + args, cwd=testutil.ROOT, env=env,
-        stdout=log, stderr=subprocess.STDOUT)
+        testutil.script_command('cifar10_distributed_train.py',
+                                learning_rate) + args,
+        cwd=testutil.ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 # --- Cluster flags and TF_CONFIG ---------------------------------------------

@@ -15,7 +15,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -37,7 +36,7 @@ STEP_LINE = re.compile(r'^(Chief|Master|Worker \d): \d{4}-\d\d-\d\d '
 EVALUATOR_LINE = re.compile(
     r'^Evaluator: (\S+) \(global step (\d+), --max_steps=(\d+)\): '
     r'precision @ 1 = (\d\.\d{3})\.$')
-PRECISION_LINE = re.compile(r'^\S+ \S+: precision @ 1 = (\d\.\d{3})$', re.M)
+PRECISION_LINE = testutil.PRECISION_LINE
 # No scenario may take longer than this.
 SCENARIO_SECS = 300
 
@@ -86,14 +85,11 @@ class _ManagedCluster(object):
 
   def start(self, task):
     env = testutil.script_env(TF_CONFIG=self.tf_config(task))
-    script = [os.path.join(testutil.ROOT, 'cifar10_distributed_train.py')]
-    if self.learning_rate:
-      script = [os.path.join(testutil.ROOT, 'tests', 'with_learning_rate.py'),
-                str(self.learning_rate), 'cifar10_distributed_train.py']
     with open(self.logs[task], 'a') as log:
       self.processes[task] = subprocess.Popen(
-          [sys.executable] + script + self.flags, cwd=testutil.ROOT, env=env,
-          stdout=log, stderr=subprocess.STDOUT)
+          testutil.script_command('cifar10_distributed_train.py',
+                                  self.learning_rate) + self.flags,
+          cwd=testutil.ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
   def log(self, task):
     with open(self.logs[task]) as f:

@@ -57,6 +57,20 @@ LEARNED = 0.8
 LEARNABLE_TEST_RECORDS = 512
 
 
+# cifar10_eval.py's precision line.
+PRECISION_LINE = re.compile(r'^\S+ \S+: precision @ 1 = (\d\.\d{3})$', re.M)
+
+
+def script_command(script, learning_rate=None):
+  """The command that runs one of the repository's scripts as a user would:
+  [python, path, ...], through tests/with_learning_rate.py when
+  learning_rate is given (None: the script's own)."""
+  if learning_rate is None:
+    return [sys.executable, os.path.join(ROOT, script)]
+  return [sys.executable, os.path.join(ROOT, 'tests', 'with_learning_rate.py'),
+          str(learning_rate), script]
+
+
 def eval_precision(data_dir, train_dir, eval_dir):
   """cifar10_eval.py --run_once on train_dir's newest checkpoint, as a user
   runs it, on every test record once; returns its precision @ 1."""
@@ -65,8 +79,7 @@ def eval_precision(data_dir, train_dir, eval_dir):
       '--checkpoint_dir=%s' % train_dir, '--eval_dir=%s' % eval_dir,
       '--num_examples=%d' % LEARNABLE_TEST_RECORDS], timeout=120)
   assert result.returncode == 0, result.stderr[-3000:]
-  return float(re.search(r'^\S+ \S+: precision @ 1 = (\d\.\d{3})$',
-                         result.stdout, re.M).group(1))
+  return float(PRECISION_LINE.search(result.stdout).group(1))
 
 
 # A learning rate the fixtures' short runs on the synthetic colours reach a
