@@ -77,6 +77,7 @@ from cifar10_support import clusters
 from cifar10_support import console
 from cifar10_support import download
 from cifar10_support import precision
+from cifar10_support import progress
 from cifar10_support import run_flags
 from cifar10_support import run_settings
 from cifar10_support import sessions
@@ -115,7 +116,7 @@ flags.DEFINE_integer('operation_timeout_secs', 300,
 
 # The original line, prefixed with the worker's index (as Inception's
 # distributed trainer did). 'step' is the global step.
-LOG_FORMAT = '%s: ' + cifar10_train.LOG_FORMAT
+LOG_FORMAT = '%s: ' + progress.LOG_FORMAT
 
 # The chief closes the synchronous token queue when it stops, and the queue
 # lives on in the ps tasks.
@@ -334,7 +335,7 @@ def train(settings, worker):
       if worker.sync_replicas:
         hooks += [graph['sync_optimizer'].make_session_run_hook(is_chief),
                   cluster_sessions.ReleaseTokensHook(graph['release_op'])]
-      full_disk = (start.stop_on_full_disk() if is_chief
+      full_disk = (train_dirs.stop_on_full_disk(settings.train_dir) if is_chief
                    else contextlib.nullcontext())
       lost_sessions = cluster_sessions.LostSessions(
           label, clusters.tasks_of(worker.cluster, 'ps'),

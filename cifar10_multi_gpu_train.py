@@ -28,9 +28,6 @@ the last tower's, with the same tags as single-device training.
 """
 
 import collections
-from datetime import datetime
-import time
-
 from cifar10_support import startup
 startup.before_tensorflow(__name__)
 
@@ -41,13 +38,15 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 import cifar10_input
-import cifar10_train  # its flags and its step line's format
+import cifar10_train  # its flags
 from cifar10_support import console
 from cifar10_support import download
 from cifar10_support import gpus
 from cifar10_support import precision
+from cifar10_support import progress
 from cifar10_support import run_flags
 from cifar10_support import run_settings
+from cifar10_support import saving
 from cifar10_support import sessions
 from cifar10_support import signals
 from cifar10_support import summaries
@@ -225,17 +224,6 @@ def build_train_step(tower_batches, global_step, batch_size,
                    tower_grads=tower_grads, summaries=tower_summaries)
 
 
-def print_step(step, loss_value, duration, batches, batch_size):
-  """Prints the step line for `batches` tower batches of `batch_size` images
-  trained in `duration` seconds: examples/sec counts every tower, sec/batch
-  is the time per tower batch, as in the original. Returns examples/sec."""
-  examples_per_sec = batches * batch_size / duration
-  print(cifar10_train.LOG_FORMAT % (datetime.now(), step, loss_value,
-                                    examples_per_sec, duration / batches),
-        flush=True)
-  return examples_per_sec
-
-
 def train(settings, num_towers=1, tower_device='gpu', config=None):
   """Trains with `num_towers` towers up to global step settings.max_steps.
 
@@ -272,43 +260,37 @@ def train(settings, num_towers=1, tower_device='gpu', config=None):
           tower_batches, global_step, settings.batch_size,
           tower_device=tower_device, compute_dtype=settings.compute_dtype)
 
-      saving = start.restore_then_save(settings,
-                                       tf.summary.merge(step.summaries))
-      counter = towers.StepCounter(global_step)
+      save = saving.restore_then_save(start, settings,
+                                      tf.summary.merge(step.summaries))
+      # examples/sec counts every tower; sec/batch is per tower batch, as in
+      # the original.
+      logger = progress.StepLogger(step.loss, settings.batch_size,
+                                   settings.log_frequency,
+                                   batches_per_step=num_towers)
       hooks = [tf.train.StopAtStepHook(last_step=settings.max_steps),
                tf.train.NanTensorHook(step.loss),
-               counter] + saving.hooks
+               logger] + save.hooks
       if config:
         config = sessions.set_threads(config, settings.threads, num_towers)
       else:
         config = sessions.training_config(settings.threads, num_towers,
                                           tower_device,
                                           settings.log_device_placement)
-      # The first window also counts session start-up and the queue filling.
-      window_start, window_steps = time.time(), 0
-      loss_value = examples_per_sec = None
       try:
         # Creating the session writes the first checkpoint.
-        with start.stop_on_full_disk(), tf.train.MonitoredTrainingSession(
-            scaffold=saving.scaffold, hooks=hooks, config=config,
-            **saving.session_args) as mon_sess:
+        with train_dirs.stop_on_full_disk(settings.train_dir), \
+            tf.train.MonitoredTrainingSession(
+                scaffold=save.scaffold, hooks=hooks, config=config,
+                **save.session_args) as mon_sess:
           while not mon_sess.should_stop() and not stop_signals:
-            step_number = counter.step
-            _, loss_value = mon_sess.run([step.train_op, step.loss])
-            window_steps += 1
-            if step_number % settings.log_frequency == 0:
-              examples_per_sec = print_step(
-                  step_number, loss_value, time.time() - window_start,
-                  batches=window_steps * num_towers,
-                  batch_size=settings.batch_size)
-              window_start, window_steps = time.time(), 0
+            mon_sess.run(step.train_op)
       except tf.train.NanLossDuringTrainingError:
         # That step is not saved: name the checkpoint a new run resumes from.
-        raise start.diverged_error(counter.step) from None
+        raise start.diverged_error(logger.step) from None
 
-  start.report_end(counter.step, stop_signals)
-  return {'global_step': counter.step, 'loss': loss_value,
-          'examples_per_sec': examples_per_sec,
+  start.report_end(logger.step, stop_signals)
+  return {'global_step': logger.step, 'loss': logger.last_loss,
+          'examples_per_sec': logger.last_examples_per_sec,
           'signal': stop_signals[0] if stop_signals else None}
 
 

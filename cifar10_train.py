@@ -14,9 +14,6 @@ The original's figures (theirs, not measured here): about 86 percent precision @
 100K steps, 0.25-0.35 sec/batch on a Tesla K40m. Ours are in README.md.
 """
 
-from datetime import datetime
-import time
-
 from cifar10_support import startup
 startup.before_tensorflow(__name__)
 
@@ -30,8 +27,10 @@ import cifar10_input
 from cifar10_support import console
 from cifar10_support import download
 from cifar10_support import precision
+from cifar10_support import progress
 from cifar10_support import run_flags
 from cifar10_support import run_settings
+from cifar10_support import saving
 from cifar10_support import sessions
 from cifar10_support import signals
 from cifar10_support import train_dirs
@@ -58,60 +57,6 @@ flags.DEFINE_integer('save_summaries_steps', 100,
 flags.DEFINE_integer('save_checkpoint_steps', 0,
                      'If positive, write a checkpoint every this many steps '
                      'instead of every --save_checkpoint_secs.')
-
-LOG_FORMAT = '%s: step %d, loss = %.2f (%.1f examples/sec; %.3f sec/batch)'
-
-
-class LoggerHook(tf.train.SessionRunHook):
-  """Prints LOG_FORMAT every `log_frequency` global steps (the original's
-  _LoggerHook; public, as the benchmark and tests run it too).
-
-  examples/sec and sec/batch are averaged since the previous line; the first
-  window also counts session start-up and the queue filling, as in the
-  original.
-
-  Attributes:
-    step: int, the global step of the next run (read when the session is
-      created; a single process counts every step).
-    last_loss: float, the last step's total loss, or None.
-    last_examples_per_sec: float of the last logged window, or None.
-  """
-
-  def __init__(self, loss, global_step, batch_size, log_frequency):
-    self._loss = loss
-    self._global_step = global_step
-    self._batch_size = batch_size
-    self._log_frequency = log_frequency
-    self.step = None
-    self.last_loss = None
-    self.last_examples_per_sec = None
-
-  def begin(self):
-    self._window_start = time.time()
-    self._window_steps = 0
-
-  def after_create_session(self, session, coord):
-    self.step = session.run(self._global_step)
-
-  def before_run(self, run_context):
-    return tf.train.SessionRunArgs(self._loss)
-
-  def after_run(self, run_context, run_values):
-    step = self.step  # The step just run; global_step already counts it.
-    self.step += 1
-    self._window_steps += 1
-    self.last_loss = run_values.results
-    if step % self._log_frequency:
-      return
-    duration = time.time() - self._window_start
-    self.last_examples_per_sec = (self._window_steps * self._batch_size /
-                                  duration)
-    print(LOG_FORMAT % (datetime.now(), step, self.last_loss,
-                        self.last_examples_per_sec,
-                        duration / self._window_steps), flush=True)
-    self._window_start = time.time()
-    self._window_steps = 0
-
 
 def train(settings):
   """Trains up to global step settings.max_steps, resuming from train_dir.
@@ -158,20 +103,21 @@ def train(settings):
           loss, global_step, settings.batch_size,
           loss_scaling=precision.needs_loss_scale(settings.compute_dtype))
 
-      logger = LoggerHook(loss, global_step, settings.batch_size,
-                          settings.log_frequency)
+      logger = progress.StepLogger(loss, settings.batch_size,
+                                   settings.log_frequency)
       # Restores the checkpoint found above; saves after the NaN check.
-      saving = start.restore_then_save(settings)
+      save = saving.restore_then_save(start, settings)
       hooks = [tf.train.StopAtStepHook(last_step=settings.max_steps),
                tf.train.NanTensorHook(loss),
-               logger] + saving.hooks
+               logger] + save.hooks
       config = sessions.training_config(
           settings.threads, log_device_placement=settings.log_device_placement)
       try:
         # Creating the session writes the first checkpoint.
-        with start.stop_on_full_disk(), tf.train.MonitoredTrainingSession(
-            scaffold=saving.scaffold, hooks=hooks, config=config,
-            **saving.session_args) as mon_sess:
+        with train_dirs.stop_on_full_disk(settings.train_dir), \
+            tf.train.MonitoredTrainingSession(
+                scaffold=save.scaffold, hooks=hooks, config=config,
+                **save.session_args) as mon_sess:
           while not mon_sess.should_stop() and not stop_signals:
             mon_sess.run(train_op)
       except tf.train.NanLossDuringTrainingError:

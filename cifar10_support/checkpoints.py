@@ -1,26 +1,12 @@
 """Checkpoints: finding them, checking them, and resuming from any trainer's.
 
-One place for every question about a checkpoint:
-
-    listed(directory)            the checkpoints a directory holds, oldest first
-    newest(directory)            the newest of them (evaluation, classify)
-    newest_restorable(train_dir) the newest whose every value reads back
-    step_of(path)                the global step in its name
-    missing_model(reader)        whether it holds the CIFAR-10 model at all
-    open_model(path)             its reader, weights' dtype and global step
-    plan_restore(path)           which variables of this graph it restores
-    restoring_scaffold(plan, d)  a Scaffold that initialises, then restores (again
-                                 from the newest, when a session is lost)
-
 Every trainer saves the same model state under the original's names: the
 weights, their moving averages ('.../ExponentialMovingAverage') and the
-global step. Beside it each saves state that is its own: the loss averages
-are named after the tower that computed them ('cross_entropy/avg' on one
-device, 'tower_1/cross_entropy/avg' with two towers). So a checkpoint resumes
-in any trainer when its model state fits the graph: each such variable must
-be there, with this graph's shape and dtype. The trainer's own state that
-the checkpoint lacks starts from its initial value, and what the checkpoint
-holds that this graph lacks is not read.
+global step. Beside it each saves state of its own: the loss averages are
+named after the tower that computed them ('cross_entropy/avg' on one device,
+'tower_1/cross_entropy/avg' with two towers). So a checkpoint resumes in any
+trainer whose model state it holds with this graph's shapes and dtypes; the
+trainer's own state that it lacks starts from its initial value.
 """
 
 import collections
@@ -93,18 +79,13 @@ def verified_reader(checkpoint):
   return reader, None
 
 
-def checkpoint_problem(checkpoint):
-  """Why `checkpoint` cannot be restored, or None if every value reads back."""
-  return verified_reader(checkpoint)[1]
-
-
 def listed(directory, report=None):
   """The checkpoints of a directory, oldest first, as its index lists them.
 
-  A listed checkpoint whose file name is in the directory is taken from
-  there, wherever the index says it is: the index holds absolute paths,
-  which a moved or copied train_dir would otherwise take from the old place.
-  Without a readable index, the model.ckpt-N files there, by N.
+  Our savers write the index with relative paths. An index with absolute
+  ones (the original's, or ours before) names the old place once the
+  directory is moved: a listed checkpoint whose file is here is taken from
+  here. Without a readable index, the model.ckpt-N files here, by N.
 
   Args:
     directory: a train_dir.
@@ -165,7 +146,7 @@ def newest_restorable(train_dir, report=print):
       report('Checkpoint %s is listed but its files are missing: trying the '
              'one before it.' % checkpoint)
       continue
-    problem = checkpoint_problem(checkpoint)
+    problem = verified_reader(checkpoint)[1]
     if problem is None:
       return checkpoint
     report('Checkpoint %s is damaged and left as it is (%s): trying the one '
@@ -376,6 +357,10 @@ def restoring_scaffold(plan, train_dir, on_recovery=None, **kwargs):
   # Savers are graph ops, made now: the graph is final once sessions start.
   # The start-up plan's restores its variables from any checkpoint holding
   # them; the scaffold's own saver restores the checkpoints this run writes.
+  # Its index names them relative to train_dir, so a moved one still reads.
+  if not tf.get_collection(tf.GraphKeys.SAVERS):
+    tf.add_to_collection(tf.GraphKeys.SAVERS, tf.train.Saver(
+        sharded=True, allow_empty=True, save_relative_paths=True))
   plan_savers = {}
   if plan is not None:
     plan_savers[frozenset(plan.variables)] = tf.train.Saver(

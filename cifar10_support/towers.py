@@ -9,8 +9,6 @@
                      naming the tower and the variable
     read_in_one_scope the towers' variable getter: TensorBoard's graph
                      keeps the towers in view
-    StepCounter      the global step of each run, right across re-created
-                     sessions
 """
 
 import tensorflow.compat.v1 as tf
@@ -84,24 +82,3 @@ def read_in_one_scope(getter, *args, **kwargs):
   var = getter(*args, **kwargs)
   with tf.name_scope('variable_reads/'):
     return var.value()
-
-
-class StepCounter(tf.train.SessionRunHook):
-  """Counts the global step of a single-process training loop.
-
-  Attributes:
-    step: int, the global step of the next run: read when each session is
-      created (a re-created session restores a checkpoint), then counted,
-      since one process makes every step. A run that raises leaves it at
-      that run's step (put the hook after tf.train.NanTensorHook).
-  """
-
-  def __init__(self, global_step):
-    self._global_step = global_step
-    self.step = None
-
-  def after_create_session(self, session, coord):
-    self.step = int(session.run(self._global_step))
-
-  def after_run(self, run_context, run_values):
-    self.step += 1

@@ -1,31 +1,22 @@
 """A training run's train_dir, from claiming it to where training starts.
 
-Handed a train_dir once, `claim` locks it for the run, empties it on
---fresh_start, and yields where training starts: the newest checkpoint that
-restores, and its step. Everything that guards the directory while training
-runs hangs off that answer:
-
     with train_dirs.claim(path, fresh_start) as start:  # lock, say where
       if start.nothing_to_train(max_steps): ...
-      ...build the graph...
-      saving = start.restore_then_save(settings)  # checks the checkpoint fits
-      with start.stop_on_full_disk():  # a full disk: one line, not a trace
+      ...build the graph; saving.restore_then_save(start, settings)...
+      with train_dirs.stop_on_full_disk(path):  # one line, not a trace
         ...train...          # a NaN: raise start.diverged_error(step)
     start.report_end(step, stop_signals)
 
 One trainer per train_dir: two would resume from the same checkpoint and
 then write `model.ckpt-N` files and the `checkpoint` index over each other.
-Each trainer (and the chief of a cluster) therefore holds an advisory lock
-(`flock`) on `<train_dir>/.cifar10_train.lock` while it runs, and writes its
-process id and host into that file. The kernel drops the lock when the
-process ends, however it ends (SIGKILL and crashes too), so no stale lock is
-ever left behind. Evaluation takes no lock and runs beside training.
+Each trainer (and the chief of a cluster) therefore holds a lock on
+`<train_dir>/.cifar10_train.lock` while it runs, and writes its process id
+and host into that file. Evaluation takes no lock and runs beside training.
 Training never deletes a checkpoint, except on --fresh_start.
 """
 
 import contextlib
 import errno
-import fcntl
 import os
 import socket
 import sys
@@ -35,7 +26,7 @@ import tensorflow.compat.v1 as tf
 
 from cifar10_support import checkpoints
 from cifar10_support import data_files
-from cifar10_support import saving
+from cifar10_support import locks
 from cifar10_support import signals
 
 LOCK_NAME = '.cifar10_train.lock'
@@ -57,25 +48,12 @@ class DiskFullError(RuntimeError):
   """The disk of train_dir filled up; the message names the directory."""
 
 
-# What stops a training run with one line and exit status 1: each trainer's
-# main catches these (and its own).
+# What stops a training run with one line and exit status 1.
 RUN_ERRORS = (data_files.DataError, DivergedError, DiskFullError,
               TrainDirLockError, checkpoints.ResumeError)
 
-# flock errors of file systems that do not support it (some network and FUSE
-# mounts): the run goes on unlocked, with a line that says so.
-_UNSUPPORTED = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
-
-
 _ADVICE = ('training stopped before reading or writing anything else; is '
            'the disk full? Free some space, then run the same command again')
-
-
-def _holder(lock_file):
-  """What the file says about the process that holds the lock."""
-  lock_file.seek(0)
-  text = lock_file.read().strip()
-  return text or 'a process that has not written its id yet'
 
 
 @contextlib.contextmanager
@@ -84,46 +62,39 @@ def train_dir_lock(train_dir):
 
   Remote directories ('gs://...') are not locked: flock needs a local file.
 
-  Args:
-    train_dir: an existing directory.
-
   Yields:
     The lock file's path, or None when not locked.
 
   Raises:
     TrainDirBusyError: naming the directory and the process (pid, host,
       start time) that holds it.
-    TrainDirLockError: the lock file cannot be made or written (a full
-      disk, say).
+    TrainDirLockError: the lock file cannot be made or written.
   """
   if '://' in train_dir:
     yield None
     return
   path = os.path.join(train_dir, LOCK_NAME)
-  try:
-    # Not truncated on open: the holder's text is read if the lock is taken.
-    lock_file = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, 0o644), 'r+')
-  except OSError as e:
-    raise TrainDirLockError('cannot create the lock file %s (%s): %s'
-                            % (path, e.strerror, _ADVICE)) from None
-  with lock_file:
+
+  def busy(lock_file):
+    holder = lock_file.read().strip() or 'a process that has not written its id yet'
+    raise TrainDirBusyError(
+        '--train_dir=%s is in use by another trainer: %s. Two trainers on '
+        'one directory would overwrite each other\'s checkpoints; wait for '
+        'that one to end (or stop it), or give this run another '
+        '--train_dir. (cifar10_eval.py may run beside it.)'
+        % (train_dir, holder))
+
+  with contextlib.ExitStack() as stack:
     try:
-      fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      lock_file = stack.enter_context(locks.exclusive(path, busy))
     except OSError as e:
-      if e.errno in _UNSUPPORTED:
-        print('Warning: the file system of --train_dir=%s cannot lock files '
-              '(%s): nothing stops a second trainer on it.'
-              % (train_dir, e.strerror), flush=True)
-        yield None
-        return
-      if e.errno not in (errno.EAGAIN, errno.EACCES):
-        raise
-      raise TrainDirBusyError(
-          '--train_dir=%s is in use by another trainer: %s. Two trainers on '
-          'one directory would overwrite each other\'s checkpoints; wait for '
-          'that one to end (or stop it), or give this run another '
-          '--train_dir. (cifar10_eval.py may run beside it.)'
-          % (train_dir, _holder(lock_file))) from None
+      raise TrainDirLockError('cannot create the lock file %s (%s): %s'
+                              % (path, e.strerror, _ADVICE)) from None
+    if lock_file is None:
+      print('Warning: the file system of --train_dir=%s cannot lock files: '
+            'nothing stops a second trainer on it.' % train_dir, flush=True)
+      yield None
+      return
     try:
       lock_file.seek(0)
       lock_file.truncate()
@@ -134,10 +105,7 @@ def train_dir_lock(train_dir):
     except OSError as e:
       raise TrainDirLockError('cannot write the lock file %s (%s): %s'
                               % (path, e.strerror, _ADVICE)) from None
-    try:
-      yield path
-    finally:
-      fcntl.flock(lock_file, fcntl.LOCK_UN)
+    yield path
 
 
 class StartPoint(object):
@@ -163,9 +131,8 @@ class StartPoint(object):
     """Checks that the checkpoint fits the graph just built; readies train_dir.
 
     Call it inside the training graph, once built. Prints what starts fresh
-    (state of another trainer's that this one has not). Only then, so that a
-    refused run leaves train_dir as it was, it removes the temporary
-    directories of saves cut short.
+    (state of another trainer's that this one has not); then, as a refused
+    run leaves train_dir as it was, removes the leftovers of saves cut short.
 
     Returns:
       The checkpoints.RestorePlan, or None when there is no checkpoint.
@@ -191,20 +158,9 @@ class StartPoint(object):
           'train.' % (self.step, max_steps))
     return True
 
-  def restore_then_save(self, settings, summary_op=None):
-    """The restoring scaffold and saving hooks (saving.restore_then_save) of
-    a run from here: `restore_plan`, then the scaffold and hooks built on it.
-    Call it inside the training graph, once built."""
-    return saving.restore_then_save(self.restore_plan(), self.train_dir,
-                                    settings, summary_op)
-
-  def stop_on_full_disk(self):
-    """A context in which running out of space is one DiskFullError."""
-    return stop_on_full_disk(self.train_dir)
-
   def report_end(self, step, stop_signals):
-    """Prints how the run ended, at global step `step`, and its final
-    checkpoint; stop_signals as signals.stop_requests yields it."""
+    """Prints how the run ended at global step `step`, and its final
+    checkpoint."""
     final = checkpoints.newest(self.train_dir)
     if stop_signals:
       print('Received %s: stopped at step %d; final checkpoint %s.'
@@ -230,9 +186,8 @@ class StartPoint(object):
 
 @contextlib.contextmanager
 def run_errors_end_the_process():
-  """A context that ends the process on a run error (RUN_ERRORS: bad data,
-  NaN, full disk, busy or unusable train_dir) with one line,
-  '<script>: <message>', and exit status 1."""
+  """Ends the process on a RUN_ERRORS error with one line, '<script>:
+  <message>', and exit status 1."""
   try:
     yield
   except RUN_ERRORS as e:
@@ -243,10 +198,8 @@ def run_errors_end_the_process():
 def claim(train_dir, fresh_start):
   """Locks train_dir for this run and says where training starts from.
 
-  Holds the lock until the block ends, so a second trainer on the same
-  directory stops at once. With fresh_start, deletes everything in
-  train_dir but the lock file. Damaged checkpoints are skipped (one line
-  each), never deleted.
+  With fresh_start, deletes everything in train_dir but the lock file.
+  Damaged checkpoints are skipped (one line each), never deleted.
 
   Yields:
     A `StartPoint`.
@@ -278,12 +231,8 @@ def claim(train_dir, fresh_start):
 
 
 def _remove_interrupted_saves(train_dir):
-  """Removes the temporary directories of saves cut short.
-
-  The saver writes each checkpoint there first and the index only ever
-  names complete ones, so these are never read, only left behind (by a
-  kill, or a full disk).
-  """
+  """Removes the temporary directories of saves cut short (a kill, a full
+  disk): the index only ever names complete checkpoints, so none is read."""
   for partial in tf.io.gfile.glob(os.path.join(train_dir, 'model.ckpt-*_temp')):
     print('Removing %s, an interrupted save.' % partial)
     tf.io.gfile.rmtree(partial)
@@ -301,9 +250,8 @@ def _resumed_from(train_dir):
 def stop_on_full_disk(train_dir):
   """Turns running out of space in train_dir into one DiskFullError.
 
-  Also removes the half-written save, to give back its space. The
-  checkpoint index is only rewritten after a complete save, so it still
-  names the last complete checkpoint. Other errors pass unchanged.
+  Also removes the half-written save, to give back its space; the index
+  still names the last complete checkpoint. Other errors pass unchanged.
 
   Raises:
     DiskFullError: naming train_dir and the checkpoint a new run resumes

@@ -149,7 +149,7 @@ def _check_every_checkpoint_restores(train_dir):
   indexes = glob.glob(os.path.join(train_dir, 'model.ckpt-*.index'))
   assert indexes
   for index in indexes:
-    assert checkpoints.checkpoint_problem(index[:-len('.index')]) is None
+    assert checkpoints.verified_reader(index[:-len('.index')])[1] is None
 
 
 def _new_output(cluster, task, offset):

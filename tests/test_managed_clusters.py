@@ -217,7 +217,7 @@ def _check_trained(outputs, train_dir, chief, max_steps):
   indexes = glob.glob(os.path.join(train_dir, 'model.ckpt-*.index'))
   assert len(indexes) >= 2
   for index in indexes:
-    assert checkpoints.checkpoint_problem(index[:-len('.index')]) is None
+    assert checkpoints.verified_reader(index[:-len('.index')])[1] is None
   return done[chief]
 
 

@@ -12,6 +12,7 @@ import cifar10
 import cifar10_eval
 import cifar10_multi_gpu_train as multi
 from cifar10_support import gpus
+from cifar10_support import progress
 from cifar10_support import sessions
 from cifar10_support import run_settings
 from test_train import LINE, event_tags, event_values, histogram_tags
@@ -201,11 +202,20 @@ def test_average_gradients_names_the_mismatch():
       np.testing.assert_allclose(sess.run(mean), [2.0, 3.0])
 
 
-def test_logger_counts_every_tower(capsys):
+def test_logger_counts_every_tower(monkeypatch, capsys):
   # One step of 2 towers x 8 images in 2 seconds.
-  examples_per_sec = multi.print_step(0, 1.5, duration=2.0, batches=2,
-                                      batch_size=8)
-  assert examples_per_sec == 8.0
+  clock = iter([100.0, 102.0, 102.0])
+  monkeypatch.setattr(progress, 'time', type('Clock', (), {
+      'time': staticmethod(lambda: next(clock))}))
+  with tf.Graph().as_default():
+    global_step = tf.train.get_or_create_global_step()
+    logger = progress.StepLogger(tf.constant(1.5), batch_size=8,
+                                 log_frequency=1, batches_per_step=2)
+    train_op = tf.assign_add(global_step, 1)
+    with tf.train.MonitoredSession(hooks=[logger]) as session:
+      session.run(train_op)
+  assert logger.last_examples_per_sec == 8.0
+  assert logger.step == 1
   assert re.search(r'step 0, loss = 1\.50 \(8\.0 examples/sec; 1\.000 '
                    r'sec/batch\)', capsys.readouterr().out)
 

@@ -8,8 +8,8 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import cifar10_train
+from cifar10_support import progress
 from cifar10_support import run_settings
-from cifar10_support import saving
 from testutil import run_script
 
 LINE = re.compile(r'^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}): step (\d+), '
@@ -149,15 +149,15 @@ def test_missing_data_is_a_clear_error_within_seconds(tmp_path):
 ])
 def test_progress_says_where_a_run_stands(step, max_steps, steps_per_sec,
                                           text):
-  assert saving.progress(step, max_steps, steps_per_sec) == text
+  assert progress.progress(step, max_steps, steps_per_sec) == text
 
 
 def test_each_checkpoint_line_has_the_time_left_at_the_recent_speed(
     monkeypatch, capsys):
   clock = iter([1000.0, 1600.0, 1700.0])
-  monkeypatch.setattr(saving, 'time', type('Clock', (), {
+  monkeypatch.setattr(progress, 'time', type('Clock', (), {
       'time': staticmethod(lambda: next(clock))}))
-  announcer = saving.SaveAnnouncer('/runs/a', 100000, label='Chief')
+  announcer = progress.SaveAnnouncer('/runs/a', 100000, label='Chief')
   for step in (10000, 22000, 23000):
     announcer.after_save(None, step)
   lines = capsys.readouterr().out.splitlines()

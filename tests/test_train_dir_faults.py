@@ -155,7 +155,7 @@ def _mount_tmpfs(path, megabytes):
 def _listed_checkpoints_restore(train_dir):
   state = tf.train.get_checkpoint_state(train_dir)
   for path in state.all_model_checkpoint_paths:
-    assert checkpoints.checkpoint_problem(path) is None, path
+    assert checkpoints.verified_reader(path)[1] is None, path
   return state.model_checkpoint_path
 
 

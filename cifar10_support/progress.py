@@ -1,0 +1,141 @@
+"""What a training run prints as it goes: step lines and checkpoint lines.
+
+    <date time>: step <global step>, loss = <loss> (<examples/sec>; <sec/batch>)
+    <date time>: saved checkpoint <train_dir>/model.ckpt-<step>; step 12,000 of
+      100,000; about 1 h 5 min left
+
+A cluster's workers begin both with their label ('Worker 1: ', 'Chief: ').
+"""
+
+from datetime import datetime
+import math
+import os
+import time
+
+import tensorflow.compat.v1 as tf
+
+# The original's step line.
+LOG_FORMAT = '%s: step %d, loss = %.2f (%.1f examples/sec; %.3f sec/batch)'
+
+
+class StepLogger(tf.train.SessionRunHook):
+  """Prints LOG_FORMAT every `log_frequency` steps (the original's _LoggerHook).
+
+  examples/sec and sec/batch are averaged since the previous line; the first
+  window also counts session start-up and the queue filling, as in the
+  original. A NaN loss is never printed.
+
+  Two ways to count, as the trainer moves the global step:
+    step=None: this process makes every step. The global step is read when a
+      session is created and counted; a line is printed at each global step
+      that is a multiple of log_frequency.
+    step=<int64 tensor>: other processes move it too (a cluster worker). The
+      tensor is fetched with each run and printed; a line is printed at this
+      process's own steps 1, log_frequency + 1, ...
+
+  Attributes:
+    step: int, the global step of the next run (counted), or of the last run
+      (fetched; after the session ends, the global step then).
+    last_loss: float, the last step's loss, or None.
+    last_examples_per_sec: float of the last printed window, or None.
+  """
+
+  def __init__(self, loss, batch_size, log_frequency, step=None,
+               batches_per_step=1, label=''):
+    """Args: loss, the scalar loss to print; batch_size, images per batch;
+    batches_per_step, batches one run trains on (its towers): examples/sec
+    counts them all, sec/batch is the time per batch; label, the lines'
+    prefix ('Worker 1'), none by default."""
+    self._loss = loss
+    self._examples_per_step = batch_size * batches_per_step
+    self._batches_per_step = batches_per_step
+    self._log_frequency = log_frequency
+    self._step_tensor = step
+    self._prefix = label + ': ' if label else ''
+    self.step = None
+    self.own_steps = 0
+    self.last_loss = None
+    self.last_examples_per_sec = None
+
+  def begin(self):
+    if self._step_tensor is None:
+      self._global_step = tf.train.get_global_step()
+    self._window_start, self._window_steps = time.time(), 0
+
+  def after_create_session(self, session, coord):
+    if self._step_tensor is None:
+      self.step = int(session.run(self._global_step))
+
+  def before_run(self, run_context):
+    return tf.train.SessionRunArgs([self._loss, self._step_tensor or []])
+
+  def after_run(self, run_context, run_values):
+    self.last_loss, fetched = run_values.results
+    if self._step_tensor is None:
+      step = self.step  # The step just run; the global step counts it.
+      self.step += 1
+      due = step % self._log_frequency == 0
+    else:
+      step = self.step = int(fetched)
+      due = self.own_steps % self._log_frequency == 0
+    if math.isnan(self.last_loss):
+      return
+    self.own_steps += 1
+    self._window_steps += 1
+    if not due:
+      return
+    duration = time.time() - self._window_start
+    batches = self._window_steps * self._batches_per_step
+    self.last_examples_per_sec = (
+        self._window_steps * self._examples_per_step / duration)
+    print(self._prefix + LOG_FORMAT % (
+        datetime.now(), step, self.last_loss, self.last_examples_per_sec,
+        duration / batches), flush=True)
+    self._window_start, self._window_steps = time.time(), 0
+
+  def end(self, session):
+    if self._step_tensor is not None:
+      self.step = int(session.run(self._step_tensor))
+
+
+def time_left(secs):
+  """'about 1 h 5 min', 'about 2 h', 'about 12 min' or 'less than a minute':
+  secs, to the nearest minute (halves up)."""
+  minutes = int(secs / 60.0 + 0.5)
+  if minutes < 1:
+    return 'less than a minute'
+  if minutes < 60:
+    return 'about %d min' % minutes
+  if minutes % 60 == 0:
+    return 'about %d h' % (minutes // 60)
+  return 'about %d h %d min' % divmod(minutes, 60)
+
+
+def progress(step, max_steps, steps_per_sec=None):
+  """'step 12,000 of 100,000; about 1 h 5 min left' at steps_per_sec (the
+  time left out where it is None or 0, and at the end)."""
+  text = 'step {:,} of {:,}'.format(step, max_steps)
+  if steps_per_sec and step < max_steps:
+    text += '; %s left' % time_left((max_steps - step) / steps_per_sec)
+  return text
+
+
+class SaveAnnouncer(tf.train.CheckpointSaverListener):
+  """Prints the checkpoint line after each save (TensorFlow's own is INFO),
+  the time left at the speed since the previous save."""
+
+  def __init__(self, train_dir, max_steps, label=''):
+    self._prefix = os.path.join(train_dir, 'model.ckpt')
+    self._max_steps = max_steps
+    self._label = label + ': ' if label else ''
+    self._last = None  # (global step, time) at the last checkpoint.
+
+  def after_save(self, session, global_step_value):
+    now = time.time()
+    speed = None
+    if self._last and global_step_value > self._last[0] and now > self._last[1]:
+      speed = (global_step_value - self._last[0]) / (now - self._last[1])
+    self._last = (global_step_value, now)
+    print('%s%s: saved checkpoint %s-%d; %s' % (
+        self._label, datetime.now(), self._prefix, global_step_value,
+        progress(global_step_value, self._max_steps, speed)), flush=True)
