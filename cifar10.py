@@ -43,10 +43,8 @@ flags.DEFINE_string('data_dir', DEFAULT_DATA_DIR,
 flags.DEFINE_boolean('use_fp16', False, 'Train the model using fp16.')
 
 # Global constants describing the CIFAR-10 data set.
-IMAGE_SIZE = cifar10_input.IMAGE_SIZE
 NUM_CLASSES = cifar10_input.NUM_CLASSES
 NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN = cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN
-NUM_EXAMPLES_PER_EPOCH_FOR_EVAL = cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_EVAL
 
 # Constants describing the training process.
 MOVING_AVERAGE_DECAY = 0.9999     # The decay to use for the moving average.
@@ -58,8 +56,6 @@ INITIAL_LEARNING_RATE = 0.1       # Initial learning rate.
 # to differentiate the operations. Summaries strip it, so that TensorBoard tags
 # are the same for any number of towers.
 TOWER_NAME = 'tower'
-
-DATA_URL = download.DATA_URL
 
 
 def strip_tower_prefix(name):
@@ -124,7 +120,7 @@ def distorted_inputs(data_dir=DEFAULT_DATA_DIR, batch_size=128, use_fp16=False,
   """Distorted training batches read from `<data_dir>/cifar-10-batches-bin`.
 
   Returns:
-    images: 4-D tensor of [batch_size, IMAGE_SIZE, IMAGE_SIZE, 3], float32
+    images: 4-D tensor of [batch_size, 24, 24, 3], float32
       (float16 with use_fp16).
     labels: 1-D tensor of [batch_size], int32 (float16 with use_fp16).
 
@@ -168,7 +164,7 @@ def inference(images, compute_dtype=None):
   under a reusing variable scope (one call per tower) shares them.
 
   Args:
-    images: 4-D tensor of [batch, IMAGE_SIZE, IMAGE_SIZE, 3], float32 or
+    images: 4-D tensor of [batch, 24, 24, 3], float32 or
       float16; the variables take the same dtype.
     compute_dtype: None computes in the images' dtype. tf.bfloat16 or
       tf.float16 (mixed precision, float32 images): each weight is cast as
@@ -388,20 +384,3 @@ def train(total_loss, global_step, batch_size=128, loss_scaling=False):
 
   add_weight_and_gradient_summaries(grads)
   return apply_moving_averages(global_step, after=[apply_gradient_op])
-
-
-def maybe_download_and_extract(data_dir=DEFAULT_DATA_DIR, data_url=DATA_URL,
-                               data_md5=download.DATA_MD5, **kwargs):
-  """Makes `<data_dir>/cifar-10-batches-bin` usable, downloading if needed.
-
-  Downloads to a temporary name, checks the length and MD5, retries, and
-  extracts into a temporary directory renamed into place; see
-  cifar10_support.download.maybe_download_and_extract (which takes
-  **kwargs, e.g. files=cifar10_input.TRAIN_FILES: only a missing one of the
-  files the caller reads is fetched).
-
-  Raises:
-    cifar10_input.DataError: with one message saying what is wrong and how
-      to fix it.
-  """
-  download.maybe_download_and_extract(data_dir, data_url, data_md5, **kwargs)

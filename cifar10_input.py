@@ -4,20 +4,16 @@ The binary version of CIFAR-10 stores each example as one fixed-length record:
 one label byte (0-9) followed by 3072 pixel bytes, the 1024 red values, then the
 1024 green, then the 1024 blue, each plane row-major for a 32x32 image.
 
-What reads the records:
+Two readers return the same records (tests/test_input.py):
 
-  read_cifar10_chunk  reads both pipelines' records: up to READ_CHUNK (128)
-                      per call (tf.FixedLengthRecordReader.read_up_to), as
-                      the colour planes the file stores
-  read_cifar10        the original's reader, which it replaces: one record
-                      per call (tf.FixedLengthRecordReader.read), as a 32x32x3
-                      image; kept, and tested, as the lesson's reader
-
-Why: read and distorted one image per queue-runner step, each image cost a
-session call and about 20 small ops: 190 us of pipeline CPU, against 41 us
-a chunk at a time (benchmarks/README.md, change 3). And from the planes the
-pipelines crop first and transpose only the float crop, never a uint8 image
-(change 16). Both readers return the same records (tests/test_input.py).
+  read_cifar10        the original's reader, one record per call
+                      (tf.FixedLengthRecordReader.read), as a 32x32x3 image;
+                      kept, and tested, as the lesson's reader
+  read_cifar10_chunk  what both pipelines read with: up to READ_CHUNK records
+                      per call (read_up_to), as the colour planes the file
+                      stores, so that a queue-runner step preprocesses a
+                      chunk, cropping before the only transpose (the
+                      measurement: benchmarks/README.md, changes 3 and 16)
 
 Everything here builds TF1 graph ops (`tf.compat.v1`); call it inside a
 `tf.Graph().as_default()` block.
@@ -35,18 +31,15 @@ IMAGE_SIZE = 24
 
 NUM_CLASSES = 10
 NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN = 50000
-NUM_EXAMPLES_PER_EPOCH_FOR_EVAL = 10000
 
 # The data files, their record layout and their check are
-# cifar10_support/data_files.py's (the download checks the files it extracts
-# with them); they keep their names here.
+# cifar10_support/data_files.py's (the download checks what it extracts with
+# them); they keep their names here.
 LABEL_BYTES = data_files.LABEL_BYTES
 HEIGHT, WIDTH, DEPTH = data_files.HEIGHT, data_files.WIDTH, data_files.DEPTH
-IMAGE_BYTES = data_files.IMAGE_BYTES
 RECORD_BYTES = data_files.RECORD_BYTES  # 3073
 CLASS_NAMES = data_files.CLASS_NAMES
 TRAIN_FILES = data_files.TRAIN_FILES
-TEST_FILES = data_files.TEST_FILES
 DataError = data_files.DataError
 check_data_files = data_files.check_data_files
 check_batch_size = data_files.check_batch_size
@@ -56,9 +49,7 @@ eval_files = data_files.eval_files
 NUM_PREPROCESS_THREADS = data_files.NUM_PREPROCESS_THREADS  # 16
 # Part of an epoch kept in the shuffling queue, so batches mix well.
 MIN_FRACTION_OF_EXAMPLES_IN_QUEUE = 0.4
-# Records each queue-runner step reads and preprocesses together
-# (read_cifar10_chunk). One session call per image cost as much CPU as a
-# sixth of a training step; per chunk it is negligible (benchmarks/README.md).
+# Records each queue-runner step reads and preprocesses together.
 READ_CHUNK = 128
 
 
@@ -76,12 +67,8 @@ class CIFAR10Record(object):
 
 
 def read_cifar10(filename_queue):
-  """Reads the next example from a queue of CIFAR-10 files.
-
-  The original tutorial's reader, one record per call. The pipelines read
-  with `read_cifar10_chunk` instead, 128 records per call: one image per
-  queue-runner step cost 190 us of pipeline CPU per image against 41 us a
-  chunk at a time (benchmarks/README.md, change 3).
+  """Reads the next example from a queue of CIFAR-10 files: the original's
+  reader, one record per call (the pipelines use `read_cifar10_chunk`).
 
   Call it N times for N readers running in parallel; each call builds a reader.
 
@@ -116,14 +103,9 @@ def _decode(values):
 
 
 def read_cifar10_chunk(filename_queue):
-  """Reads up to READ_CHUNK records at once: what both pipelines read with.
-
-  Replaces `read_cifar10` (tf.FixedLengthRecordReader's `read`, one record
-  per call) with `read_up_to`, so that one queue-runner step reads, decodes
-  and preprocesses 128 records together: pipeline CPU per image 190 -> 41 us
-  against one image per step (benchmarks/README.md, change 3). It returns the colour planes as stored,
-  not `read_cifar10`'s height-width-RGB image, so that the pipelines crop
-  before they transpose, in float32 (change 16).
+  """Replaces `read_cifar10` in the pipelines: up to READ_CHUNK records per
+  call (tf.FixedLengthRecordReader's read_up_to, not read), as the colour
+  planes the files store.
 
   Args:
     filename_queue: a queue of strings with the filenames to read from.
@@ -157,11 +139,8 @@ def _random_distort(planes):
 def _generate_image_and_label_batch(examples, min_queue_examples, batch_size,
                                     shuffle, num_threads,
                                     allow_smaller_final_batch=False):
-  """Batches chunks of examples through a (shuffling) queue.
-
-  The original's function, taking (images, labels) as one argument where
-  it took image and label apart: with the two arguments added here
-  (num_threads, allow_smaller_final_batch) it would take seven.
+  """Batches chunks of examples through a (shuffling) queue (the original's
+  function, taking a chunk of images and labels).
 
   Args:
     examples: (images, labels), a chunk: images a 4-D float32 tensor of

@@ -218,8 +218,8 @@ def build_train_step(tower_batches, global_step, batch_size,
     # The retagged copies carry their tags explicitly: in the last tower's
     # scope they draw as part of it.
     with tf.name_scope(last_scope):
-      tower_summaries = summaries.global_and_last_tower(last_scope,
-                                                        cifar10.TOWER_NAME)
+      tower_summaries = summaries.global_and_last_tower(
+          last_scope, cifar10.strip_tower_prefix)
   return TrainStep(train_op, loss, grads_and_vars=grads,
                    tower_grads=tower_grads, summaries=tower_summaries)
 

@@ -1,36 +1,21 @@
 """Keeps TensorFlow's own log noise off the scripts' console.
 
-A healthy run of a script prints the script's lines (start or resume, the
-data check, the step lines, checkpoints, results) and real warnings and
-errors. What TensorFlow writes besides on every run of this TF1-style code
-says nothing to its users, so by default it is left out:
+What TensorFlow writes on every run of this TF1-style code says nothing to
+its users, so by default it is left out: the start-up lines written while
+TensorFlow loads (absl writes them whatever TF_CPP_MIN_LOG_LEVEL says); C++
+INFO and WARNING lines (among them each queue thread's "Enqueue operation
+was cancelled" at session close), and without an NVIDIA driver also C++
+ERROR lines, which there only say CUDA found no driver; the deprecation
+notices of the tf.compat.v1 API this project is about, and
+MonitoredTrainingSession's INFO lines (the scripts print their own).
 
-  * start-up lines written while TensorFlow loads (oneDNN, CUDA stubs, CPU
-    features, absl's "before absl::InitializeLog()" banner), which absl
-    writes whatever TF_CPP_MIN_LOG_LEVEL says;
-  * C++ INFO and WARNING lines after that, among them the "Local rendezvous
-    is aborting ... Enqueue operation was cancelled" lines each queue thread
-    writes when a session closes; on a machine without an NVIDIA driver also
-    C++ ERROR lines, which there only say that CUDA found no driver
-    (TF_CPP_MIN_LOG_LEVEL 3 instead of 2);
-  * the deprecation notices of the tf.compat.v1 queue API this project is
-    about, the "Summary name ... is illegal" notices, and the INFO lines of
-    MonitoredTrainingSession (the scripts print their own checkpoint lines).
+TF_CPP_MIN_LOG_LEVEL=0 asks for everything: TensorFlow then logs as it would
+without this module. Any other value keeps the filter on, at the user's C++
+level or the default, whichever hides more.
 
-TF_CPP_MIN_LOG_LEVEL, set by the user: 0 asks for everything, and then
-TensorFlow logs as it would without this module, C++ and Python side alike.
-Any other value asks for quiet, which this module already gives: the filter
-stays on and TensorFlow's C++ side logs from the user's level or the default,
-whichever hides more, so that a quieting habit never makes the console longer.
-
-Usage, in a script, before anything imports TensorFlow (through
-startup.before_tensorflow(__name__), which calls it when run as a script):
-
-    startup.before_tensorflow(__name__)  # console.before_tensorflow() as
-                                         # a script
-
-and in its main(), before building graphs: console.quiet_python_logs().
-Importing a script as a module (the tests do) changes nothing.
+A script calls `startup.before_tensorflow(__name__)` before anything imports
+TensorFlow, and `quiet_python_logs()` in its main(); importing a script as a
+module (the tests do) changes nothing.
 """
 
 import contextlib
@@ -65,8 +50,7 @@ PYTHON_NOISE = re.compile(
 
 def asks_for_everything(level):
   """Whether a TF_CPP_MIN_LOG_LEVEL value (str, or None if unset) asks for
-  all of TensorFlow's output: 0 (or less). Unset, 1, 2, 3 or anything
-  else asks for quiet."""
+  all of TensorFlow's output: 0 or less."""
   try:
     return level is not None and int(level) <= 0
   except ValueError:
@@ -90,12 +74,9 @@ def has_nvidia_driver():
 
 
 def default_cpp_level(driver_present):
-  """TF_CPP_MIN_LOG_LEVEL for a run: '2' hides INFO and WARNING lines.
-
-  Without a driver '3' also hides ERROR lines: on such a machine the only
-  ones a healthy run gets are CUDA's failed cuInit. Failures of the run
-  itself reach the user as Python exceptions, which the scripts print.
-  """
+  """TF_CPP_MIN_LOG_LEVEL for a run: '2' hides INFO and WARNING lines;
+  without a driver '3' also hides CUDA's failed cuInit (the run's own
+  failures reach the user as Python exceptions)."""
   return '2' if driver_present else '3'
 
 
@@ -112,12 +93,9 @@ def quiet_cpp_level(user_level, driver_present):
 
 @contextlib.contextmanager
 def filtered_stderr(noise):
-  """Drops lines matching `noise` that the block writes to file descriptor 2.
-
-  absl's C++ logging writes to the descriptor directly, so sys.stderr cannot
-  catch it. Everything else is written out when the block ends, in order, so
-  an error during the block still shows.
-  """
+  """Drops lines matching `noise` that the block writes to file descriptor 2
+  (absl's C++ logging writes there directly); the rest is written out, in
+  order, when the block ends."""
   sys.stderr.flush()
   saved = os.dup(2)
   with tempfile.TemporaryFile() as captured:
@@ -139,11 +117,8 @@ def filtered_stderr(noise):
 def before_tensorflow():
   """Sets TensorFlow's C++ log level and loads TensorFlow without its banner.
 
-  Call before TensorFlow is imported; a call after TensorFlow is imported
-  only records whether the level was the user's, and a second call (a
-  driver that runs a script's own `__main__`) changes nothing. With
-  TF_CPP_MIN_LOG_LEVEL=0 nothing is filtered; with any other value the
-  C++ level is `quiet_cpp_level`.
+  After TensorFlow is imported it only records whether the user asked for
+  everything; a second call changes nothing.
   """
   if _state['verbose'] is not None:
     return
@@ -167,13 +142,9 @@ NOISE_FILTER = NoiseFilter()
 
 
 def quiet_python_logs():
-  """Prints each TensorFlow Python log line once; drops its known noise.
-
-  Under absl's app.run, TF's logger has its own handler and also propagates
-  to absl's root handler, which would print every line twice. Unless the
-  user set TF_CPP_MIN_LOG_LEVEL=0, INFO lines and the notices PYTHON_NOISE
-  matches are dropped; real warnings and errors stay.
-  """
+  """Prints each TensorFlow Python log line once (under app.run it would also
+  propagate to absl's handler); unless TF_CPP_MIN_LOG_LEVEL=0, drops INFO
+  lines and PYTHON_NOISE, keeping real warnings and errors."""
   tf_logger = logging.getLogger('tensorflow')
   tf_logger.propagate = False
   if tensorflow_verbose():

@@ -14,7 +14,6 @@ one message saying what went wrong and what to do. What it guarantees:
 * Archive members that are links or would land outside data_dir are refused.
 """
 
-import contextlib
 import hashlib
 import http.client
 import os
@@ -30,6 +29,7 @@ import urllib.request
 import zlib
 
 from cifar10_support import data_files
+from cifar10_support import locks
 from cifar10_support.data_files import DataError
 
 DATA_URL = 'https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz'
@@ -129,7 +129,11 @@ def maybe_download_and_extract(data_dir, data_url=DATA_URL, data_md5=DATA_MD5,
                     'cannot be downloaded or extracted there; point '
                     '--data_dir at a writable directory. %s'
                     % (data_dir, problem, offline_help(data_dir)))
-  with _exclusive_lock(data_dir):
+  def wait(unused_lock_file):
+    print('Waiting for another process to finish downloading into %s ...'
+          % data_dir, flush=True)
+
+  with locks.exclusive(os.path.join(data_dir, LOCK_NAME), wait):
     # Another process may have finished while this one waited for the lock.
     problem = batches_problem(batches_dir, files)
     if problem is None:
@@ -152,24 +156,6 @@ def maybe_download_and_extract(data_dir, data_url=DATA_URL, data_md5=DATA_MD5,
         raise
       raise DataError('%s (%s is incomplete), and it cannot be extracted '
                       'again: %s' % (problem, batches_dir, e)) from None
-
-
-@contextlib.contextmanager
-def _exclusive_lock(data_dir):
-  """Holds an exclusive lock on a file in data_dir (POSIX only)."""
-  try:
-    import fcntl  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    yield
-    return
-  with open(os.path.join(data_dir, LOCK_NAME), 'a') as lock_file:
-    try:
-      fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-      print('Waiting for another process to finish downloading into %s ...'
-            % data_dir, flush=True)
-      fcntl.flock(lock_file, fcntl.LOCK_EX)
-    yield  # Closing the file releases the lock.
 
 
 def file_md5(path):

@@ -2,9 +2,9 @@
 
 The tutorial's code calls these where the original calls TensorFlow's own
 ops. Each computes the same thing (tests/test_model.py and tests/test_input.py
-compare them with the standard op) and was measured faster on the CPU, or,
-for `loss_average`, fixes what the original's charts showed; the numbers are
-change rows of benchmarks/README.md.
+compare them with the standard op) and was measured faster on the CPU (the
+change rows of benchmarks/README.md named below), or, for `loss_average`,
+fixes what the original's charts showed.
 
   lrn                 replaces tf.nn.lrn (beta 0.75)
   histogram_summary   replaces tf.summary.histogram (TF1's HistogramSummary)
@@ -89,13 +89,11 @@ def lrn(x, depth_radius=5, bias=1.0, alpha=1.0, beta=0.5, name=None):
   out = x / (bias + alpha * sum of x**2 over the 2 * depth_radius + 1
   neighbouring channels) ** 0.75.
 
-  TF's own LRN gradient kernel took about a sixth of each CPU training step.
-  Here the window sum is a product with a band matrix (alpha and bias folded
+  The window sum is a product with a band matrix (alpha and bias folded
   into one fused matmul), the power is rsqrt(u) * sqrt(rsqrt(u)), and the
-  gradient is written out instead of differentiating those ops one by one.
-  Measured (benchmarks/README.md, changes 2 and 7): CPU time per training
-  example -15.5%, then a step 94.3 -> 90.5 ms; equal to tf.nn.lrn and its
-  gradient to 1e-5 (tests/test_model.py).
+  gradient is written out instead of differentiating those ops one by one
+  (benchmarks/README.md, changes 2 and 7). Equal to tf.nn.lrn and its
+  gradient to 1e-5.
 
   It computes in float32 whatever x's dtype and returns x's dtype: in
   bfloat16 (8 significant bits) the denominator, 1 + alpha * a sum of
@@ -124,14 +122,11 @@ def histogram_summary(name, values):
   """Replaces `tf.summary.histogram`: the same tag, TensorBoard's format.
 
   TF1's HistogramSummary kernel bins one value at a time into ~1,500
-  exponential buckets: 0.2 s for conv1's activations of one 128-image batch,
-  more than two training steps. This bins into HISTOGRAM_BUCKETS equal-width
-  buckets with a few whole-tensor ops and writes TensorBoard's histogram
-  format (plugin 'histograms', a [k, 3] float64 tensor of left edge, right
-  edge, count), the one TensorFlow 2's own tf.summary.histogram writes, so
-  it shows in the same dashboards. Measured (benchmarks/README.md, change
-  8): a training step with all summaries cost 360 ms more than without
-  them before, 26 ms after.
+  exponential buckets. This bins into HISTOGRAM_BUCKETS equal-width buckets
+  with a few whole-tensor ops (benchmarks/README.md, change 8) and writes
+  the histogram format TensorFlow 2's own tf.summary.histogram writes
+  (plugin 'histograms', a [k, 3] float64 tensor of left edge, right edge,
+  count), so it shows in the same dashboards.
 
   Args:
     name: str, the summary's name; its tag, like tf.summary.histogram's, is
@@ -166,8 +161,7 @@ def zero_fraction(x):
   """Replaces `tf.nn.zero_fraction`: the fraction of zeros, float32 scalar.
 
   The same number without tf.nn.zero_fraction's tf.cond, whose function
-  setup cost each new session tens of ms. Measured (benchmarks/README.md,
-  change 9): the first summary run of a new eval session 173 -> 144 ms.
+  setup costs each new session time (benchmarks/README.md, change 9).
   """
   return tf.reduce_mean(tf.cast(tf.equal(x, 0), tf.float32))
 
@@ -176,11 +170,9 @@ def loss_average(value, decay=LOSS_AVERAGE_DECAY):
   """Replaces `tf.train.ExponentialMovingAverage(0.9, name='avg')` of a loss.
 
   The variable is the one the original's average made, '<loss op name>/avg'
-  starting at 0, so checkpoints keep its name both ways. That average
-  starts at 0, which made every loss chart begin with a drop to 0; here an
-  average that is still exactly 0 (never updated: a loss is never exactly 0)
-  takes the loss itself instead. Not a speed change: the charts start at
-  the first loss (tests/test_tensorboard.py).
+  starting at 0, so checkpoints keep its name both ways. That average made
+  every loss chart begin with a drop to 0; here an average still exactly 0
+  (never updated: a loss is never exactly 0) takes the loss itself instead.
 
   Args:
     value: scalar float tensor, one loss term.
@@ -206,18 +198,13 @@ def loss_average(value, decay=LOSS_AVERAGE_DECAY):
 def distort(planes, offsets, flips, deltas, factors, image_size):
   """Replaces the tf.image distortions of training, over a chunk of images.
 
-  The same arithmetic as tf.image's random_crop, random_flip_left_right,
-  random_brightness, random_contrast and per_image_standardization applied
-  one image at a time, with those random draws given, but over a whole
-  chunk of images in a few ops. Measured (benchmarks/README.md, changes 3
-  and 16): input CPU per image 190 -> 41 us; equal to the tf.image ops
-  (tests/test_input.py).
-
-  Both input pipelines work on colour planes, as the records store them, and
-  make the finished crop channels-last at the end: per-channel means and
-  broadcasts run several times faster over contiguous planes than over
-  interleaved channels, and a float32 transpose of the crop costs a fifth of
-  a uint8 one of the whole image.
+  The same arithmetic as those ops applied one image at a time, with their
+  random draws given, over a whole chunk of images in a few ops
+  (benchmarks/README.md, changes 3 and 16). It works on colour planes, as
+  the records store them, and makes the finished crop channels-last at the
+  end: per-channel means run several times faster over contiguous planes,
+  and a float32 transpose of the crop costs a fifth of a uint8 one of the
+  whole image.
 
   Args:
     planes: uint8 or float32 tensor of [n, 3, 32, 32], values 0-255: each

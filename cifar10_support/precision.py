@@ -2,9 +2,8 @@
 
 With --mixed_precision=bf16 the convolutions, matrix products, bias adds,
 ReLUs and max pools run in a reduced-precision dtype while the variables,
-their moving averages, the LRN, the loss, the gradients as applied (and
-averaged over towers) and the checkpoints stay float32 (cifar10.inference
-casts each weight as it reads it). Which dtype, decided here once per run:
+their moving averages, the LRN, the loss, the gradients as applied and the
+checkpoints stay float32. Which dtype, decided once per run by `choose`:
 
   CPU with AVX512_BF16 or AMX   bfloat16
   other CPUs                    float32, with one line saying why: there
@@ -13,9 +12,8 @@ casts each weight as it reads it). Which dtype, decided here once per run:
   older GPU                     float16 with a dynamic loss scale, since
                                 float16's range loses small gradients
 
-Nothing here is saved: a checkpoint trained with the flag is an ordinary
-float32 checkpoint, and the loss scale is a local variable that starts again
-on each run.
+The loss scale is a local variable, never saved: a checkpoint trained with
+the flag is an ordinary float32 checkpoint.
 """
 
 import collections
@@ -35,25 +33,14 @@ GPU_BF16_CAPABILITY = (8, 0)
 LOSS_SCALE_START = 2.0 ** 15
 LOSS_SCALE_GROWTH_STEPS = 2000
 
+# The loss-scale variables: scale (float32 scalar, what the loss is
+# multiplied by), good_steps (int64 scalar, steps since the scale changed).
 LossScale = collections.namedtuple('LossScale', ['scale', 'good_steps'])
-LossScale.__doc__ = """The loss-scale variables, both local (never saved).
-
-  scale: float32 scalar, what the loss is multiplied by before the gradients.
-  good_steps: int64 scalar, steps since the scale last changed.
-"""
 
 
 def cpu_flags(cpuinfo=None):
-  """The CPU's feature flags, from the 'flags' lines of /proc/cpuinfo.
-
-  Args:
-    cpuinfo: str, text in the format of Linux's /proc/cpuinfo; None reads
-      that file.
-
-  Returns:
-    A set of str, the flags of all 'flags' lines; None when there is no such
-    line (or no such file).
-  """
+  """The set of flags on the 'flags' lines of `cpuinfo` (text as Linux's
+  /proc/cpuinfo; None reads that file); None without such a line or file."""
   if cpuinfo is None:
     try:
       with open('/proc/cpuinfo') as f:
@@ -69,15 +56,8 @@ def cpu_flags(cpuinfo=None):
 
 
 def cpu_bf16_feature(cpuinfo=None):
-  """The CPU flag that gives native bfloat16 arithmetic, or None.
-
-  Args:
-    cpuinfo: as for `cpu_flags`; without flags the answer is None.
-
-  Returns:
-    'amx_bf16' or 'avx512_bf16' (the first of CPU_BF16_FLAGS present on a
-    'flags' line), or None.
-  """
+  """The first of CPU_BF16_FLAGS the CPU has ('amx_bf16', 'avx512_bf16'),
+  or None; cpuinfo as for `cpu_flags`."""
   present = cpu_flags(cpuinfo) or set()
   for flag in CPU_BF16_FLAGS:
     if flag in present:
@@ -96,20 +76,13 @@ def gpu_capability():
   return min(found) if found else None
 
 
-def this_machine(on_gpu):
-  """(cpu_bf16_feature(), gpu_capability() when on_gpu else None): the
-  machine's side of `choose`."""
-  return cpu_bf16_feature(), gpu_capability() if on_gpu else None
-
-
 def choose(requested, on_gpu, cpu_feature, capability):
   """The model's compute dtype for --mixed_precision, and the line to print.
 
   Args:
     requested: the flag's value, 'off' or 'bf16'.
     on_gpu: bool, the model runs on GPUs.
-    cpu_feature: `cpu_bf16_feature()`'s answer for this CPU.
-    capability: `gpu_capability()`'s answer.
+    cpu_feature, capability: `cpu_bf16_feature()`, `gpu_capability()`.
 
   Returns:
     (dtype, line): tf.bfloat16, tf.float16 or None (float32 throughout), and
@@ -135,25 +108,17 @@ def choose(requested, on_gpu, cpu_feature, capability):
 
 
 def compute_dtype_for_this_machine(requested, on_gpu, use_fp16=False):
-  """`choose` for this machine; prints its line. For a script's main(),
-  before any graph is built.
-
-  Args:
-    requested: --mixed_precision, 'off' or 'bf16'.
-    on_gpu: bool, the model will run on GPUs.
-    use_fp16: --use_fp16, which stores the variables themselves in float16.
-
-  Returns:
-    None (no mixed precision), tf.bfloat16 or tf.float16.
+  """`choose` for this machine; prints its line. For a script's main().
 
   Raises:
-    app.UsageError: both flags given.
+    app.UsageError: with --use_fp16 (float16 variables) too.
   """
   if use_fp16 and requested != 'off':
     raise app.UsageError(
         '--use_fp16 stores the variables in float16, --mixed_precision=%s '
         'keeps them float32: drop one of the two' % requested)
-  dtype, line = choose(requested, on_gpu, *this_machine(on_gpu))
+  dtype, line = choose(requested, on_gpu, cpu_bf16_feature(),
+                       gpu_capability() if on_gpu else None)
   if line:
     print(line, flush=True)
   return dtype
@@ -165,18 +130,9 @@ def needs_loss_scale(compute_dtype):
 
 
 def dynamic_loss_scale(device='/cpu:0'):
-  """Creates the loss-scale variables, as local variables on `device`.
-
-  Call once per graph, outside any tower's variable scope. A scalar summary
-  'loss_scale' shows the scale in TensorBoard: one that keeps falling means
-  steps that overflow, and are skipped.
-
-  Args:
-    device: str, where the variables live (with the shared weights).
-
-  Returns:
-    A LossScale.
-  """
+  """A LossScale of local variables on `device` (with the shared weights);
+  once per graph, outside any tower's variable scope. Its summary
+  'loss_scale' keeps falling when steps overflow (and are skipped)."""
   local = [tf.GraphKeys.LOCAL_VARIABLES]
   with tf.device(device), tf.variable_scope('loss_scale'):
     scale = tf.get_variable('scale', [], tf.float32, trainable=False,
@@ -191,20 +147,9 @@ def dynamic_loss_scale(device='/cpu:0'):
 
 
 def compute_gradients(opt, loss, loss_scale=None):
-  """opt.compute_gradients of `loss`, of loss * scale when one is given.
-
-  The gradients of a scaled loss are scaled too: `apply_gradients` divides
-  them back. A float16 gradient under about 6e-8 would otherwise be 0.
-
-  Args:
-    opt: a tf.train.Optimizer.
-    loss: float32 scalar tensor, the (tower's) total loss.
-    loss_scale: a LossScale, or None.
-
-  Returns:
-    List of (gradient, variable) pairs: float32 gradients of the float32
-    variables.
-  """
+  """opt.compute_gradients of `loss`, of loss * scale with a LossScale
+  (`apply_gradients` divides them back; a float16 gradient under about 6e-8
+  would otherwise be 0). Returns float32 (gradient, variable) pairs."""
   if loss_scale is None:
     return opt.compute_gradients(loss)
   return opt.compute_gradients(loss * loss_scale.scale)
@@ -219,10 +164,9 @@ def apply_gradients(opt, grads_and_vars, global_step, loss_scale=None):
 
   Args:
     opt: the optimizer (plain SGD: a zero gradient changes nothing).
-    grads_and_vars: list of (float32 gradient, variable) pairs, of the
-      scaled loss when loss_scale is given.
+    grads_and_vars: (float32 gradient, variable) pairs, of the scaled loss
+      when loss_scale is given.
     global_step: the int64 global step variable, incremented once.
-    loss_scale: a LossScale, or None.
 
   Returns:
     (train_op, grads_and_vars): the op that applies them, and the pairs as

@@ -1,13 +1,5 @@
 """Session configurations: thread counts by one rule, one config per use.
 
-Every session the scripts open takes its tf.ConfigProto from here:
-
-    training_config(threads, num_towers, tower_device)   cifar10_train.py and
-                                                         the towers
-    eval_config(threads)            cifar10_eval.py and cifar10_classify.py
-    worker_config(task, ...)        a cluster worker's session
-    server_config(threads)          a cluster task's server (its threads)
-
 threads is a `ThreadCounts` (--num_intra_threads, --num_inter_threads), None
 in either place for the rule of `thread_settings`; BY_RULE is None in both.
 """
@@ -18,15 +10,11 @@ import os
 import tensorflow.compat.v1 as tf
 
 # Without a GPU, sessions on machines with at most this many usable cores run
-# one op at a time (each op on every core). Measured: on 2 cores it gains
-# 4-7% (benchmarks/README.md, change 6); on 16 cores it costs 11-28% against
-# TensorFlow's default inter-op pool. Between the two it is not measured yet.
+# one op at a time, each op on every core: faster on 2 cores, slower on 16
+# (benchmarks/README.md, change 6); between the two it is not measured.
 ONE_OP_AT_A_TIME_MAX_CORES = 4
 
 ThreadCounts = collections.namedtuple('ThreadCounts', ['intra', 'inter'])
-ThreadCounts.__doc__ = """Thread counts asked for: --num_intra_threads (threads
-each op may use) and --num_inter_threads (ops that may run at once); None
-for `thread_settings`' rule, 0 for TensorFlow's choice."""
 BY_RULE = ThreadCounts(None, None)
 
 
@@ -47,21 +35,17 @@ def thread_settings(num_cores, gpu, num_towers=1, intra=None, inter=None,
                     cluster_task=False):
   """How many threads a session's ops get: the rule, in one place.
 
+  One op at a time (inter 1) only without a GPU (whose kernels the inter-op
+  threads launch), with one tower (towers should overlap), outside a cluster
+  (a task's pool also serves the other tasks) and on at most
+  ONE_OP_AT_A_TIME_MAX_CORES cores; else TensorFlow's choice.
+
   Args:
-    num_cores: int, usable cores.
-    gpu: bool, a GPU is visible. There the CPU's inter-op threads launch
-      kernels and feed the input, so TensorFlow's defaults stay.
-    num_towers: int, model replicas that should run side by side (CPU
-      towers); more than one keeps TensorFlow's inter-op pool.
     intra, inter: --num_intra_threads and --num_inter_threads as given;
       None for the rule, 0 for TensorFlow's choice.
-    cluster_task: bool, the process is a task of a TensorFlow cluster, whose
-      inter-op pool also runs what the other tasks ask of it: TensorFlow's
-      default stays (one op at a time there is not measured).
 
   Returns:
-    (intra, inter), ints: threads each op may use, and ops that may run at
-    once; 0 leaves the choice to TensorFlow (one per core).
+    (intra, inter), ints; 0 leaves the choice to TensorFlow (one per core).
   """
   if inter is None:
     one_at_a_time = (not gpu and num_towers == 1 and not cluster_task
@@ -70,30 +54,14 @@ def thread_settings(num_cores, gpu, num_towers=1, intra=None, inter=None,
   return (0 if intra is None else intra), inter
 
 
-def thread_counts_for_this_machine(threads=BY_RULE, num_towers=1,
-                                   cluster_task=False):
-  """`thread_settings` for this process: its usable cores, whether a GPU is
-  visible, and the flags (threads: (intra, inter), None for the rule)."""
+def _for_this_machine(threads, num_towers=1, cluster_task=False):
   return thread_settings(usable_cores(), has_gpu(), num_towers, *threads,
                          cluster_task=cluster_task)
 
 
 def set_threads(config, threads=BY_RULE, num_towers=1):
-  """Sets a tf.ConfigProto's thread counts by `thread_settings`; returns it.
-
-  On a machine without a GPU and with few cores that is one op at a time (a
-  private inter-op pool of one thread), each op using every core through
-  its own intra-op threads. oneDNN's convolutions already keep a few cores
-  busy; two of them side by side, TF's default, made a 2-core training step
-  4-7% slower (benchmarks/README.md), while on 16 cores the single pool cost
-  11-28%.
-
-  Args:
-    config: the tf.ConfigProto to change.
-    threads: (--num_intra_threads, --num_inter_threads).
-    num_towers: int, CPU towers meant to run side by side.
-  """
-  intra, inter = thread_counts_for_this_machine(threads, num_towers)
+  """Sets a tf.ConfigProto's thread counts by `thread_settings`; returns it."""
+  intra, inter = _for_this_machine(threads, num_towers)
   config.intra_op_parallelism_threads = intra
   if inter:
     # A named pool of the session's own: the global inter-op pool is sized
@@ -104,29 +72,13 @@ def set_threads(config, threads=BY_RULE, num_towers=1):
   return config
 
 
-def config_threads(config):
-  """(intra, inter) of a tf.ConfigProto, as `thread_settings` gives them."""
-  pools = config.session_inter_op_thread_pool
-  inter = pools[0].num_threads if pools else config.inter_op_parallelism_threads
-  return config.intra_op_parallelism_threads, inter
-
-
 def session_config(optimize_graph=True, threads=BY_RULE, num_towers=1,
                    **kwargs):
   """`tf.ConfigProto(**kwargs)` with `set_threads`' thread counts.
 
-  Args:
-    optimize_graph: False skips Grappler's graph rewrites on a machine
-      without a GPU. Meant for short sessions (one evaluation each): the
-      rewrites cost about 0.1 s per new session and made this model's forward
-      pass no faster on the CPU. With a GPU they stay (its layout rewrites
-      matter there).
-    threads: (--num_intra_threads, --num_inter_threads).
-    num_towers: int, CPU towers meant to run side by side.
-    **kwargs: fields of tf.ConfigProto.
-
-  Returns:
-    A tf.ConfigProto.
+  optimize_graph=False skips Grappler's rewrites without a GPU: for short
+  sessions (one evaluation each), where they cost about 0.1 s per session
+  and made this model's forward pass no faster on the CPU.
   """
   config = set_threads(tf.ConfigProto(**kwargs), threads, num_towers)
   if not optimize_graph and not has_gpu():
@@ -138,20 +90,11 @@ def training_config(threads=BY_RULE, num_towers=1, tower_device=None,
                     log_device_placement=False):
   """The training session's config, for one device or for towers.
 
-  Args:
-    threads: (--num_intra_threads, --num_inter_threads); by the rule, two
-      or more towers keep TensorFlow's inter-op pool so that they overlap.
-    num_towers: int, number of towers.
-    tower_device: None for single-device training. 'cpu' gives the session
-      num_towers CPU devices and no soft placement, so that every tower
-      really runs on its own device and a misplaced op is an error rather
-      than a silent fold onto CPU:0. 'gpu' keeps soft placement: queue and
-      string ops have no GPU kernels, and towers on GPUs that are not there
-      fall back to the CPU.
-    log_device_placement: bool, log where each op runs.
-
-  Returns:
-    A tf.ConfigProto.
+  tower_device: None for one device. 'cpu' gives the session num_towers CPU
+  devices and no soft placement, so that each tower really runs on its own
+  device and a misplaced op is an error, not a silent fold onto CPU:0.
+  'gpu' keeps soft placement: queue and string ops have no GPU kernels, and
+  towers on GPUs that are not there fall back to the CPU.
   """
   kwargs = {'log_device_placement': log_device_placement}
   if tower_device == 'cpu':
@@ -162,11 +105,7 @@ def training_config(threads=BY_RULE, num_towers=1, tower_device=None,
 
 
 def eval_config(threads=BY_RULE):
-  """The config of evaluation's and classification's short sessions.
-
-  Args:
-    threads: (--num_intra_threads, --num_inter_threads).
-  """
+  """The config of evaluation's and classification's short sessions."""
   config = session_config(optimize_graph=False, threads=threads)
   # Take GPU memory as needed, leaving the rest to a training job.
   config.gpu_options.allow_growth = True
@@ -174,19 +113,12 @@ def eval_config(threads=BY_RULE):
 
 
 def worker_config(task, operation_timeout_secs, log_device_placement=False):
-  """A cluster worker's session config: see only the ps tasks and itself.
+  """A cluster worker's session config: it sees only the ps tasks and `task`
+  (its own, '/job:worker/task:1').
 
-  Args:
-    task: str, the worker's own task, '/job:worker/task:1' (or the chief's
-      job).
-    operation_timeout_secs: number, the longest any op may block.
-    log_device_placement: bool, log where each op runs.
-
-  Without device_filters, a session waits for every task of the cluster at
+  Without device_filters a session waits for every task of the cluster at
   start, and synchronous training could hang at the end; the timeout bounds
-  any op that still blocks (tf2_notes.md section 11). Its thread counts are
-  the server's (`server_config`): a distributed session takes none of its
-  own.
+  any op that still blocks. The threads are the server's (`server_config`).
   """
   return tf.ConfigProto(
       device_filters=['/job:ps', task],
@@ -195,12 +127,7 @@ def worker_config(task, operation_timeout_secs, log_device_placement=False):
 
 
 def server_config(threads=BY_RULE):
-  """A cluster task's tf.train.Server config: the threads of every op it runs.
-
-  Args:
-    threads: (--num_intra_threads, --num_inter_threads); None in either
-      place for `thread_settings`' rule for a cluster task.
-  """
-  intra, inter = thread_counts_for_this_machine(threads, cluster_task=True)
+  """A cluster task's tf.train.Server config: the threads of every op it runs."""
+  intra, inter = _for_this_machine(threads, cluster_task=True)
   return tf.ConfigProto(intra_op_parallelism_threads=intra,
                         inter_op_parallelism_threads=inter)

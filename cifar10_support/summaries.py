@@ -5,12 +5,7 @@ and so on, never at the last step, so a run's curves stopped up to N - 1
 steps before it did (a 400-step run's at step 301). `SummaryHook` writes
 after the first step of each session, whenever the global step reaches a
 multiple of N, and after the step that reaches the run's last step.
-
-`global_and_last_tower` picks the summaries of multi-tower training, tagged
-as on one device.
 """
-
-import re
 
 import tensorflow.compat.v1 as tf
 
@@ -112,28 +107,24 @@ def _retag(summary, tag):
                    % (summary.op.name, summary.op.type))
 
 
-def global_and_last_tower(last_scope, tower_name):
+def global_and_last_tower(last_scope, strip_tower_prefix):
   """The graph's global summaries plus the last tower's, tagged as on one
   device: what cifar10_multi_gpu_train.py writes.
 
-  A summary's tag is its op's name scope, so the last tower's come out as
-  'tower_1/conv1/...'; copies without that prefix let TensorBoard overlay
-  single- and multi-tower runs.
-
   Args:
     last_scope: str, the last tower's name scope, e.g. 'tower_1/'.
-    tower_name: str, the towers' scope names before '_<i>' (cifar10.TOWER_NAME).
+    strip_tower_prefix: cifar10.strip_tower_prefix, which takes a tower's
+      scope out of a name ('tower_1/conv1/...' -> 'conv1/...').
 
   Returns:
     A list of summary tensors, to merge into the summary op.
   """
-  in_a_tower = re.compile('^%s_[0-9]+/' % tower_name)
   kept = []
   for summary in tf.get_collection(tf.GraphKeys.SUMMARIES):
-    if summary.op.name.startswith(last_scope):
+    name = summary.op.name
+    if name.startswith(last_scope):
       tag = tf.compat.as_str(tf.get_static_value(summary.op.inputs[0]).item())
-      # As cifar10.strip_tower_prefix.
-      kept.append(_retag(summary, re.sub('%s_[0-9]*/' % tower_name, '', tag)))
-    elif not in_a_tower.match(summary.op.name):
+      kept.append(_retag(summary, strip_tower_prefix(tag)))
+    elif strip_tower_prefix(name) == name:  # In no tower.
       kept.append(summary)
   return kept

@@ -15,7 +15,6 @@ import threading
 
 import pytest
 
-import cifar10
 import cifar10_input
 from cifar10_support import download
 import synthetic
@@ -94,7 +93,7 @@ def closed_port_url():
 
 def fetch(data_dir, url, md5, **kwargs):
   kwargs.setdefault('retry_wait_secs', 0)
-  cifar10.maybe_download_and_extract(str(data_dir), url, md5, **kwargs)
+  download.maybe_download_and_extract(str(data_dir), url, md5, **kwargs)
 
 
 def assert_extracted_like(data_dir, source_root):
@@ -132,7 +131,7 @@ def test_http_download_verified_extracted_and_done_once(tmp_path, server,
 
 
 @pytest.mark.parametrize('reads, fetched', [
-    (cifar10_input.TEST_FILES, False),
+    (cifar10_input.eval_files('test'), False),
     (cifar10_input.TRAIN_FILES, True),
 ])
 def test_only_a_missing_file_that_is_read_is_fetched(tmp_path, server, archive,

@@ -91,9 +91,9 @@ def test_read_cifar10_chunk_reads_what_read_cifar10_reads(tmp_path):
 
 def test_cifar10_input_keeps_the_data_file_names():
   # They live in cifar10_support.data_files, which the download uses too.
-  for name in ['DataError', 'check_data_files', 'TRAIN_FILES', 'TEST_FILES',
+  for name in ['DataError', 'check_data_files', 'TRAIN_FILES',
                'CLASS_NAMES', 'LABEL_BYTES', 'HEIGHT', 'WIDTH', 'DEPTH',
-               'IMAGE_BYTES', 'RECORD_BYTES', 'NUM_PREPROCESS_THREADS',
+               'RECORD_BYTES', 'NUM_PREPROCESS_THREADS',
                'check_batch_size', 'eval_files']:
     assert getattr(cifar10_input, name) is getattr(data_files, name), name
   assert cifar10_input.RECORD_BYTES == 3073

@@ -7,6 +7,7 @@ import tensorflow.compat.v1 as tf
 import cifar10
 from cifar10_support import fast_ops
 from cifar10_support import sessions
+import testutil
 from testutil import session_config
 
 EXPECTED_SHAPES = {
@@ -245,7 +246,7 @@ def test_session_config_follows_the_thread_rule_and_skips_rewrites():
     assert not short.graph_options.rewrite_options.disable_meta_optimizer
   else:
     # The thread counts follow the rule for this machine (test_threads.py).
-    assert sessions.config_threads(config) == sessions.thread_settings(
+    assert testutil.config_threads(config) == sessions.thread_settings(
         sessions.usable_cores(), gpu=False)
     assert not config.graph_options.rewrite_options.disable_meta_optimizer
     assert short.graph_options.rewrite_options.disable_meta_optimizer

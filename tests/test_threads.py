@@ -4,6 +4,7 @@ flags that override it, down to the sessions' ConfigProtos."""
 import pytest
 
 from cifar10_support import sessions
+import testutil
 from testutil import run_script
 
 
@@ -35,31 +36,31 @@ def cores(monkeypatch):
 def test_session_configs_follow_the_rule_and_the_flags(cores):
   cores(2)
   config = sessions.session_config()
-  assert sessions.config_threads(config) == (0, 1)
+  assert testutil.config_threads(config) == (0, 1)
   assert config.session_inter_op_thread_pool[0].global_name
-  assert sessions.config_threads(
+  assert testutil.config_threads(
       sessions.eval_config()) == (0, 1)
-  assert sessions.config_threads(
+  assert testutil.config_threads(
       sessions.training_config(num_towers=1, tower_device='cpu')) == (0, 1)
-  assert sessions.config_threads(
+  assert testutil.config_threads(
       sessions.training_config(num_towers=2, tower_device='cpu')) == (0, 0)
   # A cluster task's threads are its server's; TF's default, or the flags.
-  assert sessions.config_threads(
+  assert testutil.config_threads(
       sessions.server_config()) == (0, 0)
-  assert sessions.config_threads(
+  assert testutil.config_threads(
       sessions.server_config((2, 1))) == (2, 1)
   assert not sessions.worker_config(
       '/job:worker/task:0', 60).session_inter_op_thread_pool
 
   cores(16)
   config = sessions.session_config()
-  assert sessions.config_threads(config) == (0, 0)
+  assert testutil.config_threads(config) == (0, 0)
   assert not config.session_inter_op_thread_pool
 
   explicit = sessions.training_config((3, 2), 2, 'cpu')
-  assert sessions.config_threads(explicit) == (3, 2)
+  assert testutil.config_threads(explicit) == (3, 2)
   assert explicit.device_count['CPU'] == 2
-  assert sessions.config_threads(
+  assert testutil.config_threads(
       sessions.eval_config((1, 0))) == (1, 0)
 
 

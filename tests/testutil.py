@@ -22,6 +22,14 @@ def session_config(num_cpus=1):
                         device_count={'CPU': num_cpus})
 
 
+def config_threads(config):
+  """(intra, inter) of a tf.ConfigProto, as sessions.thread_settings gives
+  them."""
+  pools = config.session_inter_op_thread_pool
+  inter = pools[0].num_threads if pools else config.inter_op_parallelism_threads
+  return config.intra_op_parallelism_threads, inter
+
+
 def script_env(**overrides):
   """The environment a user's shell gives a script, plus `overrides`.
 
