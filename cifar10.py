@@ -37,7 +37,8 @@ DEFAULT_DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
 # Basic model parameters. Defined here once, read only in the scripts' main();
 # the flags the scripts share beyond these are cifar10_support.run_flags'.
 flags.DEFINE_integer('batch_size', 128,
-                     'Number of images to process in a batch.')
+                     'Number of images to process in a batch.',
+                     lower_bound=1)
 flags.DEFINE_string('data_dir', DEFAULT_DATA_DIR,
                     'Path to the CIFAR-10 data directory.')
 flags.DEFINE_boolean('use_fp16', False, 'Train the model using fp16.')

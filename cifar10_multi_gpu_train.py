@@ -57,7 +57,7 @@ FLAGS = flags.FLAGS
 
 flags.DEFINE_integer('num_gpus', 1, 'How many GPUs to use: one tower on each '
                      '(with --tower_device=cpu, on each of as many virtual CPU '
-                     'devices).')
+                     'devices).', lower_bound=1)
 flags.DEFINE_enum('tower_device', 'gpu', ['gpu', 'cpu'],
                   'Where the towers run: gpu puts tower i on /gpu:i, with soft '
                   'placement as in the original; cpu puts it on /cpu:i of '
@@ -72,7 +72,7 @@ flags.DEFINE_boolean('split_gpus', False,
 flags.DEFINE_integer('split_gpu_memory_mb', 0,
                      'With --split_gpus, the memory of each virtual GPU in MB; '
                      '0 shares 90 percent of each card evenly among its '
-                     'towers.')
+                     'towers.', lower_bound=0)
 
 TrainStep = collections.namedtuple(
     'TrainStep', ['train_op', 'loss', 'grads_and_vars', 'tower_grads',
@@ -297,15 +297,12 @@ def train(settings, num_towers=1, tower_device='gpu', config=None):
 def main(argv):
   run_flags.check_no_arguments(argv)
   console.quiet_python_logs()
-  run_flags.check_flag_range('num_gpus', FLAGS.num_gpus, minimum=1)
-  run_flags.check_flag_range('split_gpu_memory_mb', FLAGS.split_gpu_memory_mb,
-                             minimum=0)
   config = None
   if FLAGS.split_gpus:
     config = gpus.split_gpus_config(FLAGS.num_gpus, FLAGS.tower_device,
                                     FLAGS.split_gpu_memory_mb,
                                     FLAGS.log_device_placement)
-  run_flags.check_training_flags(FLAGS)
+  run_flags.check_flag_writable_dir('train_dir', FLAGS.train_dir)
   # --tower_device=cpu keeps the towers on CPU devices even beside a GPU.
   on_gpu = FLAGS.tower_device == 'gpu' and sessions.has_gpu()
   compute_dtype = precision.compute_dtype_for_this_machine(

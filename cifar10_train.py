@@ -39,24 +39,27 @@ FLAGS = flags.FLAGS
 
 flags.DEFINE_string('train_dir', '/tmp/cifar10_train',
                     'Directory where to write event logs and checkpoint.')
-flags.DEFINE_integer('max_steps', 100000, 'Number of batches to run.')
+flags.DEFINE_integer('max_steps', 100000, 'Number of batches to run.',
+                     lower_bound=1)
 flags.DEFINE_boolean('log_device_placement', False,
                      'Whether to log device placement.')
 flags.DEFINE_integer('log_frequency', 10,
-                     'How often to log results to the console.')
+                     'How often to log results to the console.',
+                     lower_bound=1)
 flags.DEFINE_boolean('fresh_start', False,
                      'Delete what is in --train_dir (checkpoints and '
                      'events) and train from step 0 instead of resuming.')
 flags.DEFINE_integer('save_checkpoint_secs', 600,
                      'Seconds between checkpoints (one is also written at '
-                     'the start and at the end).')
+                     'the start and at the end).', lower_bound=1)
 flags.DEFINE_integer('save_summaries_steps', 100,
                      'Global steps between TensorBoard summaries (one is also '
                      'written after the first step and at the last); 0 '
-                     'writes none.')
+                     'writes none.', lower_bound=0)
 flags.DEFINE_integer('save_checkpoint_steps', 0,
                      'If positive, write a checkpoint every this many steps '
-                     'instead of every --save_checkpoint_secs.')
+                     'instead of every --save_checkpoint_secs.',
+                     lower_bound=0)
 
 def train(settings):
   """Trains up to global step settings.max_steps, resuming from train_dir.
@@ -133,7 +136,7 @@ def train(settings):
 def main(argv):
   run_flags.check_no_arguments(argv)
   console.quiet_python_logs()
-  run_flags.check_training_flags(FLAGS)
+  run_flags.check_flag_writable_dir('train_dir', FLAGS.train_dir)
   # The model runs on a GPU when one is visible (TensorFlow's placement).
   compute_dtype = precision.compute_dtype_for_this_machine(
       FLAGS.mixed_precision, sessions.has_gpu(), FLAGS.use_fp16)

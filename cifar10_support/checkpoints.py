@@ -25,11 +25,8 @@ class CheckpointError(ValueError):
 
 
 class CheckpointUnreadableError(CheckpointError):
-  """A listed checkpoint whose files are missing, incomplete or damaged.
-
-  Training prunes old checkpoints and writes new ones while evaluation runs,
-  so periodic evaluation skips such a checkpoint and waits for the next.
-  """
+  """A listed checkpoint whose files are missing, incomplete or damaged (as
+  when training pruned it): periodic evaluation waits for the next one."""
 
 
 class ResumeError(ValueError):
@@ -45,27 +42,18 @@ class NoRestorableCheckpointError(ResumeError):
 
 
 def step_of(path):
-  """The global step in a checkpoint's name ('.../model.ckpt-300' -> 300).
-
-  Returns:
-    An int, or None when the name ends in no '-<digits>'.
-  """
+  """The global step in a checkpoint's name ('.../model.ckpt-300' -> 300), or
+  None when it ends in no '-<digits>'."""
   suffix = path.rsplit('-', 1)[-1] if path and '-' in path else ''
   return int(suffix) if suffix.isdigit() else None
 
 
 def verified_reader(checkpoint):
-  """A reader of `checkpoint` once every value has read back, or why not.
+  """(reader, None) once every value of `checkpoint` has read back, else
+  (None, a one-line reason).
 
-  Reads the index and every tensor, whose checksums TensorFlow verifies: a
-  truncated or corrupted .index or .data file is found here, before any
-  session (4 MB for this model: milliseconds).
-
-  Args:
-    checkpoint: str, a checkpoint's path prefix.
-
-  Returns:
-    (reader, None), or (None, a one-line reason: TensorFlow's first line).
+  Reading every tensor makes TensorFlow verify its checksums: a truncated or
+  corrupted file is found here, before any session (milliseconds for 4 MB).
   """
   try:
     reader = tf.train.load_checkpoint(checkpoint)
@@ -87,13 +75,8 @@ def listed(directory, report=None):
   directory is moved: a listed checkpoint whose file is here is taken from
   here. Without a readable index, the model.ckpt-N files here, by N.
 
-  Args:
-    directory: a train_dir.
-    report: called with one line when the index is missing or unreadable and
-      checkpoint files are there; None says nothing.
-
-  Returns:
-    A list of checkpoint path prefixes.
+  Returns a list of path prefixes; `report`, if given, gets one line when
+  the index is missing or unreadable and checkpoint files are there.
   """
   try:
     state = tf.train.get_checkpoint_state(directory)
@@ -117,26 +100,17 @@ def listed(directory, report=None):
 
 
 def newest(directory):
-  """The newest checkpoint of `directory` (see `listed`), or None.
-
-  Not read: evaluation and classify find a damaged one when they open it.
-  """
+  """The newest checkpoint of `directory` (see `listed`), or None; not read."""
   paths = listed(directory)
   return paths[-1] if paths else None
 
 
 def newest_restorable(train_dir, report=print):
-  """The newest checkpoint of train_dir that restores.
-
-  Args:
-    train_dir: the training directory.
-    report: called with one line for each checkpoint skipped.
-
-  Returns:
-    The checkpoint's path prefix, or None if train_dir has none.
+  """The newest checkpoint of train_dir that restores, or None if it has
+  none; `report` gets one line for each checkpoint skipped.
 
   Raises:
-    NoRestorableCheckpointError: if every checkpoint is damaged or missing.
+    NoRestorableCheckpointError: every checkpoint is damaged or missing.
   """
   paths = listed(train_dir, report)
   if not paths:
@@ -159,16 +133,9 @@ def newest_restorable(train_dir, report=print):
 
 
 def missing_model(reader, averaged=False):
-  """What a checkpoint lacks to be one of the CIFAR-10 model, or None.
-
-  Args:
-    reader: the checkpoint's reader.
-    averaged: bool, the moving averages of the weights are needed too (to
-      evaluate or classify with them).
-
-  Returns:
-    The name of the first variable it lacks, or None.
-  """
+  """The name of the first variable a checkpoint's reader lacks to be one of
+  the CIFAR-10 model (with averaged, the weights' moving averages too), or
+  None."""
   needed = [MODEL_PROBE] + ([MODEL_PROBE + AVERAGE_SUFFIX] if averaged else [])
   for name in needed:
     if not reader.has_tensor(name):
@@ -180,8 +147,8 @@ def open_model(checkpoint):
   """Opens a checkpoint of the CIFAR-10 model, every value read back.
 
   Returns:
-    (reader, dtype of the weights, global step as an int): the step saved in
-    it, else the one in its name, else 0.
+    (reader, dtype of the weights, global step: saved, else in the name,
+    else 0).
 
   Raises:
     CheckpointUnreadableError: its files are missing, incomplete or damaged.
@@ -210,10 +177,8 @@ def check_averages_restorable(reader, var_map, checkpoint):
   """Checks that a checkpoint has every moving average an eval graph reads.
 
   Args:
-    reader: the checkpoint's reader.
     var_map: dict, checkpoint key -> variable, as
       ExponentialMovingAverage.variables_to_restore() gives it.
-    checkpoint: its path, for the messages.
 
   Raises:
     CheckpointError: naming what is missing or of the wrong shape.
@@ -237,63 +202,42 @@ def check_averages_restorable(reader, var_map, checkpoint):
                                           var.shape.as_list()))
 
 
+# What `plan_restore` returns: the checkpoint's path prefix; a dict,
+# checkpoint name -> variable of this graph to restore; the sorted names of
+# this graph's variables that the checkpoint lacks (trainer-only state, which
+# keeps its initial values).
 RestorePlan = collections.namedtuple('RestorePlan',
                                      ['checkpoint', 'variables',
                                       'not_in_checkpoint'])
-RestorePlan.__doc__ = """What `plan_restore` returns.
-
-  checkpoint: str, the checkpoint's path prefix.
-  variables: dict, checkpoint name -> variable of this graph, to restore.
-  not_in_checkpoint: sorted list of the names of this graph's variables that
-    the checkpoint lacks (trainer-only state): they keep their initial values.
-"""
-
-
-def model_state_names(trainable_names):
-  """The names that a checkpoint must hold to resume the model.
-
-  Args:
-    trainable_names: the trainable variables' names ('conv1/weights', ...).
-
-  Returns:
-    A set: those names, their moving averages' names and 'global_step'.
-  """
-  names = set(trainable_names)
-  return names | {name + AVERAGE_SUFFIX for name in names} | {'global_step'}
 
 
 def _describe(shape, dtype):
   return '%s %s' % (tf.as_dtype(dtype).name, list(shape))
 
 
-def plan_restore(checkpoint, variables=None, trainable=None):
+def plan_restore(checkpoint):
   """Decides which of the graph's variables come from `checkpoint`.
 
-  Args:
-    checkpoint: str, path prefix of a checkpoint ('.../model.ckpt-1000').
-    variables: the variables a training session saves; None for the default
-      graph's global variables.
-    trainable: the model's weights; None for the default graph's trainable
-      variables.
+  The model state (the default graph's trainable variables, their moving
+  averages, the global step) must be there; the other global variables are
+  restored where the checkpoint has them.
 
   Returns:
     A `RestorePlan`.
 
   Raises:
-    CheckpointMismatchError: naming the checkpoint and the variable, when a
-      variable of the model state is missing, or any variable the checkpoint
-      and the graph share differs in shape or dtype.
+    CheckpointMismatchError: naming the checkpoint and the variable, when one
+      of the model state is missing, or one the checkpoint and the graph
+      share differs in shape or dtype.
   """
-  if variables is None:
-    variables = tf.global_variables()
-  if trainable is None:
-    trainable = tf.trainable_variables()
   reader = tf.train.load_checkpoint(checkpoint)
   shapes = reader.get_variable_to_shape_map()
   dtypes = reader.get_variable_to_dtype_map()
-  required = model_state_names(var.op.name for var in trainable)
+  weights = {var.op.name for var in tf.trainable_variables()}
+  required = weights | {name + AVERAGE_SUFFIX for name in weights} | {
+      'global_step'}
   restore, missing = {}, []
-  for var in sorted(variables, key=lambda v: v.op.name):
+  for var in sorted(tf.global_variables(), key=lambda v: v.op.name):
     name = var.op.name
     here = _describe(var.shape.as_list(), var.dtype.base_dtype)
     if name not in shapes:
@@ -337,22 +281,13 @@ def restoring_scaffold(plan, train_dir, on_recovery=None, **kwargs):
   checkpoint_dir): the variables of the plan come from its checkpoint, the
   others keep their initial values.
 
-  The first session restores `plan`. A session re-created after one was lost
-  (MonitoredSession does that when a ps task restarts or a connection breaks,
-  and the variables on the ps tasks are gone) restores instead the newest
-  checkpoint of train_dir that restores at that time, planned as at start
-  up: the start-up one may have been pruned since, and restoring it would
-  throw away the steps saved since.
-
-  Args:
-    plan: a `RestorePlan`, or None to only initialise the first session.
-    train_dir: where the session's saver writes checkpoints.
-    on_recovery: called after a re-created session restored, with the
-      checkpoint's path (None when there was none) and its global step.
-    **kwargs: other tf.train.Scaffold arguments (summary_op, ...).
-
-  Returns:
-    A tf.train.Scaffold.
+  The first session restores `plan` (None: only initialises). A session
+  re-created after one was lost (MonitoredSession does that when a ps task
+  restarts and the variables on it are gone) restores instead the newest
+  checkpoint of train_dir that restores then: the start-up one may have been
+  pruned since, and restoring it would throw away the steps saved since.
+  on_recovery, if given, is then called with that checkpoint (or None) and
+  its global step. **kwargs: other tf.train.Scaffold arguments.
   """
   # Savers are graph ops, made now: the graph is final once sessions start.
   # The start-up plan's restores its variables from any checkpoint holding
@@ -407,16 +342,11 @@ def restoring_scaffold(plan, train_dir, on_recovery=None, **kwargs):
 
 
 def _take_over_pruning(saver, checkpoint):
-  """Hands `saver` the pruning of the checkpoints up to `checkpoint`.
-
-  As a session that restores by itself does: the saver that writes the new
-  checkpoints deletes the oldest of them; only up to the restored one, so
-  that newer (damaged) ones are never deleted, and only those in its
-  directory.
-  """
+  """Hands `saver` the pruning of the checkpoints up to `checkpoint`, as a
+  session that restores by itself does: never a newer (damaged) one, and
+  only those of its directory (an old index of a moved train_dir names the
+  old place, whose checkpoints are not this run's to delete)."""
   directory = os.path.dirname(checkpoint)
-  # Only this directory's files: the index of a copied or moved train_dir
-  # still names the old place, whose checkpoints are not this run's to delete.
   paths = [path for path in listed(directory)
            if os.path.dirname(path) == directory]
   if checkpoint in paths:

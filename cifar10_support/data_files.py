@@ -1,13 +1,8 @@
 """The CIFAR-10 binary data files: their names, record layout and check.
 
-    check_data_files(paths)  # the number of records, or DataError saying why
-
-Each example is one fixed-length record: one label byte (0-9) followed by
-3072 pixel bytes, the 1024 red values, then the 1024 green, then the 1024
-blue, each plane row-major for a 32x32 image. The download checks the files
-it extracts with this, the input pipelines the files they read, and the
-scripts print DataError's message and exit. cifar10_input keeps exposing
-every name here under the same name (cifar10_input.DataError, ...).
+The download checks the files it extracts with `check_data_files`, the input
+pipelines the files they read; cifar10_input keeps these names (the record
+layout is described there).
 """
 
 import numpy as np
@@ -31,10 +26,8 @@ TEST_FILES = ['test_batch.bin']
 
 
 class DataError(ValueError):
-  """A data file or the data archive is missing or malformed.
-
-  The message names the file and the problem; scripts print it and exit.
-  """
+  """A data file or the data archive is missing or malformed; the message
+  names the file and the problem."""
 
 
 def check_data_files(filenames, check_labels=True):
@@ -43,17 +36,11 @@ def check_data_files(filenames, check_labels=True):
   Done in Python before any queue is built: a reader queue over a missing or
   truncated file would hang or fail mid-training instead of saying why.
 
-  Args:
-    filenames: list of paths to CIFAR-10 binary files.
-    check_labels: also check that every record's label byte is in 0-9 (reads
-      the files once: 0.03 s for all 60000 records from the page cache).
-
-  Returns:
-    The total number of records in the files, an int.
+  Returns the total number of records. With check_labels, every record's
+  label byte must be in 0-9 too (the files are read once: fast).
 
   Raises:
-    DataError (a ValueError): naming the file, the problem and what was
-      expected.
+    DataError: naming the file, the problem and what was expected.
   """
   total = 0
   for filename in filenames:
@@ -79,11 +66,9 @@ def check_data_files(filenames, check_labels=True):
 
 
 def _check_labels(filename):
-  """Raises DataError naming the first record whose label byte is not 0-9.
-
-  A bad label would otherwise surface mid-training as a deep TF error from
-  the loss, or not at all on a GPU.
-  """
+  """Raises DataError naming the first record whose label byte is not 0-9,
+  which would otherwise surface mid-training deep in TF, or not at all on a
+  GPU."""
   num_classes = len(CLASS_NAMES)
   if '://' in filename:
     with tf.io.gfile.GFile(filename, 'rb') as f:
@@ -113,19 +98,9 @@ def check_batch_size(batch_size):
 
 
 def eval_files(eval_data):
-  """Maps `eval_data` to the files it names.
-
-  Args:
-    eval_data: 'test' (or True) for the test set; 'train_eval' (or False) for
-      the training set.
-
-  Returns:
-    A list of file names inside the data directory.
-
-  Raises:
-    ValueError: for any other value, so that a typo never evaluates on the
-      training set by accident.
-  """
+  """The file names `eval_data` names: 'test' (or True) the test set,
+  'train_eval' (or False) the training set; ValueError for anything else, so
+  that a typo never evaluates on the training set."""
   if eval_data is True or eval_data == 'test':
     return TEST_FILES
   if eval_data is False or eval_data == 'train_eval':

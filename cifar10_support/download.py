@@ -1,9 +1,7 @@
 """Downloads, verifies and extracts the CIFAR-10 binary archive, safely.
 
-    maybe_download_and_extract(data_dir, data_url, data_md5)
-
-leaves a complete `<data_dir>/cifar-10-batches-bin/` or raises DataError with
-one message saying what went wrong and what to do. What it guarantees:
+`maybe_download_and_extract` leaves a complete `<data_dir>/cifar-10-batches-bin/`
+or raises DataError with one message saying what went wrong and what to do:
 
 * The archive is downloaded to a temporary name and moved into place only
   when it is complete (the length the server announced) and, unless data_md5
@@ -57,11 +55,8 @@ ALL_FILES = data_files.TRAIN_FILES + data_files.TEST_FILES
 
 
 def batches_problem(batches_dir, names=ALL_FILES):
-  """Why `batches_dir` lacks a usable file of `names`, or None if it has all.
-
-  Usable means there and holding whole records; the label bytes are left to
-  the training and evaluation input checks.
-  """
+  """Why `batches_dir` lacks a file of `names` holding whole records, or None
+  (the label bytes are left to the input checks)."""
   try:
     data_files.check_data_files(
         [os.path.join(batches_dir, name) for name in names],
@@ -72,11 +67,8 @@ def batches_problem(batches_dir, names=ALL_FILES):
 
 
 def writable_dir_problem(path):
-  """Creates directory `path` if needed; says why no file can be made in it.
-
-  Returns:
-    None if a file can be created in `path`, else a string with the reason.
-  """
+  """Creates directory `path` if needed; returns why no file can be made in
+  it, or None."""
   try:
     os.makedirs(path, exist_ok=True)
     with tempfile.TemporaryFile(dir=path):
@@ -110,12 +102,8 @@ def maybe_download_and_extract(data_dir, data_url=DATA_URL, data_md5=DATA_MD5,
     data_url: str, an http(s) URL, or a file:// URL or plain path of a local
       copy (used in place, not copied).
     data_md5: str, the archive's expected MD5 hex digest; '' to not check.
-    attempts: int, download attempts before giving up.
-    retry_wait_secs: float, pause between attempts.
     timeout_secs: float, longest a connect or a read may block.
-    files: the data file names the caller reads: data_files.TRAIN_FILES
-      (cifar10_input.TRAIN_FILES) to train, cifar10_input.eval_files(...) to
-      evaluate; all by default.
+    files: the data file names the caller reads; all by default.
 
   Raises:
     DataError: with one message naming the problem and the fix.
@@ -167,12 +155,9 @@ def file_md5(path):
 
 
 def _local_archive(data_url, data_md5, data_dir):
-  """The verified local archive to extract, or None if it must be downloaded.
-
-  A file:// URL or plain path is the archive itself. Otherwise an archive
-  already in data_dir is used if it has the right MD5; one that has not
-  (an interrupted download by an older version, say) is moved aside.
-  """
+  """The verified local archive to extract, or None if it must be downloaded:
+  a file:// URL or plain path, else one already in data_dir with the right
+  MD5 (one without it is moved aside)."""
   parsed = urllib.parse.urlparse(data_url)
   if parsed.scheme in ('', 'file'):
     path = (urllib.request.url2pathname(parsed.path) if parsed.scheme
@@ -243,9 +228,8 @@ def _download(data_url, data_md5, data_dir, attempts, retry_wait_secs,
 def _fetch(url, out, timeout_secs):
   """Copies url to the open file `out`, showing progress; returns its size.
 
-  Raises:
-    _DownloadFailed: transient on a timeout, a server error or a short
-      transfer; not when no connection can be made or the server refuses.
+  Raises _DownloadFailed: transient on a timeout, a server error or a short
+  transfer; not when no connection can be made or the server refuses.
   """
   received = 0
   try:
@@ -278,11 +262,8 @@ def _fetch(url, out, timeout_secs):
 
 
 def _show_progress(received, total, shown):
-  """Shows the download progress each 0.1% (a terminal) or 10% (a log).
-
-  Returns:
-    The progress mark now shown, to pass back next time.
-  """
+  """Shows the download progress each 0.1% (a terminal) or 10% (a log);
+  returns the mark shown, to pass back next time."""
   tty = sys.stdout.isatty()
   if total:
     mark = received * (1000 if tty else 10) // total
@@ -301,12 +282,9 @@ def _show_progress(received, total, shown):
 
 
 def _extract(archive, data_dir):
-  """Extracts archive's cifar-10-batches-bin into data_dir, atomically.
-
-  Raises:
-    DataError: if the archive is unreadable, holds a link or a member that
-      would land outside data_dir, or lacks complete data files.
-  """
+  """Extracts archive's cifar-10-batches-bin into data_dir, atomically;
+  DataError if it is unreadable, holds a refused member (`_check_member`)
+  or lacks complete data files."""
   print('Extracting %s into %s' % (archive, data_dir), flush=True)
   work_dir = tempfile.mkdtemp(dir=data_dir, prefix='.extracting-')
   try:
@@ -360,16 +338,9 @@ def _check_member(member, archive, work_dir):
 
 
 def data_check_message(data_dir, files, records=None):
-  """The line a script prints once its data files are checked.
-
-  Args:
-    data_dir: folder holding `cifar-10-batches-bin/`.
-    files: the names of the data files the script reads.
-    records: int, their records as a check already counted them; None
-      checks the files here.
-
-  Returns:
-    str, e.g. 'Data: /d/cifar-10-batches-bin, 5 files, 50000 records (checked).'
+  """'Data: /d/cifar-10-batches-bin, 5 files, 50000 records (checked).':
+  the line a script prints once its data files are checked (here, unless a
+  check already counted their `records`).
 
   Raises:
     DataError: a file is missing or malformed.
@@ -383,13 +354,8 @@ def data_check_message(data_dir, files, records=None):
 
 
 def prepare(data_dir, data_url, data_md5, files):
-  """Fetches `files` if needed, checks them and prints the data line.
-
-  For a trainer's main(): `maybe_download_and_extract`, then
-  `data_check_message`.
-
-  Raises:
-    DataError: a file is missing or malformed and cannot be fetched.
-  """
+  """A trainer's data step: fetches `files` if needed, checks them and prints
+  the data line; DataError if one is missing or malformed and cannot be
+  fetched."""
   maybe_download_and_extract(data_dir, data_url, data_md5, files=files)
   print(data_check_message(data_dir, files))

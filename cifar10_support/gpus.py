@@ -1,11 +1,9 @@
-"""Splitting the visible GPUs into one virtual GPU per tower.
+"""--split_gpus: the visible GPUs split into one virtual GPU per tower.
 
 `cifar10_multi_gpu_train.py --num_gpus=4 --split_gpus` on a machine with one
 GPU gives TensorFlow four virtual GPUs on that card (each with its own memory
 limit), so that every tower runs on a GPU instead of three of them falling
 back to the CPU. With several GPUs the towers are spread over them evenly.
-
-    config = split_config(num_towers, visible_gpus, card_memory_mb())
 """
 
 import ctypes
@@ -23,13 +21,9 @@ MIN_TOWER_MB = 512
 
 
 def towers_per_gpu(num_towers, num_gpus):
-  """How many towers each physical GPU holds: as even as can be.
-
-  Returns:
-    A list of num_gpus ints adding up to num_towers, the first GPUs taking
-    one more when they do not divide evenly (tower i on virtual GPU i, which
-    TensorFlow numbers GPU by GPU).
-  """
+  """How many towers each of num_gpus GPUs holds, as even as can be: the
+  first take one more when they do not divide evenly (tower i on virtual
+  GPU i, which TensorFlow numbers GPU by GPU)."""
   base, extra = divmod(num_towers, num_gpus)
   return [base + (1 if i < extra else 0) for i in range(num_gpus)]
 
@@ -39,17 +33,13 @@ def split_config(num_towers, num_gpus, card_mb, tower_mb=0,
   """The ConfigProto that makes num_towers virtual GPUs of num_gpus cards.
 
   Args:
-    num_towers: int, towers (virtual GPUs) wanted, at least num_gpus.
-    num_gpus: int, physical GPUs visible.
     card_mb: int, memory of the smallest card in MB, or None if unknown.
     tower_mb: int, memory of each virtual GPU in MB; 0 shares
       USABLE_FRACTION of each card evenly among its towers.
-    log_device_placement: bool.
 
   Returns:
     A tf.ConfigProto with soft placement (the queues and string ops have no
-    GPU kernels) and gpu_options.experimental.virtual_devices: one entry per
-    physical GPU, listing the memory limit of each of its virtual GPUs.
+    GPU kernels) and, per physical GPU, the memory limits of its virtual GPUs.
 
   Raises:
     app.UsageError: one line naming the flags, when there is no GPU, fewer
@@ -96,12 +86,9 @@ class _Memory(ctypes.Structure):
 
 
 def card_memory_mb():
-  """The total memory of the smallest visible NVIDIA GPU in MB; None if unknown.
-
-  Asked of the driver's management library (NVML), which, unlike
-  TensorFlow, answers without taking the GPU: the virtual GPUs must be
-  configured before TensorFlow first uses it.
-  """
+  """The memory of the smallest visible NVIDIA GPU in MB, None if unknown;
+  asked of NVML, which (unlike TensorFlow) does not take the GPU, as the
+  virtual GPUs must be configured before TensorFlow first uses it."""
   try:
     nvml = ctypes.CDLL('libnvidia-ml.so.1')
   except OSError:
@@ -133,12 +120,8 @@ def card_memory_mb():
 
 def split_gpus_config(num_towers, tower_device, tower_mb=0,
                       log_device_placement=False):
-  """The session config of --split_gpus, with the line that says so.
-
-  Raises:
-    app.UsageError: one line, for --tower_device=cpu or a split that does
-      not fit (see split_config).
-  """
+  """The session config of --split_gpus, printing the line that says so;
+  app.UsageError as split_config's, or with --tower_device=cpu."""
   if tower_device != 'gpu':
     raise app.UsageError(
         '--split_gpus splits GPUs and --tower_device=cpu puts the towers on '

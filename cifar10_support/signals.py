@@ -13,14 +13,11 @@ import threading
 
 @contextlib.contextmanager
 def stop_requests():
-  """Turns SIGINT and SIGTERM into a request to stop after the current step.
+  """Yields a list that receives the number of each SIGINT or SIGTERM caught.
 
   Stopping through the training loop, rather than by an exception, lets the
   session end normally, which writes the final checkpoint. The first signal
   restores the previous handlers, so a second one stops at once, without it.
-
-  Yields:
-    A list that receives the number of each signal caught.
   """
   received = []
   if threading.current_thread() is not threading.main_thread():
@@ -49,17 +46,9 @@ def name(signum):
   return signal.Signals(signum).name
 
 
-def exit_status(signum):
-  """The shell's status for "stopped by signal `signum`": 128 + its number.
-
-  So that a chain like `train && eval` stops too; the checkpoint is already
-  written.
-  """
-  return 128 + signum
-
-
 def exit_if_stopped(signum):
-  """Ends the process with `exit_status(signum)` if a signal (not None)
-  stopped the run; returns otherwise."""
+  """If a signal (not None) stopped the run, ends the process with the
+  shell's status for it, 128 + its number, so that a chain like
+  `train && eval` stops too (the checkpoint is already written)."""
   if signum:
-    sys.exit(exit_status(signum))
+    sys.exit(128 + signum)

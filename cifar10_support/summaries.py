@@ -1,28 +1,18 @@
 """What training writes to TensorBoard, and when: every N steps and the last.
 
 MonitoredTrainingSession's own summary hook writes at steps 1, N + 1, 2N + 1
-and so on, never at the last step, so a run's curves stopped up to N - 1
-steps before it did (a 400-step run's at step 301). `SummaryHook` writes
-after the first step of each session, whenever the global step reaches a
-multiple of N, and after the step that reaches the run's last step.
+and so on, never at the last step (a 400-step run's curves stopped at 301).
+`SummaryHook` writes after the first step of each session, whenever the
+global step reaches a multiple of N, and after the run's last step.
 """
 
 import tensorflow.compat.v1 as tf
 
 
 def are_due(step, every_steps, last_step, previous):
-  """Whether the summaries of the run ending at global step `step` are due.
-
-  Args:
-    step: int, the global step the run is expected to end at.
-    every_steps: int, N; 0 for no summaries at all.
-    last_step: int, where training stops (--max_steps).
-    previous: int or None, the step summaries were last written at in this
-      session; None for none yet.
-
-  Returns:
-    bool.
-  """
+  """Whether the summaries of the run ending at global step `step` are due:
+  every_steps is N (0 for none), last_step --max_steps, previous the step
+  they were last written at in this session (None for none yet)."""
   if not every_steps:
     return False
   if previous is None or step >= last_step:
@@ -42,16 +32,9 @@ class SummaryHook(tf.train.SessionRunHook):
 
   def __init__(self, summary_dir, every_steps, last_step, summary_op=None,
                own_steps=True):
-    """Args:
-
-      summary_dir: str, where the event file goes.
-      every_steps: int, N (see `are_due`); 0 writes nothing.
-      last_step: int, the global step training stops at.
-      summary_op: scalar string tensor, or None for every summary in the
-        graph (the scaffold's summary op).
-      own_steps: True when only this session moves the global step, by one
-        per run; False re-reads it after each run (a cluster's chief).
-    """
+    """every_steps, last_step: as `are_due`'s; summary_op None for every
+    summary in the graph; own_steps False re-reads the global step after
+    each run, where other processes move it too (a cluster's chief)."""
     self._summary_dir = summary_dir
     self._every_steps = every_steps
     self._last_step = last_step

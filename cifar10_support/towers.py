@@ -15,19 +15,12 @@ import tensorflow.compat.v1 as tf
 
 
 def prefetch_queue(tensors, capacity):
-  """A FIFO queue of whole batches, kept full by one thread on /cpu:0.
+  """A tf.FIFOQueue of `capacity` whole batches (`tensors`, fully defined
+  shapes), kept full by one thread on /cpu:0.
 
   Every tower dequeues its own batch, so one input pipeline serves them all;
   one pipeline per tower filled its shuffling queue once per tower and made
   several GPUs slower than one (tensorflow#4272).
-
-  Args:
-    tensors: list of batch tensors with fully defined shapes, e.g. images
-      [batch, 24, 24, 3] and labels [batch].
-    capacity: int, batches the queue holds.
-
-  Returns:
-    The tf.FIFOQueue; `dequeue()` gives tensors like `tensors`.
   """
   with tf.device('/cpu:0'), tf.name_scope('prefetch_queue'):
     queue = tf.FIFOQueue(capacity, dtypes=[t.dtype for t in tensors],
@@ -40,16 +33,9 @@ def prefetch_queue(tensors, capacity):
 
 
 def check_gradients(tower_grads):
-  """Raises ValueError unless every tower has a gradient for each of tower
-  0's variables, in the same order: what average_gradients needs.
-
-  Args:
-    tower_grads: one list per tower of (gradient, variable) pairs.
-
-  Raises:
-    ValueError: naming the tower and variable, if a tower's variables differ
-      from tower 0's or a gradient is None.
-  """
+  """Raises ValueError, naming the tower and variable, unless every tower
+  (a list of (gradient, variable) pairs) has a gradient for each of tower 0's
+  variables, in the same order: what average_gradients needs."""
   if not tower_grads:
     raise ValueError('average_gradients needs at least one tower')
   names = [var.op.name for _, var in tower_grads[0]]
@@ -69,16 +55,10 @@ def check_gradients(tower_grads):
 
 
 def read_in_one_scope(getter, *args, **kwargs):
-  """A variable getter: the variable's value, read in scope variable_reads/.
-
-  For the towers of cifar10_multi_gpu_train.py (its custom_getter).
-
-  Each tower still reads each variable once, as before, but the read ops
-  sit in one name scope instead of the tower's: in TensorBoard's graph a
-  tower then has 2 inputs (variable_reads, prefetch_queue) rather than 6 (one
-  per layer's variable scope plus its batch), which its graph plugin took for
-  a high-degree node and moved the towers to "Auxiliary Nodes".
-  """
+  """The towers' custom_getter: the variable's value, read in one scope,
+  variable_reads/, instead of the tower's. In TensorBoard's graph a tower
+  then has 2 inputs rather than 6, which its graph plugin took for a
+  high-degree node and moved the towers to "Auxiliary Nodes"."""
   var = getter(*args, **kwargs)
   with tf.name_scope('variable_reads/'):
     return var.value()

@@ -291,7 +291,7 @@ def test_num_gpus_below_one_is_a_usage_error(tmp_path):
   result = run_script('cifar10_multi_gpu_train.py', [
       '--num_gpus=0', '--train_dir=%s' % (tmp_path / 'train')], timeout=60)
   assert result.returncode != 0
-  assert '--num_gpus must be at least 1, got 0' in result.stderr
+  assert 'flag --num_gpus=0: 0 is not a positive integer' in result.stderr
   assert not os.path.exists(tmp_path / 'train')
 
 
