@@ -73,18 +73,13 @@ def has_nvidia_driver():
   return True
 
 
-def default_cpp_level(driver_present):
-  """TF_CPP_MIN_LOG_LEVEL for a run: '2' hides INFO and WARNING lines;
-  without a driver '3' also hides CUDA's failed cuInit (the run's own
-  failures reach the user as Python exceptions)."""
-  return '2' if driver_present else '3'
-
-
 def quiet_cpp_level(user_level, driver_present):
   """TF_CPP_MIN_LOG_LEVEL for a quiet run: the user's (str, or None if
-  unset) where it hides at least as much as the default, else the default.
+  unset) where it hides at least as much as the default, else the default:
+  '2' hides INFO and WARNING lines; without a driver '3' also hides CUDA's
+  failed cuInit (the run's own failures reach the user as exceptions).
   """
-  default = default_cpp_level(driver_present)
+  default = '2' if driver_present else '3'
   try:
     return str(max(int(user_level), int(default)))
   except (TypeError, ValueError):
@@ -132,13 +127,9 @@ def before_tensorflow():
     import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
 
 
-class NoiseFilter(logging.Filter):
-
-  def filter(self, record):
-    return not PYTHON_NOISE.search(record.getMessage())
-
-
-NOISE_FILTER = NoiseFilter()
+def not_noise(record):
+  """The filter quiet_python_logs adds to TensorFlow's logger."""
+  return not PYTHON_NOISE.search(record.getMessage())
 
 
 def quiet_python_logs():
@@ -150,8 +141,7 @@ def quiet_python_logs():
   if tensorflow_verbose():
     return
   tf_logger.setLevel(logging.WARNING)
-  if NOISE_FILTER not in tf_logger.filters:
-    tf_logger.addFilter(NOISE_FILTER)
+  tf_logger.addFilter(not_noise)  # Added once, however often called.
 
 
 @contextlib.contextmanager
