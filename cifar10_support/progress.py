@@ -23,29 +23,26 @@ class StepLogger(tf.train.SessionRunHook):
 
   examples/sec and sec/batch are averaged since the previous line; the first
   window also counts session start-up and the queue filling, as in the
-  original. A NaN loss is never printed.
-
-  Two ways to count, as the trainer moves the global step:
-    step=None: this process makes every step. The global step is read when a
-      session is created and counted; a line is printed at each global step
-      that is a multiple of log_frequency.
-    step=<int64 tensor>: other processes move it too (a cluster worker). The
-      tensor is fetched with each run and printed; a line is printed at this
-      process's own steps 1, log_frequency + 1, ...
+  original. A run trains on batches_per_step batches of batch_size (towers):
+  examples/sec counts them all, sec/batch is per batch. A NaN loss is never
+  printed. Two ways to count:
+    step None: this process makes every step; the global step is read when a
+      session is created, then counted, and printed at each multiple of
+      log_frequency.
+    step an int64 tensor: other processes move the global step too (a
+      cluster worker); the tensor is fetched with each run and printed at
+      this process's own steps 1, log_frequency + 1, ...
 
   Attributes:
     step: int, the global step of the next run (counted), or of the last run
-      (fetched; after the session ends, the global step then).
+      (fetched; once the session ends, the global step then).
+    own_steps: int, runs of this process.
     last_loss: float, the last step's loss, or None.
     last_examples_per_sec: float of the last printed window, or None.
   """
 
   def __init__(self, loss, batch_size, log_frequency, step=None,
                batches_per_step=1, label=''):
-    """Args: loss, the scalar loss to print; batch_size, images per batch;
-    batches_per_step, batches one run trains on (its towers): examples/sec
-    counts them all, sec/batch is the time per batch; label, the lines'
-    prefix ('Worker 1'), none by default."""
     self._loss = loss
     self._examples_per_step = batch_size * batches_per_step
     self._batches_per_step = batches_per_step
