@@ -248,9 +248,8 @@ def _read(path):
 
 
 def format_top_classes(path, probabilities, top_k=3):
-  """The line printed for a picture: its path, then its top_k classes, most
-  likely first, with their probabilities: 'cat.jpg: cat 0.912, dog 0.051,
-  frog 0.013'."""
+  """The line printed for a picture (see the module's docstring): its top_k
+  classes, most likely first."""
   best = np.argsort(-probabilities, kind='stable')[:top_k]
   return '%s: %s' % (path, ', '.join(
       '%s %.3f' % (cifar10_input.CLASS_NAMES[c], probabilities[c])
@@ -258,11 +257,8 @@ def format_top_classes(path, probabilities, top_k=3):
 
 
 def export(checkpoint, export_dir, dtype=tf.float32):
-  """Writes a SavedModel of the averaged weights to export_dir.
-
-  Signatures: 'serving_default' (input 'images', string [N] of encoded
-  files) and SIGNATURE_PIXELS (input 'pixels', uint8 [N, 32, 32, 3]); each
-  returns 'probabilities' float32 [N, 10] and 'classes' string [N].
+  """Writes a SavedModel of the averaged weights, with the signatures the
+  module's docstring describes, to export_dir.
 
   Raises:
     ClassifyError: if export_dir exists already.

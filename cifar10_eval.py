@@ -13,13 +13,10 @@ then a per-class table. `Precision @ 1`, per-class scalars and a confusion
 matrix (image and table) go to --eval_dir at the checkpoint's global step,
 with the eval graph's other summaries.
 
-Unlike the original: each example is counted exactly once, for any batch size
-(the original counted 112 test images twice); periodic mode evaluates each
-new checkpoint once, keeps waiting for the next and never deletes
---eval_dir; a missing checkpoint or one without moving averages says so.
-
-The original's figure (theirs, not measured here): precision @ 1 of about
-0.86 after 100K steps of cifar10_train.py. Ours are in README.md.
+Unlike the original, each example is counted exactly once, for any batch
+size, and following training evaluates each new checkpoint once
+(docs/evaluation.md); the precisions measured, and the original's, are in
+README.md.
 """
 
 import collections
@@ -59,24 +56,8 @@ flags.DEFINE_integer('num_examples', 10000, 'Number of examples to run.',
                      lower_bound=1)
 flags.DEFINE_boolean('run_once', False, 'Whether to run eval only once.')
 
-PRECISION_FORMAT = '%s: precision @ 1 = %.3f'
-
-# Raised for a checkpoint that cannot be evaluated (checkpoints.py).
-CheckpointError = checkpoints.CheckpointError
-CheckpointUnreadableError = checkpoints.CheckpointUnreadableError
-
-# An evaluation's settings, one value that main builds from the flags.
-EvalSettings = eval_run.EvalSettings
-
-
-# Checks an EvalSettings and its data files before any graph is built; returns
-# the number of records.
-check_eval_args = eval_run.check_settings
-
-
 EvalGraph = collections.namedtuple('EvalGraph', [
-    'correct', 'predictions', 'labels', 'summary_op', 'var_map',
-    'report_ops'])
+    'correct', 'predictions', 'labels', 'summary_op', 'var_map'])
 EvalGraph.__doc__ = """What `build_eval_graph` returns ([batch]: one value per
 example of a batch).
 
@@ -86,8 +67,6 @@ example of a batch).
   summary_op: string tensor [], the merged summaries of the eval graph.
   var_map: dict, checkpoint key -> variable: each variable restored from its
     moving average.
-  report_ops: eval_report.ReportOps, the inputs of the confusion matrix's
-    and the per-class table's summaries, fed after counting.
 """
 
 
@@ -97,7 +76,7 @@ def build_eval_graph(settings, use_fp16=False):
   Call inside a `tf.Graph().as_default()` block.
 
   Args:
-    settings: an EvalSettings (eval_data, data_dir, batch_size,
+    settings: an eval_run.EvalSettings (eval_data, data_dir, batch_size,
       input_threads, compute_dtype).
     use_fp16: bool, the checkpoint holds float16 weights.
 
@@ -126,8 +105,7 @@ def build_eval_graph(settings, use_fp16=False):
   averages = tf.train.ExponentialMovingAverage(cifar10.MOVING_AVERAGE_DECAY)
   var_map = averages.variables_to_restore()
   return EvalGraph(correct=correct, predictions=predictions, labels=labels,
-                   summary_op=summary_op, var_map=var_map,
-                   report_ops=eval_report.build_report_ops())
+                   summary_op=summary_op, var_map=var_map)
 
 
 def count_examples(sess, eval_graph, num_examples):
@@ -178,19 +156,20 @@ def eval_once(checkpoint_path, settings, eval_dir=None):
 
   Args:
     checkpoint_path: checkpoint prefix, e.g. '/tmp/cifar10_train/model.ckpt-0'.
-    settings: an EvalSettings that `check_eval_args` accepts.
+    settings: an eval_run.EvalSettings that eval_run.check_settings accepts.
     eval_dir: where summaries go; None writes none.
 
   Returns:
     A dict with 'checkpoint' (str), 'global_step' (int), 'num_examples'
     (int), 'true_count' (int), 'precision' (float, true_count /
-    num_examples), 'per_class' (list of dicts: 'name', 'examples',
-    'correct', 'precision') and 'confusion' (int64 array [10, 10], rows
-    true classes, columns predicted).
+    num_examples), and the eval_report.EvalReport's 'per_class' and
+    'confusion'.
 
   Raises:
-    CheckpointError: the checkpoint lacks the model or its moving averages.
-    CheckpointUnreadableError: its files are missing or incomplete.
+    checkpoints.CheckpointError: the checkpoint lacks the model or its moving
+      averages.
+    checkpoints.CheckpointUnreadableError: its files are missing or
+      incomplete.
   """
   num_examples = settings.num_examples
   reader, dtype, global_step = checkpoints.open_model(checkpoint_path)
@@ -198,8 +177,11 @@ def eval_once(checkpoint_path, settings, eval_dir=None):
         % (datetime.now(), checkpoint_path, global_step, dtype.name,
            num_examples, settings.eval_data), flush=True)
 
-  # A float16 checkpoint computes in float16: compute_dtype does not apply.
-  settings = eval_run.for_weights(settings, checkpoint_path, dtype)
+  if dtype != tf.float32 and settings.compute_dtype is not None:
+    print('Note: %s holds %s weights (--use_fp16): --mixed_precision does '
+          'not apply, the model computes in %s.'
+          % (checkpoint_path, dtype.name, dtype.name), flush=True)
+    settings = settings._replace(compute_dtype=None)
   with tf.Graph().as_default() as graph:
     eval_graph = build_eval_graph(settings, use_fp16=dtype == tf.float16)
     checkpoints.check_averages_restorable(reader, eval_graph.var_map,
@@ -212,26 +194,34 @@ def eval_once(checkpoint_path, settings, eval_dir=None):
 
     config = settings.session_config or sessions.eval_config()
     with tf.Session(config=config) as sess:
-      # Pruned by training or half written meanwhile: CheckpointUnreadableError.
-      eval_run.restore(saver, sess, checkpoint_path)
+      try:
+        saver.restore(sess, checkpoint_path)
+      except tf.errors.OpError as e:  # Pruned or rewritten since it was read.
+        raise checkpoints.CheckpointUnreadableError(
+            'cannot restore checkpoint %s (pruned by training, not '
+            'completely written, or damaged): %s'
+            % (checkpoint_path, e.message.splitlines()[0]))
       sess.run(init_local)
       # The input's queue runners fill its queue while batches are counted.
-      with eval_run.queue_runners(sess):
+      coord = tf.train.Coordinator()
+      threads = tf.train.start_queue_runners(sess=sess, coord=coord)
+      try:
         correct, predictions, labels, graph_summary = count_examples(
             sess, eval_graph, num_examples)
+      finally:
+        coord.request_stop()
+        coord.join(threads, stop_grace_period_secs=10)
 
-      true_count = int(correct.sum())
-      precision = true_count / num_examples
-      print(PRECISION_FORMAT % (datetime.now(), precision))
-      report = eval_report.EvalReport(cifar10_input.CLASS_NAMES, correct,
-                                      predictions, labels)
-      report.print_table()
-      if writer:
-        summary = tf.Summary()
-        summary.ParseFromString(graph_summary)
-        summary.value.add(tag='Precision @ 1', simple_value=precision)
-        report.write_summaries(writer, summary, global_step, sess=sess,
-                               report_ops=eval_graph.report_ops)
+  true_count = int(correct.sum())
+  precision = true_count / num_examples
+  print('%s: precision @ 1 = %.3f' % (datetime.now(), precision))
+  report = eval_report.EvalReport(cifar10_input.CLASS_NAMES, correct,
+                                  predictions, labels)
+  print(report.table(), flush=True)
+  if writer:
+    summary = tf.Summary.FromString(graph_summary)
+    summary.value.add(tag='Precision @ 1', simple_value=precision)
+    report.write_summaries(writer, summary, global_step)
   return {'checkpoint': checkpoint_path, 'global_step': global_step,
           'num_examples': num_examples, 'true_count': true_count,
           'precision': precision, 'per_class': report.per_class,
@@ -250,29 +240,29 @@ def evaluate(checkpoint_dir, eval_dir, settings, max_evaluations=None,
   Args:
     checkpoint_dir: the training run's train_dir.
     eval_dir: where summaries go; created if missing, never deleted.
-    settings: an EvalSettings.
+    settings: an eval_run.EvalSettings.
     max_evaluations: int or None; periodic mode returns after this many.
     sleep: called with eval_interval_secs to wait (tests replace it).
     settings_checked: True when main has checked settings
-      (`check_eval_args`), so that they are checked once per run.
+      (eval_run.check_settings), so that they are checked once per run.
 
   Returns:
     The list of `eval_once` results, in order.
 
   Raises:
     ValueError: bad settings or data files, before any graph is built.
-    CheckpointError: no checkpoint with run_once, or a checkpoint that lacks
-      the model or its moving averages.
+    checkpoints.CheckpointError: no checkpoint with run_once, or a checkpoint
+      that lacks the model or its moving averages.
   """
   if not settings_checked:
-    check_eval_args(settings)
+    eval_run.check_settings(settings)
   tf.io.gfile.makedirs(eval_dir)
   results = []
   for path in eval_run.new_checkpoints(
       checkpoint_dir, settings.run_once, settings.eval_interval_secs, sleep):
     try:
       results.append(eval_once(path, settings, eval_dir))
-    except CheckpointUnreadableError as e:
+    except checkpoints.CheckpointUnreadableError as e:
       if settings.run_once:
         raise
       print('Skipping: %s.' % e, flush=True)
@@ -310,7 +300,7 @@ def evaluate_as_flagged(flag_values, checkpoint_dir, until_step=None,
     return evaluate(checkpoint_dir, flag_values.eval_dir,
                     settings._replace(until_step=until_step), sleep=sleep,
                     settings_checked=True)
-  except CheckpointError as e:
+  except checkpoints.CheckpointError as e:
     fail(e)
 
 

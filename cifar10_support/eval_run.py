@@ -1,20 +1,9 @@
-"""An evaluation run beyond the lesson: its settings, following training.
-
-cifar10_eval.py's main builds one `EvalSettings` from its flags
-(`from_flags`); tests and the benchmark build it directly, naming only what
-they change:
+"""An evaluation's settings, checked, and the checkpoints it follows.
 
     eval_run.EvalSettings(data_dir, num_examples=20, batch_size=8)
-
-cifar10_eval.evaluate loops over `new_checkpoints`, which looks in the
-training run's directory every interval and yields each new checkpoint once
-(the newest only, if several appeared meanwhile), saying on the console what
-it waits for; `restore` says in one line that a checkpoint was pruned or is
-incomplete when read, which evaluate then skips.
 """
 
 import collections
-import contextlib
 import os
 import time
 
@@ -28,58 +17,39 @@ from cifar10_support import run_flags
 from cifar10_support import sessions
 
 
-EvalSettings = collections.namedtuple('EvalSettings', [
-    'data_dir', 'eval_data', 'num_examples', 'batch_size', 'run_once',
-    'eval_interval_secs', 'session_config', 'input_threads',
-    'compute_dtype', 'until_step'],
-                                          defaults=('test', 10000, 128, False,
-                                                    300, None, 1, None, None))
-EvalSettings.__doc__ = """The settings of an evaluation (the flag of the same
-name where there is one; the defaults are the flags').
+EvalSettings = collections.namedtuple(
+    'EvalSettings',
+    ['data_dir', 'eval_data', 'num_examples', 'batch_size', 'run_once',
+     'eval_interval_secs', 'session_config', 'input_threads', 'compute_dtype',
+     'until_step'],
+    defaults=('test', 10000, 128, False, 300, None, 1, None, None))
+EvalSettings.__doc__ = """An evaluation's settings: cifar10_eval.py's flags
+of the same names, with their defaults, and
 
-  data_dir: str, the folder holding `cifar-10-batches-bin/`.
-  eval_data: 'test' or 'train_eval'.
-  num_examples: int, examples to count, at most the records in the files.
-  batch_size: int, examples per batch; any value counts the same examples.
-  run_once: bool, evaluate the newest checkpoint and return (else follow
-    training).
-  eval_interval_secs: int, seconds between looks for a new checkpoint.
-  session_config: tf.ConfigProto; None for sessions.eval_config(), which
-    grows GPU memory as needed.
-  input_threads: int, input threads; 1 keeps the file order.
+  session_config: tf.ConfigProto; None for sessions.eval_config().
+  input_threads: int; 1 reads the records in file order.
   compute_dtype: None, or tf.bfloat16 / tf.float16 to compute the forward
-    pass in (cifar10.inference) from float32 weights; a float16 checkpoint
-    computes in float16 whatever this says.
+    pass in from float32 weights.
   until_step: int or None; following training, stop once a checkpoint at
-    this global step or past it is evaluated (the distributed evaluator:
-    --max_steps). None follows for ever.
+    this global step or past it is evaluated. None follows for ever.
 """
 
 
-def from_flags(flag_values):
-  """The EvalSettings of cifar10_eval.py's parsed flags, but for
-  session_config and compute_dtype: they ask TensorFlow about the machine,
-  so main sets them after the data check."""
-  return EvalSettings(
-      data_dir=flag_values.data_dir, eval_data=flag_values.eval_data,
-      num_examples=flag_values.num_examples,
-      batch_size=flag_values.batch_size, run_once=flag_values.run_once,
-      eval_interval_secs=flag_values.eval_interval_secs)
-
-
 def from_flags_checked(flag_values):
-  """`from_flags`, once the data is there and checked, for this machine.
+  """The EvalSettings of cifar10_eval.py's flags, its data there and checked.
 
-  Downloads the eval_data files if missing, checks the settings and files
-  (`check_settings`), prints the 'Data: ...' line, then sets what asks
-  TensorFlow about the machine: compute_dtype (--mixed_precision, on a GPU
-  when there is one) and session_config (the thread flags).
+  Downloads the eval_data files if missing, then `check_settings` and the
+  'Data: ...' line come before anything asks TensorFlow about the machine.
 
   Raises:
     ValueError: naming the flag or file at fault (data_files.DataError for a
       file).
   """
-  settings = from_flags(flag_values)
+  settings = EvalSettings(
+      data_dir=flag_values.data_dir, eval_data=flag_values.eval_data,
+      num_examples=flag_values.num_examples,
+      batch_size=flag_values.batch_size, run_once=flag_values.run_once,
+      eval_interval_secs=flag_values.eval_interval_secs)
   files = data_files.eval_files(settings.eval_data)
   download.maybe_download_and_extract(
       flag_values.data_dir, flag_values.data_url, flag_values.data_md5,
@@ -93,13 +63,10 @@ def from_flags_checked(flag_values):
 
 
 def check_settings(settings):
-  """Checks an EvalSettings and its data files before any graph is built.
-
-  Returns:
-    The number of records in the eval_data files, an int.
+  """Checks an EvalSettings and its data files; returns their records' count.
 
   Raises:
-    ValueError: naming the setting or file and the expected value
+    ValueError: naming the setting or file at fault and what it should be
       (data_files.DataError for a file).
   """
   filenames = [os.path.join(settings.data_dir, download.BATCHES_DIR, name)
@@ -121,88 +88,21 @@ def check_settings(settings):
   return num_records
 
 
-def for_weights(settings, checkpoint_path, weights_dtype):
-  """The settings to evaluate a checkpoint with: compute_dtype None, with a
-  note, when its weights are not float32 (a --use_fp16 checkpoint computes
-  in float16 whatever --mixed_precision says)."""
-  if settings.compute_dtype is None or weights_dtype == tf.float32:
-    return settings
-  print('Note: %s holds %s weights (--use_fp16): --mixed_precision does '
-        'not apply, the model computes in %s.'
-        % (checkpoint_path, weights_dtype.name, weights_dtype.name),
-        flush=True)
-  return settings._replace(compute_dtype=None)
-
-
-@contextlib.contextmanager
-def queue_runners(sess):
-  """Runs the graph's queue runners (its input) for the block, then stops
-  them and waits for their threads."""
-  coord = tf.train.Coordinator()
-  threads = tf.train.start_queue_runners(sess=sess, coord=coord)
-  try:
-    yield
-  finally:
-    coord.request_stop()
-    coord.join(threads, stop_grace_period_secs=10)
-
-
-def restore(saver, sess, checkpoint_path):
-  """saver.restore, with a checkpoint that cannot be read said in one line.
-
-  Raises:
-    checkpoints.CheckpointUnreadableError: the checkpoint was pruned by
-      training, is not completely written, or is damaged.
-  """
-  try:
-    saver.restore(sess, checkpoint_path)
-  except tf.errors.OpError as e:
-    raise checkpoints.CheckpointUnreadableError(
-        'cannot restore checkpoint %s (pruned by training, not '
-        'completely written, or damaged): %s'
-        % (checkpoint_path, e.message.splitlines()[0]))
-
-
-def newest_checkpoint(checkpoint_dir):
-  """The newest checkpoint in checkpoint_dir, and what identifies it.
-
-  Returns:
-    (path, identity), or (None, None) when there is none. The identity
-    includes the index file's modification time, so a checkpoint rewritten
-    under the same name (training restarted) counts as new.
-  """
-  path = checkpoints.newest(checkpoint_dir)
-  if path is None:
-    return None, None
-  try:
-    mtime = tf.io.gfile.stat(path + '.index').mtime_nsec
-  except tf.errors.OpError:
-    mtime = None
-  return path, (path, mtime)
-
-
 def new_checkpoints(checkpoint_dir, run_once, interval_secs,
                     sleep=time.sleep):
-  """Yields the newest checkpoint's path, once or each time a new one appears.
+  """Yields the newest checkpoint in checkpoint_dir: once with run_once, else
+  each time a new one appears (the newest only, if several did meanwhile).
 
-  Looks in checkpoint_dir every interval_secs and says on the console what
-  it waits for; a checkpoint rewritten under the same name (training
-  restarted) counts as new. The caller evaluates each path it is given and
-  stops when it has what it wants (with run_once, after the first).
-
-  Args:
-    checkpoint_dir: the training run's train_dir.
-    run_once: bool, yield the newest checkpoint only; none there is an error.
-    interval_secs: seconds between looks at checkpoint_dir.
-    sleep: called with interval_secs to wait (tests replace it).
+  Looks every interval_secs (sleep waits), saying on the console what it
+  waits for. A checkpoint rewritten under the same name counts as new.
 
   Raises:
     checkpoints.CheckpointError: no checkpoint with run_once.
   """
-  last_identity = None
+  last_seen = None
   waiting = False
   while True:
-    path, identity = newest_checkpoint(checkpoint_dir)
+    path = checkpoints.newest(checkpoint_dir)
     if path is None and run_once:
       raise checkpoints.CheckpointError(
           "No checkpoint file found in checkpoint_dir %s (no 'checkpoint' "
@@ -213,10 +113,15 @@ def new_checkpoints(checkpoint_dir, run_once, interval_secs,
             'one (looking every %s s).' % (checkpoint_dir, interval_secs),
             flush=True)
       waiting = True
-    elif path is not None and identity != last_identity:
-      last_identity = identity
-      yield path
-      print('Waiting for a new checkpoint in %s (looking every %s s).'
-            % (checkpoint_dir, interval_secs), flush=True)
-      waiting = True
+    elif path is not None:
+      try:
+        seen = path, tf.io.gfile.stat(path + '.index').mtime_nsec
+      except tf.errors.OpError:  # Pruned meanwhile: evaluating it says so.
+        seen = path, None
+      if seen != last_seen:
+        last_seen = seen
+        yield path
+        print('Waiting for a new checkpoint in %s (looking every %s s).'
+              % (checkpoint_dir, interval_secs), flush=True)
+        waiting = True
     sleep(interval_secs)

@@ -1,140 +1,73 @@
-"""Text for the pictures sent to TensorBoard, drawn with numpy alone.
+"""The confusion matrix as a picture for TensorBoard, with the class names.
 
-The confusion matrix image (eval_report.confusion_image) carries the class
-names and axis titles. Pillow and matplotlib are not dependencies, so this
-module holds a small bitmap font of its own, with just the lowercase letters
-those words need, and lays the labels out around a grid of cells.
-
-    mask = text_pixels('cat', scale=2)      # bool [18, 34]
-    image = label_grid(grid, cell, names, names, 'true', 'predicted')
+The text is drawn by Pillow in its default font, Aileron (sizes from Pillow
+10.1).
 """
 
+import math
+
 import numpy as np
+from PIL import Image
+from PIL import ImageDraw
+from PIL import ImageFont
 
-# Each glyph is 5 columns by 9 rows: rows 0-6 stand on the baseline (lowercase
-# letters are the 5 rows 2-6, ascenders reach row 0) and rows 7-8 hold the
-# descenders of g and p, so the letters keep their usual shapes.
-GLYPHS = {
-    'a': ('.....', '.....', '.###.', '....#', '.####', '#...#', '.####',
-          '.....', '.....'),
-    'b': ('#....', '#....', '####.', '#...#', '#...#', '#...#', '####.',
-          '.....', '.....'),
-    'c': ('.....', '.....', '.####', '#....', '#....', '#....', '.####',
-          '.....', '.....'),
-    'd': ('....#', '....#', '.####', '#...#', '#...#', '#...#', '.####',
-          '.....', '.....'),
-    'e': ('.....', '.....', '.###.', '#...#', '#####', '#....', '.####',
-          '.....', '.....'),
-    'f': ('..###', '.#...', '####.', '.#...', '.#...', '.#...', '.#...',
-          '.....', '.....'),
-    'g': ('.....', '.....', '.####', '#...#', '#...#', '#...#', '.####',
-          '....#', '.###.'),
-    'h': ('#....', '#....', '####.', '#...#', '#...#', '#...#', '#...#',
-          '.....', '.....'),
-    'i': ('..#..', '.....', '.##..', '..#..', '..#..', '..#..', '.###.',
-          '.....', '.....'),
-    'k': ('#....', '#....', '#..#.', '#.#..', '##...', '#.#..', '#..#.',
-          '.....', '.....'),
-    'l': ('.##..', '..#..', '..#..', '..#..', '..#..', '..#..', '.###.',
-          '.....', '.....'),
-    'm': ('.....', '.....', '##.#.', '#.#.#', '#.#.#', '#.#.#', '#.#.#',
-          '.....', '.....'),
-    'n': ('.....', '.....', '####.', '#...#', '#...#', '#...#', '#...#',
-          '.....', '.....'),
-    'o': ('.....', '.....', '.###.', '#...#', '#...#', '#...#', '.###.',
-          '.....', '.....'),
-    'p': ('.....', '.....', '####.', '#...#', '#...#', '#...#', '####.',
-          '#....', '#....'),
-    'r': ('.....', '.....', '#.##.', '##..#', '#....', '#....', '#....',
-          '.....', '.....'),
-    's': ('.....', '.....', '.####', '#....', '.###.', '....#', '####.',
-          '.....', '.....'),
-    't': ('.#...', '.#...', '####.', '.#...', '.#...', '.#..#', '..##.',
-          '.....', '.....'),
-    'u': ('.....', '.....', '#...#', '#...#', '#...#', '#..##', '.##.#',
-          '.....', '.....'),
-}
-GLYPH_WIDTH = 5
-GLYPH_HEIGHT = 9
-# Rows above the baseline; centring these, not the descenders, looks centred.
-GLYPH_BODY = 7
-# Blank columns between two letters.
-LETTER_SPACING = 1
-
-TEXT_RGB = (0, 0, 0)
-BACKGROUND_RGB = (255, 255, 255)
+# Pixels from one cell to the next.
+CONFUSION_CELL_PIXELS = 24
+# Colour of a cell holding a whole row (white is an empty cell).
+CONFUSION_FULL_RGB = np.array([8, 48, 107])
+# Pixels per em: lowercase letters are 10 pixels high, a line 23, within a cell.
+FONT_SIZE = 18
 
 
-def text_pixels(text, scale=1):
-  """The pixels of `text` in the bitmap font, each font pixel scale x scale.
+def confusion_image(confusion, class_names):
+  """Renders a confusion matrix, with the class names and axis titles.
 
-  Returns:
-    bool array [GLYPH_HEIGHT * scale, width * scale], True where ink is, with
-    width = len(text) * (GLYPH_WIDTH + LETTER_SPACING) - LETTER_SPACING.
-
-  Raises:
-    ValueError: a character that the font lacks.
-  """
-  missing = sorted(set(text) - set(GLYPHS))
-  if missing:
-    raise ValueError('no glyph for %r in %r' % (''.join(missing), text))
-  gap = np.zeros([GLYPH_HEIGHT, LETTER_SPACING], bool)
-  columns = []
-  for i, char in enumerate(text):
-    if i:
-      columns.append(gap)
-    columns.append(np.array([[c == '#' for c in row] for row in GLYPHS[char]]))
-  mask = (np.concatenate(columns, axis=1) if columns
-          else np.zeros([GLYPH_HEIGHT, 0], bool))
-  return np.kron(mask, np.ones([scale, scale], bool)).astype(bool)
-
-
-def label_grid(grid, cell, row_names, column_names, row_title, column_title,
-               scale=2):
-  """Puts names and titles around a grid of square cells, on white.
-
-  Row names go right-aligned to the left of their rows, with `row_title`
-  (read bottom to top) left of them; column names go above their columns,
-  read bottom to top from just above the grid, with `column_title` on top.
+  Rows are the true classes, top to bottom, and columns the predicted ones,
+  left to right. Each row is normalized by its count, so a cell's colour runs
+  from white (none of that class) to CONFUSION_FULL_RGB (all of it); grey
+  (200) lines frame the cells. The names stand right-aligned left of the
+  rows, with 'true' (read bottom to top) left of them, and above the columns,
+  read bottom to top from the grid up, with 'predicted' on top.
 
   Args:
-    grid: array [len(row_names) * cell + 1, len(column_names) * cell + 1, 3],
-      values 0-255: the cells, row i from pixel i * cell.
-    cell: int, pixels from one row (or column) of the grid to the next.
-    row_names, column_names: sequences of str, top to bottom / left to right.
-    row_title, column_title: str.
-    scale: int, screen pixels per font pixel.
+    confusion: int array [n, n], rows true classes, columns predicted.
+    class_names: sequence of n str.
 
   Returns:
-    uint8 array [height, width, 3]: the grid, copied unchanged, inside a white
-    margin holding the text.
+    uint8 array [1, height, width, 3]: the n * CONFUSION_CELL_PIXELS + 1
+    pixels square grid inside a white margin holding the text.
   """
-  pad, gap = 2 * scale, 3 * scale
-  text_height, body = GLYPH_HEIGHT * scale, GLYPH_BODY * scale
-  longest = max(text_pixels(name, scale).shape[1]
-                for name in list(row_names) + list(column_names))
-  # Text taller than a cell spills past the last row or column.
-  spill = max(0, text_height - cell)
-  top = left = pad + text_height + gap + longest + gap
-  rows, columns = grid.shape[:2]
-  canvas = np.empty([top + rows + pad + spill, left + columns + pad + spill, 3])
-  canvas[...] = BACKGROUND_RGB
-  canvas[top:top + rows, left:left + columns] = grid
+  cell = CONFUSION_CELL_PIXELS
+  totals = np.maximum(confusion.sum(axis=1, keepdims=True), 1)
+  rgb = 255 - (confusion / totals)[..., None] * (255 - CONFUSION_FULL_RGB)
+  grid = np.pad(np.kron(rgb, np.ones([cell, cell, 1])),
+                [(0, 1), (0, 1), (0, 0)])
+  grid[::cell, :, :] = 200
+  grid[:, ::cell, :] = 200
 
-  def paste(mask, y, x):
-    canvas[y:y + mask.shape[0], x:x + mask.shape[1]][mask] = TEXT_RGB
+  font = ImageFont.load_default(size=FONT_SIZE)
+  line = sum(font.getmetrics())  # ascent + descent
+  pad, gap = FONT_SIZE // 4, FONT_SIZE // 3
+  # As wide left of the grid as high above it: title, gap, names, gap.
+  margin = (pad + line + gap + gap +
+            math.ceil(max(font.getlength(name) for name in class_names)))
+  side = len(grid)
+  image = Image.new('RGB', (margin + side + pad,) * 2, 'white')
+  image.paste(Image.fromarray(np.round(grid).astype(np.uint8)),
+              (margin, margin))
 
-  # The body of the text (not its descenders) sits centred on each row.
-  offset = (cell - body + 1) // 2
-  for i, name in enumerate(row_names):
-    mask = text_pixels(name, scale)
-    paste(mask, top + i * cell + offset, left - gap - mask.shape[1])
-  for j, name in enumerate(column_names):
-    # Turned a quarter left, the tops of the letters face left.
-    mask = np.rot90(text_pixels(name, scale))
-    paste(mask, top - gap - mask.shape[0], left + j * cell + offset)
-  mask = np.rot90(text_pixels(row_title, scale))
-  paste(mask, top + (rows - mask.shape[0]) // 2, pad)
-  mask = text_pixels(column_title, scale)
-  paste(mask, pad, left + (columns - mask.shape[1]) // 2)
-  return np.round(canvas).astype(np.uint8)
+  def write(xy, text, anchor):
+    ImageDraw.Draw(image).text(xy, text, fill='black', font=font,
+                               anchor=anchor)
+
+  # The names left of the rows; then, with the picture turned a quarter right,
+  # the margin above the grid is right of it, and the names written across
+  # there read bottom to top once it is turned back.
+  for i, name in enumerate(class_names):
+    write((margin - gap, margin + i * cell + cell // 2), name, 'rm')
+  write((margin + side // 2, pad), 'predicted', 'ma')
+  image = image.transpose(Image.Transpose.ROTATE_270)
+  for j, name in enumerate(class_names):
+    write((side + pad + gap, margin + j * cell + cell // 2), name, 'lm')
+  write((side + pad - side // 2, pad), 'true', 'ma')
+  return np.array(image.transpose(Image.Transpose.ROTATE_90))[None]

@@ -14,8 +14,10 @@ import tensorflow.compat.v1 as tf
 import cifar10
 import cifar10_eval
 import cifar10_input
+from cifar10_support import checkpoints
 from cifar10_support import download
-from cifar10_support import eval_report
+from cifar10_support import eval_run
+from cifar10_support import picture
 import testutil
 from testutil import run_script
 from testutil import session_config
@@ -55,7 +57,7 @@ def _test_labels(data_dir):
 def _eval_once(checkpoint, data_dir, **kwargs):
   kwargs.setdefault('session_config', session_config())
   return cifar10_eval.eval_once(
-      checkpoint, cifar10_eval.EvalSettings(data_dir, **kwargs))
+      checkpoint, eval_run.EvalSettings(data_dir, **kwargs))
 
 
 def save_checkpoint(path, step, raw_class, shadow_class, dtype=tf.float32,
@@ -165,7 +167,7 @@ def test_test_file_alone_is_enough_and_nothing_is_fetched(data_dir, train_dir,
       str(only_test.parent), url, download.DATA_MD5,
       files=cifar10_input.eval_files('test'))
   cifar10_eval.evaluate(train_dir, str(tmp_path / 'e'),
-                        cifar10_eval.EvalSettings(
+                        eval_run.EvalSettings(
                             str(only_test.parent), num_examples=20,
                             batch_size=8, run_once=True,
                             session_config=session_config()))
@@ -274,7 +276,7 @@ def test_checkpoint_without_moving_averages_says_so(data_dir, tmp_path):
   save_checkpoint(str(tmp_path / 'model.ckpt'), 5, raw_class=3,
                    shadow_class=7, with_averages=False)
 
-  with pytest.raises(cifar10_eval.CheckpointError,
+  with pytest.raises(checkpoints.CheckpointError,
                      match='no moving averages of the weights'):
     _eval_once(str(tmp_path / 'model.ckpt-5'), data_dir, num_examples=20,
                batch_size=8)
@@ -312,7 +314,7 @@ def test_follows_training_each_checkpoint_once(data_dir, tmp_path, capsys):
     actions[len(sleeps) - 1]()
 
   results = cifar10_eval.evaluate(
-      str(checkpoint_dir), str(eval_dir), cifar10_eval.EvalSettings(
+      str(checkpoint_dir), str(eval_dir), eval_run.EvalSettings(
           data_dir, num_examples=20, batch_size=8, eval_interval_secs=3,
           session_config=session_config()),
       max_evaluations=2, sleep=sleep)
@@ -376,7 +378,7 @@ def test_bad_settings_fail_before_any_graph(data_dir, tmp_path, kwargs,
 
   with pytest.raises(ValueError, match=message):
     cifar10_eval.evaluate(str(tmp_path), str(tmp_path / 'eval'),
-                          cifar10_eval.EvalSettings(data_dir, **settings))
+                          eval_run.EvalSettings(data_dir, **settings))
   # Nothing was built or written: not even eval_dir.
   assert not (tmp_path / 'eval').exists()
 
@@ -386,18 +388,20 @@ def test_confusion_image_shows_row_fractions():
   confusion[0, 0] = 4
   confusion[1, 0] = 2
   confusion[1, 1] = 2
+  cell = picture.CONFUSION_CELL_PIXELS
 
-  image = eval_report.confusion_image(confusion, cifar10_input.CLASS_NAMES,
-                                      cell=4)
+  image = picture.confusion_image(confusion, cifar10_input.CLASS_NAMES)
 
   assert image.ndim == 4 and image.dtype == np.uint8
   assert image.shape[0] == 1 and image.shape[3] == 3
-  # The grid (41 x 41 with its closing lines) sits below and right of the
-  # labels; its first grey pixel is its top-left corner.
-  top, left = np.argwhere((image[0] == 200).all(axis=-1))[0]
-  grid = image[0, top:top + 41, left:left + 41]
-  assert list(grid[2, 2]) == list(eval_report.CONFUSION_FULL_RGB)
-  assert list(grid[6, 2]) == list(grid[6, 6])  # half and half
-  assert list(grid[2, 6]) == [255, 255, 255]
+  # The grid (10 cells and a closing line each way) sits below and right of
+  # the labels: its first full-length grey lines.
+  grey = (image[0] == 200).all(axis=-1)
+  top = np.flatnonzero(grey.sum(axis=1) >= 10 * cell)[0]
+  left = np.flatnonzero(grey.sum(axis=0) >= 10 * cell)[0]
+  grid = image[0, top:top + 10 * cell + 1, left:left + 10 * cell + 1]
+  assert list(grid[2, 2]) == list(picture.CONFUSION_FULL_RGB)
+  assert list(grid[cell + 2, 2]) == list(grid[cell + 2, cell + 2])  # halves
+  assert list(grid[2, cell + 2]) == [255, 255, 255]
   assert list(grid[0, 0]) == [200, 200, 200]  # grid line
-  assert list(grid[40, 40]) == [200, 200, 200]  # closing grid line
+  assert list(grid[-1, -1]) == [200, 200, 200]  # closing grid line
