@@ -4,41 +4,18 @@
     python benchmarks/accuracy.py --data_dir=/tmp/cifar10_data --steps=5000 \
         --mixed_precision=bf16 --log=/tmp/bf16.json
 
-Trains as `cifar10_train.py` does, with its default hyper-parameters, from
-step 0 in a fresh temporary train_dir (or an empty --train_dir), in legs: to
-the first multiple of --eval_every, then on, resuming from that checkpoint,
-to the next, and so to --steps. After each leg its final checkpoint is
-evaluated on the test images with the moving averages of the weights, in
-float32 (`cifar10_eval.eval_once`, as `cifar10_eval.py --run_once`), before
-the next leg can prune it (the trainer keeps five). Then it prints
+Trains as `cifar10_train.py` does (its default hyper-parameters) from step 0,
+in legs (`train_and_evaluate`), evaluates each leg's checkpoint on the test
+images with the averaged weights in float32 (`cifar10_eval.eval_once`), and
+prints one row per checkpoint against the record, accuracy_curve.json:
 
     step  wall time  precision @ 1  recorded  tolerance  result
 
-one row per checkpoint. The wall time is training time from the start to the
-checkpoint's save: the first leg's graph building and queue filling count,
-as in one continuous run, but evaluations and each later leg's graph building
-and restoring (up to the checkpoint its new session writes) do not.
-The exit status is 1 if any row is outside its tolerance (or the loss became
-NaN), 0 otherwise. A step the record does not hold is printed and not
-checked, and so is a whole run on another test set than the record's (the
-MD5 of test_batch.bin: a record of our JPEG-rebuilt copy says nothing of the
-official pixels), or with another batch size or number of test images.
---log writes the run (machine, versions, command, rows) as JSON, which
-benchmarks/plot_results.py draws.
-
-The record, benchmarks/accuracy_curve.json, holds the precisions of N
-independent float32 runs of this script at each recorded step (and their
-wall times); `--record` makes it from their --log files. At each step:
-
-    recorded  = the mean of the N runs' precisions there
-    tolerance = their range there (max - min)
-                + MARGIN_SDS x the pooled run-to-run standard deviation
-
-benchmarks/README.md ("The tolerance rule") says why, with the numbers. A
-precision above the band fails too: a model that learns faster than the
-record did not run the same maths. A --mixed_precision=bf16 run is checked
-against the float32 record: bfloat16 is meant to train to float32's
-precision.
+The exit status is 1 if a row is outside its tolerance (`band`), or the loss
+became NaN; else 0. A step the record does not hold, or a run the record
+cannot judge (`record_to_check`), is printed and not checked. --log writes
+the run as JSON, which plot_results.py draws; --record makes the record from
+such logs. benchmarks/README.md ("Accuracy") says why the rule is what it is.
 """
 
 import argparse
@@ -90,23 +67,18 @@ NOT_RECORDED = 'not recorded'
 
 
 def band(precisions, sd):
-  """(recorded, tolerance) at one step: the mean of `precisions` (floats, at
-  least one), and their range plus MARGIN_SDS x `sd` (`pooled_sd`)."""
+  """(recorded, tolerance) at one step: the mean of the runs' `precisions`
+  (floats, at least one), and their range plus MARGIN_SDS x `sd`, the pooled
+  run-to-run standard deviation (`pooled_sd`). A bf16 run is judged by the
+  float32 band too: it is meant to train to float32's precision."""
   recorded = sum(precisions) / len(precisions)
   return recorded, max(precisions) - min(precisions) + MARGIN_SDS * sd
 
 
 def pooled_sd(precisions_by_step):
-  """The run-to-run standard deviation pooled over steps, a float.
-
-  Args:
-    precisions_by_step: lists of floats, the runs' precisions at each step.
-
-  Returns:
-    The square root of the squared deviations from each step's mean, summed
-    over the steps, over their degrees of freedom (runs - 1 each); 0.0 when
-    no step has two runs.
-  """
+  """The run-to-run standard deviation pooled over steps (lists of floats,
+  the runs' precisions at each step): each step's deviations from its own
+  mean, runs - 1 degrees of freedom each; 0.0 when no step has two runs."""
   squares, freedom = 0.0, 0
   for values in precisions_by_step:
     mean = sum(values) / len(values)
@@ -124,7 +96,8 @@ def expected_by_step(curve):
 
 def judge(measured, expected):
   """OK, REGRESSION, or NOT_RECORDED (expected None): a measured precision
-  against (recorded, tolerance)."""
+  against (recorded, tolerance); above the band fails too, since a model
+  that learns faster than the record did not run the same maths."""
   if expected is None:
     return NOT_RECORDED
   recorded, tolerance = expected
@@ -193,17 +166,22 @@ def _saved_at(checkpoint):
 def train_and_evaluate(settings, steps, eval_settings):
   """Trains to each of `steps` in turn, evaluating each leg's checkpoint.
 
+  Each leg resumes from the last one's checkpoint (cifar10_train.train with
+  that max_steps) and its final checkpoint is evaluated before the next leg
+  starts, so the trainer's keeping only five never matters.
+
   Args:
-    settings: a run_settings.TrainSettings, its train_dir empty; each leg
-      trains to one of `steps` (its max_steps).
+    settings: a run_settings.TrainSettings, its train_dir empty.
     steps: ints, increasing.
     eval_settings: a cifar10_eval.EvalSettings.
 
   Returns:
-    (results, train_wall_s): a dict per step, 'step' (int), 'wall_s' (float,
-    training seconds from the start to the checkpoint's save, as the module
-    docstring counts them), 'precision' (float), 'true_count' and
-    'num_examples' (ints); and the training seconds in all.
+    (results, train_wall_s): a dict per step, 'step' (int), 'wall_s',
+    'precision' (floats), 'true_count' and 'num_examples' (ints); and the
+    training seconds in all. wall_s is training seconds from the start to
+    the checkpoint's save: the first leg's graph building and queue filling
+    count, as in one continuous run; evaluations and each later leg's graph
+    building and restoring do not (its queue refill and first steps do).
 
   Raises:
     train_dirs.RUN_ERRORS, as cifar10_train.train.
@@ -259,15 +237,11 @@ def machine_info(machine):
 def curve_from_logs(logs):
   """A record (accuracy_curve.json's content) from the --log of N runs.
 
-  Args:
-    logs: the runs' logs (dicts), float32, of the same machine and steps.
-
   Returns:
-    A dict: the runs' 'machine', 'cpu', 'tensorflow', 'date' (their dates,
-    ' to ' between the first and last when they differ), 'command' (the
-    first run's, without --log), the SAME_AS_RECORD fields, 'runs' (their
-    start times, in order) and 'points': for each step, its 'step' and the
-    runs' 'precision' and 'wall_s' (lists, one value per run, in order).
+    A dict: the first log's machine and versions, 'date' (first to last),
+    'command' (without --log), the SAME_AS_RECORD fields, 'runs' (their
+    start times) and 'points': each step's 'step', and 'precision' and
+    'wall_s' (lists, one value per run, in the logs' order).
 
   Raises:
     ValueError: the logs differ in machine, TensorFlow version, steps or

@@ -86,20 +86,13 @@ BASELINES.update({'%s_%s' % (name, suffix): name
 
 def describe_machine(cpuinfo=None, cpu_count=None, usable_cores=None,
                      environ=None, tf_version=None):
-  """One line describing the machine the benchmark runs on.
+  """'machine: <CPU>, <n> cores; AVX-512 yes|no, AVX512_BF16 yes|no, AMX
+  yes|no; TensorFlow <version>; oneDNN on|off (...)'.
 
-  Args (each None: read from this machine and process):
-    cpuinfo: the text of /proc/cpuinfo; its first 'model name' is the CPU
-      (else platform.processor()), its 'flags' lines the features.
-    cpu_count: os.cpu_count().
-    usable_cores: the cores this process may run on, printed when not
-      cpu_count.
-    environ: the environment, for TF_ENABLE_ONEDNN_OPTS.
-    tf_version: tf.__version__.
-
-  Returns:
-    'machine: <CPU>, <n> cores; AVX-512 yes|no, AVX512_BF16 yes|no, AMX yes|no;
-    TensorFlow <version>; oneDNN on|off (...)'.
+  Each argument None is read from this machine: the text of /proc/cpuinfo
+  (its first 'model name', else platform.processor(); its flags),
+  os.cpu_count(), the cores this process may use (printed where fewer),
+  os.environ (TF_ENABLE_ONEDNN_OPTS) and tf.__version__.
   """
   if cpuinfo is None:
     try:
@@ -137,17 +130,10 @@ def describe_machine(cpuinfo=None, cpu_count=None, usable_cores=None,
 
 
 def describe_threads(config):
-  """The thread settings of a session's tf.ConfigProto, in one line.
-
-  A session with session_inter_op_thread_pool entries runs its steps in the
-  first entry's pool; without, in the process's inter-op pool of
-  inter_op_parallelism_threads. 0 threads: TF picks, one a core.
-
-  Returns:
-    e.g. "threads: intra 0 (TF's choice), inter 0 (TF's choice)", or for a
-    pool of one thread "threads: intra 0 (TF's choice), inter 1 (one op at a
-    time) from session_inter_op_thread_pool [1 thread, global 'name']".
-  """
+  """The thread settings of a session's tf.ConfigProto, in one line: e.g.
+  "threads: intra 0 (TF's choice), inter 1 (one op at a time) from
+  session_inter_op_thread_pool [1 thread, global 'name']" (a session runs
+  its steps in the first such pool, else in the process's inter-op pool)."""
   intra, inter = sessions.config_threads(config)
   if inter < 0:
     inter_text = "%d (ops run in the caller's thread)" % inter
@@ -475,16 +461,11 @@ class ClassifyVariant(Variant):
 
 
 class MatmulVariant(SessionVariant):
-  """`products` independent n x n products in one session.run.
-
-  Its "examples" are FLOP: its rates are FLOP/s. Each product has its own
-  operands (identical products would be merged by Grappler). In bfloat16
-  (dtype tf.bfloat16) the operands and the product are bfloat16 and oneDNN
-  accumulates in float32, as in the model's bfloat16 layers. The session is
-  TF's default tf.ConfigProto(): the process's inter-op pool, one thread a
-  core, so that the products run side by side (not one op at a time as in
-  the model's sessions on a CPU-only machine).
-  """
+  """`products` independent n x n products in one session.run; its
+  "examples" are FLOP. Each has its own operands (Grappler would merge
+  identical ones). In bfloat16 oneDNN accumulates in float32, as in the
+  model's layers. TF's default tf.ConfigProto() lets the products run side
+  by side (the model's sessions run one op at a time on a few-core CPU)."""
 
   def __init__(self, n, products, window_s=MATMUL_WINDOW_S, dtype=None):
     self.n = n
@@ -562,13 +543,10 @@ def matmul_ceiling(variants, median, dtype=None):
 
 
 def table_lines(variants, median, bf16_note=''):
-  """The printed table: a row per variant, then the ceilings' lines.
-
-  Every GFLOP/s, the model's and each matrix product's, is given as a ratio
-  of the ceiling (matmul_ceiling), and nothing else; where bfloat16 products
-  ran, those and the *_bf16 rows as a ratio of the bf16 ceiling, whose line
-  ends with bf16_note.
-  """
+  """The printed table: a row per variant, then the ceilings' lines. Every
+  GFLOP/s is given as a ratio of the ceiling only; where bfloat16 products
+  ran, those and the *_bf16 rows of the bf16 ceiling (its line ends with
+  bf16_note)."""
   tops = {tf.float32: matmul_ceiling(variants, median) + ('ceiling',),
           tf.bfloat16: matmul_ceiling(variants, median, tf.bfloat16)
                        + ('bf16 ceiling',)}

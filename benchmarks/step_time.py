@@ -100,20 +100,13 @@ def subtract(disjoint, minus):
 
 
 def split_step(step_stats, start, end, input_op_types=INPUT_OP_TYPES):
-  """Splits a traced step's wall time; see the module docstring.
+  """A Breakdown of a traced step (see the module docstring), in seconds.
 
-  Args:
-    step_stats: the tf.compat.v1 StepStats proto of one run
-      (`run_metadata.step_stats`), every device and stream of it.
-    start, end: floats, time.time() just before and just after the run call,
-      in seconds (the clock TensorFlow's all_start times use, in
-      microseconds since the epoch).
-    input_op_types: op types whose time is waiting for input.
-
-  Returns:
-    A Breakdown, in seconds. A node without a start time (0) is left out.
-    before or after comes out negative only if the trace does not lie inside
-    [start, end]: a sign of a clock that is not the host's.
+  step_stats: one run's StepStats (`run_metadata.step_stats`), every device
+  and stream of it; a node without a start time is left out. start, end:
+  time.time() just before and after the run call, the clock of TensorFlow's
+  all_start times. before or after comes out negative only if the trace
+  does not lie inside [start, end]: a clock that is not the host's.
   """
   ops, inputs = [], []
   for device in step_stats.dev_stats:
@@ -144,18 +137,9 @@ def _ms(seconds):
 
 
 def describe(name, breakdown, untraced_step=None):
-  """One line for a user: the step, its three parts in ms and percent.
-
-  Args:
-    name: str, the variant.
-    breakdown: a Breakdown.
-    untraced_step: float seconds, the step without tracing, or None.
-
-  Returns:
-    A str such as 'train    step 95.1 ms = input 1.20 ms (1%) + compute
-    90.3 ms (95%) + host 3.60 ms (4%: 0.30 before the ops, 1.10 between,
-    2.20 after); untraced 94.0 ms'.
-  """
+  """One line: 'train    step 95.1 ms = input 1.20 ms (1%) + compute 90.3
+  ms (95%) + host 3.60 ms (4%: 0.30 before the ops, 1.10 between, 2.20
+  after); untraced 94.0 ms' (the last part given untraced_step, seconds)."""
   input_, compute, host = breakdown.fractions()
   line = ('%-8s step %s = input %s (%.0f%%) + compute %s (%.0f%%) + host %s '
           '(%.0f%%: %s before the ops, %s between, %s after)' % (
