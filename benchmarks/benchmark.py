@@ -670,16 +670,9 @@ def parse_args():
 def main():
   args = parse_args()
   scratch = tempfile.mkdtemp(prefix='cifar10_bench_')
-  data_dir = args.data_dir
-  if not data_dir:  # Full-size synthetic files: 5 x 10000 train, 10000 test.
-    data_dir = os.path.join(scratch, 'data')
-    rng = np.random.RandomState(0)
-    batches = os.path.join(data_dir, download.BATCHES_DIR)
-    os.makedirs(batches)
-    for name in synthetic.TRAIN_FILES + [synthetic.TEST_FILE]:
-      labels = rng.randint(0, 10, 10000)
-      images = rng.randint(0, 256, (10000, 32, 32, 3), dtype=np.uint8)
-      synthetic.write_records(os.path.join(batches, name), labels, images)
+  # Default: full-size synthetic files, 5 x 10000 train and 10000 test.
+  data_dir = args.data_dir or synthetic.make_data_dir(
+      os.path.join(scratch, 'data'), records_per_file=10000)
   batch = args.batch_size
   # 10,000 in the real test set; fewer in a small data dir (the test's).
   num_test = cifar10_input.check_data_files([os.path.join(

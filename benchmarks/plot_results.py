@@ -15,6 +15,7 @@ is a dependency of this script only (benchmarks/requirements.txt).
 """
 
 import argparse
+import collections
 import glob
 import json
 import os
@@ -174,10 +175,8 @@ def draw(transcribed, curve, logs):
   factors = dodges(all_series)
   for index, series in enumerate(all_series):
     draw_series(axes, series, factors.get(index, 1.0))
-  dodged = {}
-  for index in factors:
-    step = all_series[index]['points'][0]['step']
-    dodged[step] = dodged.get(step, 0) + 1
+  dodged = collections.Counter(all_series[index]['points'][0]['step']
+                               for index in factors)
 
   axes[0].set_xscale('log')
   axes[0].set_xlabel('training steps (batch of 128; log scale)')
