@@ -4,61 +4,18 @@
     python benchmarks/accuracy.py --data_dir=/tmp/cifar10_data --steps=5000 \
         --mixed_precision=bf16 --log=/tmp/bf16.json
 
-One process trains the model as `cifar10_train.py` does, with its default
-hyper-parameters, from step 0 into a fresh temporary train_dir (or an empty
---train_dir), saving a checkpoint every --eval_every steps. When training
-has ended, it evaluates each of those checkpoints on the 10,000 test images
-with the moving averages of the weights, in float32, as `cifar10_eval.py
---run_once` does (`cifar10_eval.eval_once`, in this process), and prints
+Trains as `cifar10_train.py` does (its default hyper-parameters) from step 0,
+in legs (`train_and_evaluate`), evaluates each leg's checkpoint on the test
+images with the averaged weights in float32 (`cifar10_eval.eval_once`), and
+prints one row per checkpoint against the record, accuracy_curve.json:
 
     step  wall time  precision @ 1  recorded  tolerance  result
 
-one row per checkpoint: the wall time from the start of training (graph
-building and the queue's filling included) to the checkpoint's save, the
-precision measured, the precision our runs recorded at that step, the
-tolerance, and OK or REGRESSION. The exit status is 1 if any row is outside
-its tolerance, 0 otherwise; a step the record does not hold is printed and
-not checked, and so is a whole run on another test set than the record's
-(the MD5 of test_batch.bin: a record of our JPEG-rebuilt copy says nothing
-of the official pixels), or with another batch size or number of test
-images.
---log writes the run (machine, versions, command, rows) as JSON, which
-benchmarks/plot_results.py draws.
-
-The record, benchmarks/accuracy_curve.json, holds the precisions of N
-independent float32 runs of this script at each recorded step (and their
-wall times), the machine, TensorFlow version, date and command; `--record`
-makes it from their --log files. The rule, at each recorded step:
-
-    recorded  = the mean of the N runs' precisions there
-    tolerance = their range there (max - min)
-                + MARGIN_SDS x the pooled run-to-run standard deviation
-
-The pooled standard deviation takes every recorded step's deviations from
-its own mean (N - 1 degrees of freedom per step): with N = 5 runs, a
-steadier estimate of the spread than any one step's range. The range alone
-would fail healthy runs often: a new run falls outside the range of 5
-earlier ones, at a given step, once in 3 times whatever their spread. The
-margin, 2 standard deviations, was chosen from the record's numbers
-(benchmarks/README.md, "Accuracy"): with it a healthy run fails about one
-run in 250 (one in 75 with the t distribution of the 16 degrees of
-freedom), most of that at the step where the five runs happened to lie
-closest together; while a learning rate 2x too high, which moved steps
-1000-2000 up by 0.016-0.024 in two runs, fails three rows in each (with 3
-deviations one of them would fail a single row), and one 2x too low fails
-all four, by 0.040-0.050.
-A wrong sign diverges: a NaN loss ends the run with exit status 1.
-
-A higher precision than the band fails too: a model that learns faster
-than the record did not run the same maths. A --mixed_precision=bf16 run is
-checked against the float32 record: bfloat16 is meant to train to float32's
-precision (docs/mixed_precision.md).
-
-Checkpoints: the trainer's saver keeps only its newest five
-(tf.train.Saver's default), and a 5000-step run checked every 500 steps
-writes eleven. A thread therefore hard-links each checkpoint's files into
-<train_dir>/kept/ as soon as the train_dir's index lists it (which it does
-once the files are complete), and the evaluation reads the links there.
+The exit status is 1 if a row is outside its tolerance (`band`), or the loss
+became NaN; else 0. A step the record does not hold, or a run the record
+cannot judge (`record_to_check`), is printed and not checked. --log writes
+the run as JSON, which plot_results.py draws; --record makes the record from
+such logs. benchmarks/README.md ("Accuracy") says why the rule is what it is.
 """
 
 import argparse
@@ -74,7 +31,6 @@ import re
 import shutil
 import sys
 import tempfile
-import threading
 import time
 
 BENCHMARKS = os.path.dirname(os.path.abspath(__file__))
@@ -101,11 +57,9 @@ from cifar10_support import signals
 from cifar10_support import train_dirs
 
 CURVE = os.path.join(BENCHMARKS, 'accuracy_curve.json')
-# The tolerance's margin, in pooled run-to-run standard deviations (above).
+# The tolerance's margin, in pooled run-to-run standard deviations.
 MARGIN_SDS = 2.0
-KEPT = 'kept'
-# What a run must share with the record to be checked against it: the same
-# test set (the MD5 of test_batch.bin), batch and examples evaluated.
+# What a run must share with the record to be checked against it.
 SAME_AS_RECORD = ('test_data_md5', 'batch_size', 'num_examples')
 OK = 'OK'
 REGRESSION = 'REGRESSION'
@@ -113,32 +67,18 @@ NOT_RECORDED = 'not recorded'
 
 
 def band(precisions, sd):
-  """The recorded precision and tolerance at one step (the module's rule).
-
-  Args:
-    precisions: floats, the runs' precisions at the step (at least one).
-    sd: float, the pooled run-to-run standard deviation (`pooled_sd`).
-
-  Returns:
-    (recorded, tolerance), floats: the mean, and the range plus
-    MARGIN_SDS x sd.
-  """
+  """(recorded, tolerance) at one step: the mean of the runs' `precisions`
+  (floats, at least one), and their range plus MARGIN_SDS x `sd`, the pooled
+  run-to-run standard deviation (`pooled_sd`). A bf16 run is judged by the
+  float32 band too: it is meant to train to float32's precision."""
   recorded = sum(precisions) / len(precisions)
-  spread = max(precisions) - min(precisions)
-  return recorded, spread + MARGIN_SDS * sd
+  return recorded, max(precisions) - min(precisions) + MARGIN_SDS * sd
 
 
 def pooled_sd(precisions_by_step):
-  """The run-to-run standard deviation pooled over steps.
-
-  Args:
-    precisions_by_step: lists of floats, the runs' precisions at each step.
-
-  Returns:
-    float: the square root of the squared deviations from each step's mean,
-    summed over the steps, over their degrees of freedom (runs - 1 each);
-    0.0 when no step has two runs.
-  """
+  """The run-to-run standard deviation pooled over steps (lists of floats,
+  the runs' precisions at each step): each step's deviations from its own
+  mean, runs - 1 degrees of freedom each; 0.0 when no step has two runs."""
   squares, freedom = 0.0, 0
   for values in precisions_by_step:
     mean = sum(values) / len(values)
@@ -155,12 +95,9 @@ def expected_by_step(curve):
 
 
 def judge(measured, expected):
-  """OK, REGRESSION, or NOT_RECORDED (expected None) for one row.
-
-  Args:
-    measured: float, the precision measured.
-    expected: (recorded, tolerance) or None.
-  """
+  """OK, REGRESSION, or NOT_RECORDED (expected None): a measured precision
+  against (recorded, tolerance); above the band fails too, since a model
+  that learns faster than the record did not run the same maths."""
   if expected is None:
     return NOT_RECORDED
   recorded, tolerance = expected
@@ -169,17 +106,9 @@ def judge(measured, expected):
 
 
 def make_rows(results, expected):
-  """The table's rows: each evaluated checkpoint against the record.
-
-  Args:
-    results: dicts with 'step' (int), 'wall_s' (float), 'precision'
-      (float) and 'true_count' (int), ordered by step.
-    expected: {step: (recorded, tolerance)}, from `expected_by_step`.
-
-  Returns:
-    The results, each with 'recorded' and 'tolerance' (floats, or None where
-    the record has no such step) and 'result' (`judge`'s).
-  """
+  """The results (dicts with 'step' and 'precision'), each with 'recorded'
+  and 'tolerance' (None where `expected`, {step: (recorded, tolerance)}, has
+  no such step) and 'result' (`judge`'s) added."""
   rows = []
   for result in results:
     expect = expected.get(result['step'])
@@ -205,13 +134,8 @@ def table_lines(rows):
 
 
 def verdict(rows, recorded_steps):
-  """(exit status, one line): 1 if a row is a REGRESSION, else 0.
-
-  Args:
-    rows: from `make_rows`.
-    recorded_steps: ints, the steps the record holds (for the line when no
-      row was checked).
-  """
+  """(exit status, one line): 1 if a row (`make_rows`) is a REGRESSION,
+  else 0; recorded_steps, the record's, are named when none was checked."""
   failed = [row for row in rows if row['result'] == REGRESSION]
   checked = [row for row in rows if row['result'] != NOT_RECORDED]
   if failed:
@@ -229,167 +153,83 @@ def verdict(rows, recorded_steps):
       OK, len(checked))
 
 
-class CheckpointKeeper(object):
-  """Hard-links each checkpoint a training run writes into keep_dir.
-
-  Use as a context around the training: a thread looks at train_dir's index
-  every `interval` seconds and links the files of each newly listed
-  checkpoint (the index lists one once it is written in full); the saver's
-  later deletion of the original leaves the link. A last look when the block
-  ends takes the final checkpoint. Copies where links fail (another file
-  system).
-
-  Attributes:
-    kept: {global step (int): path prefix of the kept checkpoint (str)}.
-  """
-
-  def __init__(self, train_dir, keep_dir, interval=0.5):
-    self._train_dir = train_dir
-    self._keep_dir = keep_dir
-    self._interval = interval
-    self._stop = threading.Event()
-    self._thread = threading.Thread(target=self._watch, daemon=True)
-    self.kept = {}
-
-  def __enter__(self):
-    os.makedirs(self._keep_dir, exist_ok=True)
-    self._thread.start()
-    return self
-
-  def __exit__(self, *unused_exc_info):
-    self._stop.set()
-    self._thread.join()
-    self.look()
-
-  def _watch(self):
-    while not self._stop.wait(self._interval):
-      self.look()
-
-  def look(self):
-    """Keeps every checkpoint the index lists that is not kept yet."""
-    # The index only: the files of a checkpoint it does not list yet may
-    # still be being written.
-    try:
-      state = tf.train.get_checkpoint_state(self._train_dir)
-    except (tf.errors.OpError, ValueError):
-      return  # Unreadable for now: the next look reads it again.
-    for path in state.all_model_checkpoint_paths if state else []:
-      step = checkpoints.step_of(path)
-      if step is None or step in self.kept:
-        continue
-      prefix = os.path.basename(path)
-      names = [name for name in os.listdir(self._train_dir)
-               if name.startswith(prefix + '.')]
-      # The index last: a kept index means the data is kept too.
-      names.sort(key=lambda name: name.endswith('.index'))
-      try:
-        for name in names:
-          source = os.path.join(self._train_dir, name)
-          target = os.path.join(self._keep_dir, name)
-          if not os.path.exists(target):
-            try:
-              os.link(source, target)
-            except OSError:
-              shutil.copy2(source, target)
-      except FileNotFoundError:
-        continue  # Pruned meanwhile: the run's check reports it missing.
-      if prefix + '.index' in names:
-        self.kept[step] = os.path.join(self._keep_dir, prefix)
-
-
 def checked_steps(steps, eval_every):
   """The global steps whose checkpoints are evaluated: every multiple of
   eval_every up to steps, and steps itself (the final checkpoint)."""
   return sorted(set(range(eval_every, steps + 1, eval_every)) | {steps})
 
 
-def train(settings):
-  """Trains as cifar10_train.py does, keeping every checkpoint.
+def _saved_at(checkpoint):
+  return os.stat(checkpoint + '.index').st_mtime
+
+
+def train_and_evaluate(settings, steps, eval_settings):
+  """Trains to each of `steps` in turn, evaluating each leg's checkpoint.
+
+  Each leg resumes from the last one's checkpoint (cifar10_train.train with
+  that max_steps) and its final checkpoint is evaluated before the next leg
+  starts, so the trainer's keeping only five never matters.
 
   Args:
     settings: a run_settings.TrainSettings, its train_dir empty.
+    steps: ints, increasing.
+    eval_settings: a cifar10_eval.EvalSettings.
 
   Returns:
-    (kept, start): {step: kept checkpoint path} (CheckpointKeeper.kept) and
-    the time.time() at which training started.
+    (results, train_wall_s): a dict per step, 'step' (int), 'wall_s',
+    'precision' (floats), 'true_count' and 'num_examples' (ints); and the
+    training seconds in all. wall_s is training seconds from the start to
+    the checkpoint's save: the first leg's graph building and queue filling
+    count, as in one continuous run; evaluations and each later leg's graph
+    building and restoring do not (its queue refill and first steps do).
 
   Raises:
     train_dirs.RUN_ERRORS, as cifar10_train.train.
+    checkpoints.CheckpointError, as cifar10_eval.eval_once.
     SystemExit: a signal stopped training (after its final checkpoint).
   """
-  keep_dir = os.path.join(settings.train_dir, KEPT)
-  start = time.time()
-  with CheckpointKeeper(settings.train_dir, keep_dir) as keeper:
-    result = cifar10_train.train(settings)
-  signals.exit_if_stopped(result['signal'])
-  return keeper.kept, start
-
-
-def evaluate(kept, steps, start, settings):
-  """Evaluates the kept checkpoints of `steps`, printing one line for each.
-
-  Args:
-    kept: {step: checkpoint path}, from `train`.
-    steps: ints, the steps to evaluate, in order.
-    start: float, the time.time() at which training started.
-    settings: a cifar10_eval.EvalSettings.
-
-  Returns:
-    A list of dicts, one per step: 'step' (int), 'wall_s' (float, seconds
-    from the start of training to the checkpoint's save), 'precision'
-    (float), 'true_count' and 'num_examples' (ints).
-
-  Raises:
-    ValueError: a step has no kept checkpoint.
-  """
-  missing = [step for step in steps if step not in kept]
-  if missing:
-    raise ValueError('no checkpoint kept for step%s %s (kept: %s)' % (
-        's' if len(missing) > 1 else '', ', '.join(map(str, missing)),
-        ', '.join(map(str, sorted(kept)))))
-  results = []
+  results, trained, previous = [], 0.0, None
   for step in steps:
-    path = kept[step]
     began = time.time()
+    outcome = cifar10_train.train(settings._replace(max_steps=step))
+    ended = time.time()
+    signals.exit_if_stopped(outcome['signal'])
+    path = checkpoints.newest(settings.train_dir)
+    # A resumed leg's clock starts when its session, built and restored,
+    # saves the checkpoint it resumed from again (if it did not, at the call).
+    start = max(began, _saved_at(previous)) if previous else began
+    wall_s = trained + _saved_at(path) - start
+    trained += ended - start
+    previous = path
+    evaluating = time.time()
     # eval_once's own lines (the per-class table) would bury the table.
     with contextlib.redirect_stdout(io.StringIO()):
-      result = cifar10_eval.eval_once(path, settings)
+      result = cifar10_eval.eval_once(path, eval_settings)
     print('%s: step %d evaluated: precision @ 1 = %.3f (%.1f s)' % (
-        datetime.now(), step, result['precision'], time.time() - began),
+        datetime.now(), step, result['precision'], time.time() - evaluating),
           flush=True)
-    results.append({
-        'step': step,
-        'wall_s': os.stat(path + '.index').st_mtime - start,
-        'precision': result['precision'],
-        'true_count': result['true_count'],
-        'num_examples': result['num_examples']})
-  return results
-
-
-def cpu_family_model(cpuinfo):
-  """'family F model M' of /proc/cpuinfo's text, or None."""
-  family = re.search(r'^cpu family\s*:\s*(\d+)', cpuinfo, re.M)
-  model = re.search(r'^model\s*:\s*(\d+)', cpuinfo, re.M)
-  if not (family and model):
-    return None
-  return 'family %s model %s' % (family.group(1), model.group(1))
+    results.append({'step': step, 'wall_s': wall_s,
+                    'precision': result['precision'],
+                    'true_count': result['true_count'],
+                    'num_examples': result['num_examples']})
+  return results, trained
 
 
 def machine_info(machine):
-  """The log's fields that say where a run was measured.
-
-  Args:
-    machine: str, the machine's short name (docs/machines.md), or None.
-  """
+  """The log's fields that say where a run was measured; machine is the
+  machine's short name (docs/machines.md), or None."""
   try:
     with open('/proc/cpuinfo') as f:
       cpuinfo = f.read()
   except OSError:
     cpuinfo = ''
+  family = re.search(r'^cpu family\s*:\s*(\d+)', cpuinfo, re.M)
+  model = re.search(r'^model\s*:\s*(\d+)', cpuinfo, re.M)
   line = benchmark.describe_machine(cpuinfo=cpuinfo or None)
   return {'machine': machine,
           'cpu': line[len('machine: '):],
-          'cpu_family_model': cpu_family_model(cpuinfo),
+          'cpu_family_model': 'family %s model %s' % (
+              family.group(1), model.group(1)) if family and model else None,
           'tensorflow': tf.__version__,
           'python': platform.python_version()}
 
@@ -397,15 +237,11 @@ def machine_info(machine):
 def curve_from_logs(logs):
   """A record (accuracy_curve.json's content) from the --log of N runs.
 
-  Args:
-    logs: the runs' logs (dicts), float32, of the same machine and steps.
-
   Returns:
-    A dict: the runs' 'machine', 'cpu', 'tensorflow', 'date' (their dates,
-    ' to ' between the first and last when they differ), 'command' (the
-    first run's, without --log), the SAME_AS_RECORD fields, 'runs' (their
-    start times, in order) and 'points': for each step, its 'step' and the
-    runs' 'precision' and 'wall_s' (lists, one value per run, in order).
+    A dict: the first log's machine and versions, 'date' (first to last),
+    'command' (without --log), the SAME_AS_RECORD fields, 'runs' (their
+    start times) and 'points': each step's 'step', and 'precision' and
+    'wall_s' (lists, one value per run, in the logs' order).
 
   Raises:
     ValueError: the logs differ in machine, TensorFlow version, steps or
@@ -443,14 +279,6 @@ def curve_from_logs(logs):
            'precision': [log['rows'][i]['precision'] for log in logs],
            'wall_s': [round(log['rows'][i]['wall_s'], 1) for log in logs]}
           for i, row in enumerate(first['rows'])]}
-
-
-def load_curve(path):
-  """The record at `path` (a dict, see curve_from_logs), or None if absent."""
-  if not os.path.exists(path):
-    return None
-  with open(path) as f:
-    return json.load(f)
 
 
 def write_json(path, value):
@@ -528,18 +356,14 @@ def record(args):
 
 def record_to_check(path, info):
   """The record at `path` if this run can be checked against it, else None,
-  said in a line.
-
-  Args:
-    path: the record's path.
-    info: this run's log fields, with the SAME_AS_RECORD ones. Another copy
-      of CIFAR-10 (the official pixels, say), batch or number of test images
-      gives other precisions: the record says nothing about them.
-  """
-  curve = load_curve(path)
-  if curve is None:
+  said in a line. info: this run's log fields, with the SAME_AS_RECORD ones
+  (another copy of CIFAR-10, batch or number of test images gives other
+  precisions: the record says nothing about them)."""
+  if not os.path.exists(path):
     print('No record at %s: this run is printed, not checked.' % path)
     return None
+  with open(path) as f:
+    curve = json.load(f)
   differ = ['%s %s, here %s' % (key, curve.get(key), info[key])
             for key in SAME_AS_RECORD if curve.get(key) != info[key]]
   if differ:
@@ -588,24 +412,22 @@ def run(args, argv):
   train_dir = args.train_dir or tempfile.mkdtemp(prefix='cifar10_accuracy_')
   try:
     settings = run_settings.TrainSettings(
-        args.data_dir, train_dir, max_steps=args.steps,
-        batch_size=args.batch_size, log_frequency=args.log_frequency,
-        save_checkpoint_steps=args.eval_every, compute_dtype=compute_dtype)
+        args.data_dir, train_dir, batch_size=args.batch_size,
+        log_frequency=args.log_frequency, compute_dtype=compute_dtype)
     with train_dirs.run_errors_end_the_process():
       try:
-        kept, start = train(settings)
+        results, train_wall_s = train_and_evaluate(
+            settings, checked_steps(args.steps, args.eval_every),
+            eval_settings)
       except train_dirs.DivergedError as e:
         # A NaN loss is the plainest regression: nothing left to evaluate.
         raise train_dirs.DivergedError('%s: %s%s' % (
             REGRESSION, e, '' if args.train_dir else
             ' (This run\'s temporary train_dir is deleted now.)')) from None
-    info['train_wall_s'] = round(time.time() - start, 1)
+      except checkpoints.CheckpointError as e:
+        sys.exit('accuracy.py: %s' % e)
+    info['train_wall_s'] = round(train_wall_s, 1)
     info['load_average_at_end'] = round(os.getloadavg()[0], 2)
-    try:
-      results = evaluate(kept, checked_steps(args.steps, args.eval_every),
-                         start, eval_settings)
-    except ValueError as e:
-      sys.exit('accuracy.py: %s' % e)
   finally:
     if not args.train_dir:
       shutil.rmtree(train_dir, ignore_errors=True)

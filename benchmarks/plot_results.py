@@ -2,31 +2,20 @@
 
     python benchmarks/plot_results.py
 
-writes docs/results.png (two panels: precision @ 1 on the test set against
-training steps, and against wall time from the start of training) and
-docs/results_thumb.png (its title and panels, small, for the README). Every
-number comes from JSON files in benchmarks/, none from this script:
-
-  accuracy_curve.json       the record of benchmarks/accuracy.py: N float32
-                            runs, drawn as their points and the band a run
-                            passes in (recorded +/- tolerance, accuracy.py's
-                            rule)
-  results_*.json            --log files of accuracy.py runs: one curve each
-  results_transcribed.json  figures transcribed from docs/results.md and
-                            docs/mixed_precision.md, each series naming its
-                            source, and the original tutorial's (theirs)
-
-float32 is blue, bfloat16 orange; each machine has its own marker; the
-original tutorial's point is a black star. Both axes of time and steps are
-logarithmic, so that runs of 2,000 and of 100,000 steps both show. A series
-without wall times (null: not a speed figure, as its note says) is drawn on
-the step panel only.
-
-matplotlib draws it, with the Agg backend (no display needed): a dependency
-of this script only (benchmarks/requirements.txt).
+writes docs/results.png (precision @ 1 on the test set against training
+steps, and against wall time from the start of training, both on log axes)
+and docs/results_thumb.png (its title and panels, small, for the README).
+Every number comes from JSON files in benchmarks/: accuracy_curve.json (the
+record of accuracy.py: its runs' points and the band a run passes in),
+results_*.json (--log files of accuracy.py runs: a curve each) and
+results_transcribed.json (figures transcribed from the docs, each series
+naming its source, and the original tutorial's). A series without wall times
+(null) is drawn on the step panel only. matplotlib (Agg backend, no display)
+is a dependency of this script only (benchmarks/requirements.txt).
 """
 
 import argparse
+import collections
 import glob
 import json
 import os
@@ -83,13 +72,9 @@ def series_of_log(log):
 
 
 def dodges(all_series):
-  """{series index: factor}: single points at one step, side by side.
-
-  Short runs of several machines end at the same step with nearly the same
-  precision (the transcribed ones at 10,000 steps); drawn at their step they
-  would hide each other. Each such point is drawn at its step times a
-  factor around 1 (a few percent on the log axis), which the caption says.
-  """
+  """{series index: factor}: the single points (not the original tutorial's)
+  that share a step, drawn at their step times a factor around 1 (DODGE
+  apart on the log axis) so that none hides another; the caption says so."""
   at_step = {}
   for index, series in enumerate(all_series):
     if len(series['points']) == 1 and not series.get('theirs'):
@@ -190,10 +175,8 @@ def draw(transcribed, curve, logs):
   factors = dodges(all_series)
   for index, series in enumerate(all_series):
     draw_series(axes, series, factors.get(index, 1.0))
-  dodged = {}
-  for index in factors:
-    step = all_series[index]['points'][0]['step']
-    dodged[step] = dodged.get(step, 0) + 1
+  dodged = collections.Counter(all_series[index]['points'][0]['step']
+                               for index in factors)
 
   axes[0].set_xscale('log')
   axes[0].set_xlabel('training steps (batch of 128; log scale)')

@@ -27,6 +27,8 @@ every part is a length of a union of intervals.
 import collections
 import re
 
+import tensorflow.compat.v1 as tf
+
 # Op types that take a batch from an input queue.
 INPUT_OP_TYPES = frozenset([
     'QueueDequeueV2', 'QueueDequeueManyV2', 'QueueDequeueUpToV2',
@@ -98,20 +100,13 @@ def subtract(disjoint, minus):
 
 
 def split_step(step_stats, start, end, input_op_types=INPUT_OP_TYPES):
-  """Splits a traced step's wall time; see the module docstring.
+  """A Breakdown of a traced step (see the module docstring), in seconds.
 
-  Args:
-    step_stats: the tf.compat.v1 StepStats proto of one run
-      (`run_metadata.step_stats`), every device and stream of it.
-    start, end: floats, time.time() just before and just after the run call,
-      in seconds (the clock TensorFlow's all_start times use, in
-      microseconds since the epoch).
-    input_op_types: op types whose time is waiting for input.
-
-  Returns:
-    A Breakdown, in seconds. A node without a start time (0) is left out.
-    before or after comes out negative only if the trace does not lie inside
-    [start, end]: a sign of a clock that is not the host's.
+  step_stats: one run's StepStats (`run_metadata.step_stats`), every device
+  and stream of it; a node without a start time is left out. start, end:
+  time.time() just before and after the run call, the clock of TensorFlow's
+  all_start times. before or after comes out negative only if the trace
+  does not lie inside [start, end]: a clock that is not the host's.
   """
   ops, inputs = [], []
   for device in step_stats.dev_stats:
@@ -142,18 +137,9 @@ def _ms(seconds):
 
 
 def describe(name, breakdown, untraced_step=None):
-  """One line for a user: the step, its three parts in ms and percent.
-
-  Args:
-    name: str, the variant.
-    breakdown: a Breakdown.
-    untraced_step: float seconds, the step without tracing, or None.
-
-  Returns:
-    A str such as 'train    step 95.1 ms = input 1.20 ms (1%) + compute
-    90.3 ms (95%) + host 3.60 ms (4%: 0.30 before the ops, 1.10 between,
-    2.20 after); untraced 94.0 ms'.
-  """
+  """One line: 'train    step 95.1 ms = input 1.20 ms (1%) + compute 90.3
+  ms (95%) + host 3.60 ms (4%: 0.30 before the ops, 1.10 between, 2.20
+  after); untraced 94.0 ms' (the last part given untraced_step, seconds)."""
   input_, compute, host = breakdown.fractions()
   line = ('%-8s step %s = input %s (%.0f%%) + compute %s (%.0f%%) + host %s '
           '(%.0f%%: %s before the ops, %s between, %s after)' % (
@@ -176,16 +162,17 @@ OpCost.__doc__ = """The ops of one type and output dtype in a traced step.
   that ran side by side each count in full).
 """
 
-# The DataType enum's names, as tensor descriptions give them.
-_DTYPE_NAMES = {1: 'float32', 3: 'int32', 4: 'uint8', 7: 'string',
-                9: 'int64', 10: 'bool', 14: 'bfloat16', 19: 'float16',
-                20: 'resource'}
 
+def node_costs(step_stats):
+  """What each op of a traced step cost, by its name: conv2's filter
+  gradient apart from its input gradient, say.
 
-def _timed_nodes(step_stats):
-  """(node name, op type, first output's dtype name, seconds) of each op
-  a traced step ran, leaving out a GPU's stream entries (they repeat its
-  ops' kernels) and labels without an op type."""
+  Returns:
+    A list of (node name, op type, first output's dtype name or '',
+    seconds), the costliest first; a GPU's stream entries (they repeat its
+    ops' kernels) and labels without an op type are left out.
+  """
+  nodes = []
   for device in step_stats.dev_stats:
     if '/stream:' in device.device or '/memcpy' in device.device:
       continue
@@ -196,38 +183,25 @@ def _timed_nodes(step_stats):
       dtype = ''
       if node.output:
         code = node.output[0].tensor_description.dtype
-        dtype = _DTYPE_NAMES.get(code, 'dtype %d' % code)
-      yield node.node_name, kind, dtype, node.all_end_rel_micros / 1e6
+        try:
+          dtype = tf.as_dtype(code).name
+        except TypeError:  # DT_INVALID: no dtype recorded
+          dtype = 'dtype %d' % code
+      nodes.append((node.node_name, kind, dtype,
+                    node.all_end_rel_micros / 1e6))
+  return sorted(nodes, key=lambda node: -node[3])
 
 
 def op_costs(step_stats):
-  """What each op type, in each output dtype, cost in a traced step.
-
-  Args:
-    step_stats: a traced run's RunMetadata.step_stats.
-
-  Returns:
-    A list of OpCost, the costliest first.
-  """
+  """What each op type, in each output dtype, cost in a traced step: a list
+  of OpCost, the costliest first."""
   totals = collections.defaultdict(lambda: [0, 0.0])
-  for _, kind, dtype, seconds in _timed_nodes(step_stats):
-    entry = totals[(kind, dtype)]
-    entry[0] += 1
-    entry[1] += seconds
+  for _, kind, dtype, seconds in node_costs(step_stats):
+    totals[(kind, dtype)][0] += 1
+    totals[(kind, dtype)][1] += seconds
   costs = [OpCost(kind, dtype, count, seconds)
            for (kind, dtype), (count, seconds) in totals.items()]
   return sorted(costs, key=lambda cost: -cost.seconds)
-
-
-def node_costs(step_stats):
-  """What each op of a traced step cost, by its name: conv2's filter
-  gradient apart from its input gradient, say.
-
-  Returns:
-    A list of (node name, op type, dtype name, seconds), the costliest
-    first.
-  """
-  return sorted(_timed_nodes(step_stats), key=lambda node: -node[3])
 
 
 def describe_op_costs(name, costs, top=15):

@@ -217,8 +217,8 @@ def test_describe_machine_reports_cpu_cores_features_tf_and_onednn(monkeypatch):
              'model name\t: Intel(R) Xeon(R) Platinum 8480+\n'
              'flags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n\n'
              'processor\t: 1\nmodel name\t: Another CPU\nflags\t\t: fpu\n')
-  line = benchmark.describe_machine(cpuinfo, 16, 4, {'TF_ENABLE_ONEDNN_OPTS': '1'},
-                                '2.99.0')
+  line = benchmark.describe_machine(cpuinfo, 16, 4,
+                                    {'TF_ENABLE_ONEDNN_OPTS': '1'}, '2.99.0')
   assert line == ('machine: Intel(R) Xeon(R) Platinum 8480+, 16 cores (4 '
                   'usable by this process); AVX-512 yes, AVX512_BF16 yes, '
                   'AMX yes; TensorFlow 2.99.0; oneDNN on '
@@ -226,8 +226,9 @@ def test_describe_machine_reports_cpu_cores_features_tf_and_onednn(monkeypatch):
 
   # AVX2 only, every core usable, oneDNN off; no model name: the fallback.
   monkeypatch.setattr(benchmark.platform, 'processor', lambda: 'x86_64')
-  line = benchmark.describe_machine('processor\t: 0\nflags\t\t: fpu avx2 fma\n',
-                                2, 2, {'TF_ENABLE_ONEDNN_OPTS': '0'}, '2.21.0')
+  line = benchmark.describe_machine(
+      'processor\t: 0\nflags\t\t: fpu avx2 fma\n', 2, 2,
+      {'TF_ENABLE_ONEDNN_OPTS': '0'}, '2.21.0')
   assert line == ('machine: x86_64, 2 cores; AVX-512 no, AVX512_BF16 no, '
                   'AMX no; TensorFlow 2.21.0; oneDNN off '
                   '(TF_ENABLE_ONEDNN_OPTS=0)')
@@ -276,9 +277,6 @@ def test_describe_threads_describes_a_session_config():
           "[3 threads; 0 threads (TF's choice), global 'spare'] (the first "
           "runs the session's steps)")
 
-  # The matmul sessions: TF's defaults, so that products run side by side.
-  assert (benchmark.describe_threads(benchmark.matmul_session_config()) ==
-          "threads: intra 0 (TF's choice), inter 0 (TF's choice)")
 
 
 def test_ceiling_is_the_best_median_and_every_ratio_is_against_it():
