@@ -173,7 +173,7 @@ def train_and_evaluate(settings, steps, eval_settings):
   Args:
     settings: a run_settings.TrainSettings, its train_dir empty.
     steps: ints, increasing.
-    eval_settings: a cifar10_eval.EvalSettings.
+    eval_settings: an eval_run.EvalSettings.
 
   Returns:
     (results, train_wall_s): a dict per step, 'step' (int), 'wall_s',
@@ -380,7 +380,7 @@ def run(args, argv):
       args.train_dir):
     sys.exit('accuracy.py: error: --train_dir=%s is not empty: the run '
              'must start from step 0' % args.train_dir)
-  eval_settings = cifar10_eval.EvalSettings(
+  eval_settings = eval_run.EvalSettings(
       args.data_dir, num_examples=args.num_examples, run_once=True,
       session_config=sessions.eval_config())
   try:

@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.join(ROOT, 'tests'))
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 # The same kernels the scripts choose.
 from cifar10_support import startup  # pylint: disable=g-import-not-at-top
-startup.choose_cpu_kernels()
+startup.before_tensorflow(__name__)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np
@@ -44,14 +44,14 @@ import cifar10_classify
 import cifar10_eval
 import cifar10_input
 import cifar10_multi_gpu_train
-import cifar10_train
 from cifar10_support import download
 from cifar10_support import eval_run
 from cifar10_support import precision
+from cifar10_support import progress
 from cifar10_support import run_settings
 from cifar10_support import saving
 from cifar10_support import sessions
-from cifar10_support import towers
+from cifar10_support import train_dirs
 import step_time
 import synthetic
 
@@ -134,7 +134,9 @@ def describe_threads(config):
   "threads: intra 0 (TF's choice), inter 1 (one op at a time) from
   session_inter_op_thread_pool [1 thread, global 'name']" (a session runs
   its steps in the first such pool, else in the process's inter-op pool)."""
-  intra, inter = sessions.config_threads(config)
+  pools = config.session_inter_op_thread_pool
+  intra = config.intra_op_parallelism_threads
+  inter = pools[0].num_threads if pools else config.inter_op_parallelism_threads
   if inter < 0:
     inter_text = "%d (ops run in the caller's thread)" % inter
   else:
@@ -280,7 +282,7 @@ class TrainScriptVariant(Variant):
   """cifar10_train.py's graph and session: pipeline, summaries, checkpoints.
 
   A copy of what cifar10_train.train builds: the same graph, hooks (its
-  LoggerHook, whose line every 10 steps goes to /dev/null) and
+  StepLogger, whose line every 10 steps goes to /dev/null) and
   MonitoredTrainingSession, in a fresh train_dir with no stop step; the loop
   is the benchmark's. config None: the script's own.
   """
@@ -300,17 +302,17 @@ class TrainScriptVariant(Variant):
       if config is None:
         config = sessions.training_config()
       self._start(train_dir, config, loss,
-                  cifar10_train.LoggerHook(loss, global_step, batch_size, 10))
+                  progress.StepLogger(loss, batch_size, 10))
 
   def _start(self, train_dir, config, loss, step_hook, summary_op=None):
-    """Opens the trainer's session with its hooks (step_hook: its logger or
-    step counter) and the scripts' saving settings."""
+    """Opens the trainer's session with its hooks (step_hook: its logger)
+    and the scripts' saving settings."""
     self.config = config
     self._log = open(os.devnull, 'w')
     settings = run_settings.TrainSettings(None, train_dir, max_steps=10 ** 9)
     with self._quiet():
       scaffold, saving_hooks, session_args = saving.restore_then_save(
-          None, train_dir, settings, summary_op)
+          train_dirs.StartPoint(train_dir, None), settings, summary_op)
       hooks = [tf.train.StopAtStepHook(last_step=settings.max_steps),
                tf.train.NanTensorHook(loss), step_hook] + saving_hooks
       self.sess = tf.train.MonitoredTrainingSession(
@@ -385,7 +387,8 @@ class TowersVariant(TrainScriptVariant):
       self.train_op = [step.train_op, step.loss]
       self._start(train_dir,
                   sessions.training_config(threads, num_towers, 'cpu'),
-                  step.loss, towers.StepCounter(global_step),
+                  step.loss, progress.StepLogger(
+                      step.loss, batch_size, 10, batches_per_step=num_towers),
                   summary_op=tf.summary.merge(step.summaries))
 
 
@@ -400,7 +403,7 @@ class EvalVariant(Variant):
                compute_dtype=None):
     super(EvalVariant, self).__init__(row_name('eval', compute_dtype), 1,
                                       num_examples, FORWARD_FLOP_PER_EXAMPLE)
-    self.settings = cifar10_eval.EvalSettings(
+    self.settings = eval_run.EvalSettings(
         data_dir, batch_size=batch_size, compute_dtype=compute_dtype)
     self.config = config
 
@@ -410,11 +413,16 @@ class EvalVariant(Variant):
       with tf.Session(config=self.config) as sess:
         sess.run([tf.global_variables_initializer(),
                   tf.local_variables_initializer()])
-        with eval_run.queue_runners(sess):
+        coord = tf.train.Coordinator()
+        threads = tf.train.start_queue_runners(sess=sess, coord=coord)
+        try:
           start = time.time()
           cifar10_eval.count_examples(sess, eval_graph,
                                       self.examples_per_step)
           self.rates.append(self.examples_per_step / (time.time() - start))
+        finally:
+          coord.request_stop()
+          coord.join(threads, stop_grace_period_secs=10)
 
   def warm_up(self):
     self.measure()
@@ -432,7 +440,7 @@ class ClassifyVariant(Variant):
     self.batch_size = batch_size
     self.config = config
     pixels = synthetic.read_records(os.path.join(
-        data_dir, download.BATCHES_DIR, cifar10_input.TEST_FILES[0]))[1]
+        data_dir, download.BATCHES_DIR, cifar10_input.eval_files('test')[0]))[1]
     os.makedirs(scratch)
     self.files = []
     for i, picture in enumerate(pixels[:num_files]):
@@ -676,7 +684,7 @@ def main():
   batch = args.batch_size
   # 10,000 in the real test set; fewer in a small data dir (the test's).
   num_test = cifar10_input.check_data_files([os.path.join(
-      data_dir, download.BATCHES_DIR, cifar10_input.TEST_FILES[0])])
+      data_dir, download.BATCHES_DIR, cifar10_input.eval_files('test')[0])])
   eval_batches = -(-num_test // batch)
 
   threads = sessions.ThreadCounts(args.num_intra_threads,
@@ -687,7 +695,8 @@ def main():
   print('train session %s' % describe_threads(train_config))
   print('matmul sessions %s' % describe_threads(tf.ConfigProto()))
   on_gpu = sessions.has_gpu()
-  cpu_feature, capability = precision.this_machine(on_gpu)
+  cpu_feature = precision.cpu_bf16_feature()
+  capability = precision.gpu_capability() if on_gpu else None
   mixed, mixed_line = mixed_precision_rows(args.mixed_precision, on_gpu,
                                            cpu_feature, capability)
   if mixed_line:
