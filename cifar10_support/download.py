@@ -1,8 +1,5 @@
 """Downloads, verifies and extracts the CIFAR-10 binary archive, safely.
 
-`maybe_download_and_extract` leaves a complete `<data_dir>/cifar-10-batches-bin/`
-or raises DataError with one message saying what went wrong and what to do:
-
 * The archive is downloaded to a temporary name and moved into place only
   when it is complete (the length the server announced) and, unless data_md5
   is empty, has the expected MD5; a failed attempt is retried, then reported.
@@ -47,7 +44,7 @@ class _DownloadFailed(Exception):
   """A download attempt failed; `transient` if another one may not."""
 
   def __init__(self, reason, transient):
-    super(_DownloadFailed, self).__init__(reason)
+    super().__init__(reason)
     self.transient = transient
 
 
@@ -94,16 +91,9 @@ def maybe_download_and_extract(data_dir, data_url=DATA_URL, data_md5=DATA_MD5,
                                timeout_secs=TIMEOUT_SECS, files=ALL_FILES):
   """Makes `files` usable in `<data_dir>/cifar-10-batches-bin`, fetching them.
 
-  Nothing is read from data_url when those files are already there; else
-  the whole archive is extracted, which has all six.
-
-  Args:
-    data_dir: str, where the archive is kept and extracted.
-    data_url: str, an http(s) URL, or a file:// URL or plain path of a local
-      copy (used in place, not copied).
-    data_md5: str, the archive's expected MD5 hex digest; '' to not check.
-    timeout_secs: float, longest a connect or a read may block.
-    files: the data file names the caller reads; all by default.
+  Nothing is read from data_url (an http(s) URL, or a file:// URL or path
+  of a local copy, used in place) when those files are there; else the whole
+  archive is extracted. data_md5 '' skips the check.
 
   Raises:
     DataError: with one message naming the problem and the fix.
@@ -165,7 +155,10 @@ def _local_archive(data_url, data_md5, data_dir):
     if not os.path.isfile(path):
       raise DataError('CIFAR-10 is not in %s and --data_url=%s names no file. '
                       '%s' % (data_dir, data_url, offline_help(data_dir)))
-    _check_md5(path, data_md5)
+    problem = _md5_problem(path, data_md5)
+    if problem:
+      raise DataError('%s %s: it is corrupt, truncated or another file; give '
+                      '--data_md5= (empty) to use it anyway.' % (path, problem))
     return path
   path = os.path.join(data_dir, ARCHIVE_NAME)
   if not os.path.isfile(path):
@@ -186,13 +179,6 @@ def _md5_problem(path, data_md5):
     if got != data_md5.lower():
       return 'has MD5 %s, expected %s (--data_md5)' % (got, data_md5)
   return None
-
-
-def _check_md5(path, data_md5):
-  problem = _md5_problem(path, data_md5)
-  if problem:
-    raise DataError('%s %s: it is corrupt, truncated or another file; give '
-                    '--data_md5= (empty) to use it anyway.' % (path, problem))
 
 
 def _download(data_url, data_md5, data_dir, attempts, retry_wait_secs,

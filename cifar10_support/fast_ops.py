@@ -26,12 +26,11 @@ HISTOGRAM_BUCKETS = 30
 LOSS_AVERAGE_DECAY = 0.9
 
 
-# The LRN's gradient, registered once for the whole process.
-# tf.custom_gradient would register a new gradient function for every LRN
-# built, in TensorFlow's global registry, each holding tensors of its graph:
-# no graph that built an LRN could ever be freed (TensorFlow issue #27492),
-# and cifar10_eval.py, which builds a graph per checkpoint, grew by about
-# 2 MB per evaluation.
+# The LRN's gradient, registered once for the whole process: a
+# tf.custom_gradient registers a function per LRN built, in TensorFlow's
+# global registry, holding tensors of its graph, so no graph that built one
+# could be freed (TensorFlow issue #27492), and cifar10_eval.py, which builds
+# a graph per checkpoint, grew with each evaluation.
 _LRN_GRADIENT = 'Cifar10Lrn075Gradient'
 
 
@@ -55,10 +54,8 @@ def _lrn_075_gradient(op, dy, *unused_grads):
 
 
 def _lrn_075(x, name, depth_radius, bias, alpha, out_name):
-  """Local response normalization with beta 0.75 in x's dtype; see `lrn`.
-
-  Its ops go in name scope `name`_window; the output op is `out_name`.
-  """
+  """`lrn` in x's dtype, its ops in name scope `name`_window; the output op
+  is `out_name`."""
   channels = x.shape.as_list()[-1]
   index = np.arange(channels)
   band = (np.abs(index[:, None] - index[None, :]) <= depth_radius)
@@ -95,18 +92,11 @@ def lrn(x, depth_radius=5, bias=1.0, alpha=1.0, beta=0.5, name=None):
   (benchmarks/README.md, changes 2 and 7). Equal to tf.nn.lrn and its
   gradient to 1e-5.
 
-  It computes in float32 whatever x's dtype and returns x's dtype: in
-  bfloat16 (8 significant bits) the denominator, 1 + alpha * a sum of
-  squares with alpha about 1e-4, would move in steps of 1/128 near 1,
-  coarser than the normalization itself.
-
-  Args:
-    x: 4-D tensor of [batch, height, width, channels], any float dtype.
-    depth_radius, bias, alpha, beta: as tf.nn.lrn's; beta must be 0.75.
-    name: str, name of the output op (in x's dtype).
-
-  Returns:
-    A tensor of the shape and dtype of `x`.
+  x: 4-D [batch, height, width, channels], any float dtype; the result has
+  its shape and dtype, but is computed in float32: in bfloat16 (8
+  significant bits) the denominator, 1 + alpha * a sum of squares with alpha
+  about 1e-4, would move in steps of 1/128 near 1, coarser than the
+  normalization itself. `name` names the output op.
   """
   if beta != 0.75:
     raise ValueError('fast_ops.lrn computes beta=0.75 only, got %r' % beta)
@@ -128,13 +118,9 @@ def histogram_summary(name, values):
   (plugin 'histograms', a [k, 3] float64 tensor of left edge, right edge,
   count), so it shows in the same dashboards.
 
-  Args:
-    name: str, the summary's name; its tag, like tf.summary.histogram's, is
-      the op name it gets.
-    values: float tensor of any shape, non-empty.
-
-  Returns:
-    The summary op (a scalar string tensor), added to the SUMMARIES collection.
+  Its tag, like tf.summary.histogram's, is the op name `name` gets; values
+  is a non-empty float tensor. Returns the summary op (a scalar string
+  tensor), added to the SUMMARIES collection.
   """
   with tf.name_scope(name + '_buckets'):
     flat = tf.cast(tf.reshape(values, [-1]), tf.float32)  # no-op for float32
@@ -174,13 +160,8 @@ def loss_average(value, decay=LOSS_AVERAGE_DECAY):
   every loss chart begin with a drop to 0; here an average still exactly 0
   (never updated: a loss is never exactly 0) takes the loss itself instead.
 
-  Args:
-    value: scalar float tensor, one loss term.
-    decay: float, weight of the old average at each update.
-
-  Returns:
-    The updated average, a scalar tensor of value's dtype; evaluating it
-    updates the variable (once per session.run).
+  Returns the updated average of the scalar `value`, in its dtype;
+  evaluating it updates the variable (once per session.run).
   """
   # A trailing '/' makes a scope absolute: the name does not nest under a
   # tower's scope, which the loss's own op name already carries.

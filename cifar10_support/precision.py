@@ -159,18 +159,11 @@ def apply_gradients(opt, grads_and_vars, global_step, loss_scale=None):
   """opt.apply_gradients, unscaling the gradients and adapting the scale.
 
   With a loss scale, a step whose gradients overflowed (any Inf or NaN)
-  applies zero gradients, so the weights stay as they were, and halves the
-  scale; LOSS_SCALE_GROWTH_STEPS clean steps in a row double it.
-
-  Args:
-    opt: the optimizer (plain SGD: a zero gradient changes nothing).
-    grads_and_vars: (float32 gradient, variable) pairs, of the scaled loss
-      when loss_scale is given.
-    global_step: the int64 global step variable, incremented once.
+  applies zero gradients (plain SGD: the weights stay as they were) and
+  halves the scale; LOSS_SCALE_GROWTH_STEPS clean steps in a row double it.
 
   Returns:
-    (train_op, grads_and_vars): the op that applies them, and the pairs as
-    applied (unscaled), for the gradient summaries.
+    (train_op, the pairs as applied, unscaled, for the gradient summaries).
   """
   if loss_scale is None:
     return (opt.apply_gradients(grads_and_vars, global_step=global_step),

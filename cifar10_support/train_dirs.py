@@ -58,16 +58,12 @@ _ADVICE = ('training stopped before reading or writing anything else; is '
 
 @contextlib.contextmanager
 def train_dir_lock(train_dir):
-  """Holds train_dir's lock; raises TrainDirBusyError at once if taken.
-
-  Remote directories ('gs://...') are not locked: flock needs a local file.
-
-  Yields:
-    The lock file's path, or None when not locked.
+  """Holds train_dir's lock, yielding its path (None for a remote directory,
+  'gs://...', or a file system that cannot lock: nothing is held).
 
   Raises:
-    TrainDirBusyError: naming the directory and the process (pid, host,
-      start time) that holds it.
+    TrainDirBusyError: at once, naming the directory and the process (pid,
+      host, start time) that holds it.
     TrainDirLockError: the lock file cannot be made or written.
   """
   if '://' in train_dir:
@@ -76,7 +72,8 @@ def train_dir_lock(train_dir):
   path = os.path.join(train_dir, LOCK_NAME)
 
   def busy(lock_file):
-    holder = lock_file.read().strip() or 'a process that has not written its id yet'
+    holder = (lock_file.read().strip() or
+              'a process that has not written its id yet')
     raise TrainDirBusyError(
         '--train_dir=%s is in use by another trainer: %s. Two trainers on '
         'one directory would overwrite each other\'s checkpoints; wait for '
@@ -109,13 +106,9 @@ def train_dir_lock(train_dir):
 
 
 class StartPoint(object):
-  """Where training starts in a claimed train_dir; what `claim` yields.
-
-  Attributes:
-    train_dir: str, the directory.
-    checkpoint: str, the newest checkpoint there that restores, or None.
-    step: int, its global step (from its name); 0 without one.
-  """
+  """Where training starts in a claimed train_dir (what `claim` yields): the
+  newest `checkpoint` there that restores, or None, and its global `step`
+  (0 without one)."""
 
   def __init__(self, train_dir, checkpoint):
     self.train_dir = train_dir
@@ -128,18 +121,12 @@ class StartPoint(object):
         self.step = int(tf.train.load_variable(checkpoint, 'global_step'))
 
   def restore_plan(self):
-    """Checks that the checkpoint fits the graph just built; readies train_dir.
-
-    Call it inside the training graph, once built. Prints what starts fresh
-    (state of another trainer's that this one has not); then, as a refused
-    run leaves train_dir as it was, removes the leftovers of saves cut short.
-
-    Returns:
-      The checkpoints.RestorePlan, or None when there is no checkpoint.
+    """The checkpoints.RestorePlan of the graph just built (None without a
+    checkpoint); prints what starts fresh, then readies train_dir.
 
     Raises:
       checkpoints.CheckpointMismatchError: the checkpoint is of another
-        model; train_dir is untouched.
+        model; train_dir is left as it was.
     """
     plan = None
     if self.checkpoint is not None:
@@ -196,18 +183,14 @@ def run_errors_end_the_process():
 
 @contextlib.contextmanager
 def claim(train_dir, fresh_start):
-  """Locks train_dir for this run and says where training starts from.
+  """Locks train_dir for the block and yields its `StartPoint`, saying it.
 
   With fresh_start, deletes everything in train_dir but the lock file.
   Damaged checkpoints are skipped (one line each), never deleted.
 
-  Yields:
-    A `StartPoint`.
-
   Raises:
     TrainDirBusyError: another trainer holds train_dir.
-    checkpoints.NoRestorableCheckpointError: every listed checkpoint is
-      damaged.
+    checkpoints.NoRestorableCheckpointError: every checkpoint is damaged.
   """
   tf.io.gfile.makedirs(train_dir)
   with train_dir_lock(train_dir):
@@ -248,15 +231,9 @@ def _resumed_from(train_dir):
 
 @contextlib.contextmanager
 def stop_on_full_disk(train_dir):
-  """Turns running out of space in train_dir into one DiskFullError.
-
-  Also removes the half-written save, to give back its space; the index
-  still names the last complete checkpoint. Other errors pass unchanged.
-
-  Raises:
-    DiskFullError: naming train_dir and the checkpoint a new run resumes
-      from.
-  """
+  """Turns running out of space in train_dir into one DiskFullError, naming
+  the checkpoint a new run resumes from, after removing the half-written
+  save (the index still names the last complete one)."""
   try:
     yield
   except (tf.errors.OpError, OSError) as e:
