@@ -130,18 +130,28 @@ class ClusterError(RuntimeError):
   """Another task stopped, or left state behind; the message says which."""
 
 
+class ReleaseTokensHook(tf.train.SessionRunHook):
+  """On a clean stop, runs `release_op`, which gives every worker a token of
+  the synchronous queue: no update follows max_steps, so a worker that has
+  queued its gradients would otherwise wait for one until its operation
+  timeout."""
+
+  def __init__(self, release_op):
+    self._release_op = release_op
+
+  def end(self, session):
+    try:
+      session.run(self._release_op)
+    except tf.errors.CancelledError:
+      pass  # The chief has closed the queue, which ends every wait too.
+
+
 def _sync_train_op(total_loss, global_step, batch_size, replicas_to_aggregate,
                    num_workers, after):
-  """cifar10.train's step, with gradients aggregated across workers.
-
-  The moving averages of the weights are applied by the chief after each
-  aggregated update, under the same names as in cifar10.train, so that
-  cifar10_eval.py restores them. The gradients are computed after the ops in
-  `after`.
-
-  Returns:
-    (train_op, sync_optimizer).
-  """
+  """(train_op, sync_optimizer): cifar10.train's step, with the gradients
+  of several worker steps aggregated into each update, computed after the
+  ops in `after`. The chief applies the moving averages after each update,
+  under cifar10.train's names, which cifar10_eval.py restores."""
   lr = cifar10.learning_rate(global_step, batch_size,
                              num_towers=replicas_to_aggregate)
   loss_averages_op = cifar10.add_loss_summaries(total_loss)
@@ -163,16 +173,10 @@ def _sync_train_op(total_loss, global_step, batch_size, replicas_to_aggregate,
 def build_worker_graph(settings, worker):
   """Builds one worker's training graph in the default graph.
 
-  Variables go round-robin to the ps tasks; every other op, the input
-  pipeline included, to this worker's CPU. The checkpoint saver runs on this
-  worker too (not sharded onto the ps tasks), so the chief writes and reads
-  checkpoints on its own disk.
-
-  Args:
-    settings: the run's run_settings.TrainSettings (data_dir, batch_size per
-      worker step, use_fp16, input_threads, compute_dtype: the variables on
-      the ps tasks stay float32).
-    worker: this worker's clusters.WorkerSettings.
+  Variables go round-robin to the ps tasks (float32 whatever
+  settings.compute_dtype); every other op, the input pipeline and the
+  checkpoint saver included, to this worker's CPU, so the chief writes and
+  reads checkpoints on its own disk. settings.batch_size is per worker step.
 
   Returns:
     A dict with 'global_step' (int64 variable), 'step_before_update' (int64
@@ -183,9 +187,9 @@ def build_worker_graph(settings, worker):
     otherwise.
   """
   num_workers = len(clusters.training_tasks(worker.cluster))
-  device = clusters.worker_device(worker)
   setter = tf.train.replica_device_setter(
-      worker_device=device, cluster=tf.train.ClusterSpec(worker.cluster))
+      worker_device=worker.device,
+      cluster=tf.train.ClusterSpec(worker.cluster))
   # tf.device rejects device functions in TF 2; the v1 form takes them.
   with tf.compat.v1.device(setter):
     global_step = tf.train.get_or_create_global_step()
@@ -215,7 +219,7 @@ def build_worker_graph(settings, worker):
     else:
       with tf.control_dependencies([step_before_update]):
         train_op = cifar10.train(loss, global_step, settings.batch_size)
-  with tf.device(device):
+  with tf.device(worker.device):
     tf.add_to_collection(tf.GraphKeys.SAVERS,
                          tf.train.Saver(sharded=False, allow_empty=True))
   return {'global_step': global_step,
@@ -293,32 +297,23 @@ def step_hooks(logger, loss, max_steps):
 
 
 def train(settings, worker):
-  """Runs one worker until the global step reaches settings.max_steps.
-
-  Args:
-    settings: the run's run_settings.TrainSettings; train_dir is the
-      chief's checkpoint and summary folder (resumed from; other workers do
-      not touch it), batch_size per worker step, log_frequency in this
-      worker's own steps.
-    worker: this worker's clusters.WorkerSettings.
+  """Runs one worker until the global step reaches settings.max_steps; only
+  the chief touches settings.train_dir. log_frequency counts this worker's
+  own steps.
 
   Returns:
-    A dict with 'global_step' (int, at the stop), 'local_steps' (int, the
-    steps this worker ran), 'loss' (float of its last step, or None),
-    'examples_per_sec' (float of its last logged window, or None) and
-    'signal' (the SIGINT or SIGTERM that stopped this worker early, or None).
+    The SIGINT or SIGTERM that stopped this worker early, or None.
 
   Raises:
-    TimeoutError: a non-chief waited startup_wait_secs for the chief, or an
-      op blocked for operation_timeout_secs (another task stopped or hangs).
+    TimeoutError: another task is away, or an op blocked past the
+      operation timeout.
     ClusterError: synchronous training found its token queue closed (the
       chief stopped, or the ps tasks are left over from an earlier run).
-    train_dirs.RUN_ERRORS: a NaN loss (DivergedError: the chief does not
-      save that step); on the chief, a checkpoint of another model or only
-      damaged ones, a busy train_dir, or a full disk.
+    train_dirs.RUN_ERRORS: a NaN loss (the chief does not save that step);
+      on the chief, a checkpoint of another model or only damaged ones, a
+      busy train_dir, or a full disk.
   """
-  label = clusters.task_label(worker.job_name, worker.task_index)
-  is_chief = clusters.is_chief_worker(worker)
+  label, is_chief = worker.label, worker.is_chief
   start = None
   with contextlib.ExitStack() as claimed:
     if is_chief:  # Only the chief reads and writes train_dir.
@@ -333,17 +328,15 @@ def train(settings, worker):
       hooks = step_hooks(logger, graph['loss'], settings.max_steps)
       if worker.sync_replicas:
         hooks += [graph['sync_optimizer'].make_session_run_hook(is_chief),
-                  cluster_sessions.ReleaseTokensHook(graph['release_op'])]
+                  ReleaseTokensHook(graph['release_op'])]
       full_disk = (start.stop_on_full_disk() if is_chief
                    else contextlib.nullcontext())
-      lost_sessions = cluster_sessions.LostSessions(
-          label, clusters.tasks_of(worker.cluster, 'ps'),
-          worker.startup_wait_secs)
+      lost_session_errors = []
       try:
         with full_disk, console.on_tensorflow_log(
-            cluster_sessions.RECOVERED_ERROR_LOG, lost_sessions.note_error
+            cluster_sessions.RECOVERED_ERROR_LOG, lost_session_errors.append
         ), cluster_sessions.monitored_session(
-            settings, worker, hooks, lost_sessions,
+            settings, worker, hooks, lost_session_errors,
             global_step=graph['global_step'], start=start) as mon_sess:
           while not mon_sess.should_stop() and not stop_signals:
             mon_sess.run(graph['train_op'])
@@ -370,10 +363,7 @@ def train(settings, worker):
              logger.global_step), flush=True)
   print('%s: stopped at global step %d after %d steps of its own.'
         % (label, logger.global_step, logger.local_steps), flush=True)
-  return {'global_step': int(logger.global_step),
-          'local_steps': logger.local_steps, 'loss': logger.last_loss,
-          'examples_per_sec': logger.last_examples_per_sec,
-          'signal': stop_signals[0] if stop_signals else None}
+  return stop_signals[0] if stop_signals else None
 
 
 def main(argv):
@@ -428,7 +418,13 @@ def main(argv):
              'port in use?): %s' % (job_name, task_index,
                                     cluster[job_name][task_index], e.message))
   if job_name == 'ps':
-    clusters.serve_until_interrupted(task_index, cluster['ps'][task_index])
+    print('ps task %d serving at %s; stop it (Ctrl-C) when the workers are '
+          'done.' % (task_index, cluster['ps'][task_index]), flush=True)
+    try:
+      while True:  # Python cannot interrupt server.join(), but a sleep.
+        time.sleep(3600)
+    except KeyboardInterrupt:
+      print('ps task %d stopped.' % task_index, flush=True)
     return
 
   replicas = None
@@ -439,7 +435,7 @@ def main(argv):
                 else FLAGS.replicas_to_aggregate)
     print('SyncReplicas enabled: replicas_to_aggregate=%d; '
           'total_num_replicas=%d' % (replicas, num_replicas))
-  # Workers compute on their CPUs (clusters.worker_device): float16 never
+  # Workers compute on their CPUs (WorkerSettings.device): float16 never
   # arises.
   compute_dtype = precision.compute_dtype_for_this_machine(
       FLAGS.mixed_precision, on_gpu=False, use_fp16=FLAGS.use_fp16)
@@ -449,7 +445,7 @@ def main(argv):
       replicas_to_aggregate=replicas,
       startup_wait_secs=FLAGS.startup_wait_secs,
       operation_timeout_secs=FLAGS.operation_timeout_secs, job_name=job_name)
-  label = clusters.task_label(job_name, task_index)
+  label = worker.label
   print('%s: waiting up to %d s for the ps tasks.'
         % (label, FLAGS.startup_wait_secs), flush=True)
   try:
@@ -459,10 +455,10 @@ def main(argv):
                                     FLAGS.startup_wait_secs)
     download.prepare(FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5,
                      cifar10_input.TRAIN_FILES)
-    result = train(settings, worker)
+    stop_signal = train(settings, worker)
   except (TimeoutError, ClusterError) + train_dirs.RUN_ERRORS as e:
     sys.exit('%s: %s' % (label, e))
-  signals.exit_if_stopped(result['signal'])
+  signals.exit_if_stopped(stop_signal)
 
 
 if __name__ == '__main__':

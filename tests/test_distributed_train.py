@@ -523,16 +523,13 @@ def test_a_lost_session_names_the_ps_task_tf_names():
       s.listen()
     tasks = {'/job:ps/task:%d' % i: '127.0.0.1:%d' % s.getsockname()[1]
              for i, s in enumerate(listening)}
-    lost = cluster_sessions.LostSessions('Worker 0', tasks, wait_secs=5)
-    assert lost.before_session() is False  # The first session.
-    lost.created()
-    lost.note_error('An error was raised. ... UNAVAILABLE: From '
-                    '/job:ps/replica:0/task:1:\nSocket closed')
-    assert lost.before_session() is True
-    assert lost.reason == 'ps task 1 at %s restarted' % tasks['/job:ps/task:1']
-    lost.note_error('... From /job:ps/replica:0/task:10: ...')
-    assert lost.before_session() is True
-    assert lost.reason == 'a ps task restarted, or a connection to one broke'
+    assert cluster_sessions.why_lost(
+        'Worker 0', tasks, 5, 'An error was raised. ... UNAVAILABLE: From '
+        '/job:ps/replica:0/task:1:\nSocket closed') == (
+            'ps task 1 at %s restarted' % tasks['/job:ps/task:1'])
+    assert cluster_sessions.why_lost(
+        'Worker 0', tasks, 5, '... From /job:ps/replica:0/task:10: ...') == (
+            'a ps task restarted, or a connection to one broke')
   finally:
     for s in listening:
       s.close()
@@ -540,12 +537,9 @@ def test_a_lost_session_names_the_ps_task_tf_names():
 
 def test_a_lost_session_whose_ps_task_stays_away_stops_naming_it():
   address = '127.0.0.1:%d' % testutil.free_ports(1)[0]
-  lost = cluster_sessions.LostSessions('Worker 1', {'/job:ps/task:0': address},
-                                       wait_secs=1)
-  lost.created()
   start = time.time()
   with pytest.raises(TimeoutError) as raised:
-    lost.before_session()
+    cluster_sessions.why_lost('Worker 1', {'/job:ps/task:0': address}, 1, '')
   assert time.time() - start < 10
   assert str(raised.value).startswith(
       'ps task 0 at %s did not come back within 1 s (--startup_wait_secs): '
