@@ -54,8 +54,6 @@ away longer than --startup_wait_secs stops the workers with a line naming it
 """
 
 import contextlib
-from datetime import datetime
-import math
 import os
 import sys
 import time
@@ -71,7 +69,7 @@ import tensorflow.compat.v1 as tf
 import cifar10
 import cifar10_eval  # its flags and evaluation, for the evaluator task
 import cifar10_input
-import cifar10_train  # its flags and log format
+import cifar10_train  # its flags
 from cifar10_support import cluster_sessions
 from cifar10_support import clusters
 from cifar10_support import console
@@ -114,10 +112,6 @@ flags.DEFINE_integer('operation_timeout_secs', 300,
                      'A worker fails when one operation (a dequeue, a '
                      'synchronous update) blocks longer than this.')
 
-# The original line, prefixed with the worker's index (as Inception's
-# distributed trainer did). 'step' is the global step.
-LOG_FORMAT = '%s: ' + progress.LOG_FORMAT
-
 # The chief closes the synchronous token queue when it stops, and the queue
 # lives on in the ps tasks.
 _CLOSED_QUEUE = ('the synchronous token queue on the ps tasks is closed, as '
@@ -131,18 +125,28 @@ class ClusterError(RuntimeError):
   """Another task stopped, or left state behind; the message says which."""
 
 
+class ReleaseTokensHook(tf.train.SessionRunHook):
+  """On a clean stop, runs `release_op`, which gives every worker a token of
+  the synchronous queue: no update follows max_steps, so a worker that has
+  queued its gradients would otherwise wait for one until its operation
+  timeout."""
+
+  def __init__(self, release_op):
+    self._release_op = release_op
+
+  def end(self, session):
+    try:
+      session.run(self._release_op)
+    except tf.errors.CancelledError:
+      pass  # The chief has closed the queue, which ends every wait too.
+
+
 def _sync_train_op(total_loss, global_step, batch_size, replicas_to_aggregate,
                    num_workers, after):
-  """cifar10.train's step, with gradients aggregated across workers.
-
-  The moving averages of the weights are applied by the chief after each
-  aggregated update, under the same names as in cifar10.train, so that
-  cifar10_eval.py restores them. The gradients are computed after the ops in
-  `after`.
-
-  Returns:
-    (train_op, sync_optimizer).
-  """
+  """(train_op, sync_optimizer): cifar10.train's step, with the gradients
+  of several worker steps aggregated into each update, computed after the
+  ops in `after`. The chief applies the moving averages after each update,
+  under cifar10.train's names, which cifar10_eval.py restores."""
   lr = cifar10.learning_rate(global_step, batch_size,
                              num_towers=replicas_to_aggregate)
   loss_averages_op = cifar10.add_loss_summaries(total_loss)
@@ -164,16 +168,10 @@ def _sync_train_op(total_loss, global_step, batch_size, replicas_to_aggregate,
 def build_worker_graph(settings, worker):
   """Builds one worker's training graph in the default graph.
 
-  Variables go round-robin to the ps tasks; every other op, the input
-  pipeline included, to this worker's CPU. The checkpoint saver runs on this
-  worker too (not sharded onto the ps tasks), so the chief writes and reads
-  checkpoints on its own disk.
-
-  Args:
-    settings: the run's run_settings.TrainSettings (data_dir, batch_size per
-      worker step, use_fp16, input_threads, compute_dtype: the variables on
-      the ps tasks stay float32).
-    worker: this worker's clusters.WorkerSettings.
+  Variables go round-robin to the ps tasks (float32 whatever
+  settings.compute_dtype); every other op, the input pipeline and the
+  checkpoint saver included, to this worker's CPU, so the chief writes and
+  reads checkpoints on its own disk. settings.batch_size is per worker step.
 
   Returns:
     A dict with 'global_step' (int64 variable), 'step_before_update' (int64
@@ -184,9 +182,9 @@ def build_worker_graph(settings, worker):
     otherwise.
   """
   num_workers = len(clusters.training_tasks(worker.cluster))
-  device = clusters.worker_device(worker)
   setter = tf.train.replica_device_setter(
-      worker_device=device, cluster=tf.train.ClusterSpec(worker.cluster))
+      worker_device=worker.device,
+      cluster=tf.train.ClusterSpec(worker.cluster))
   # tf.device rejects device functions in TF 2; the v1 form takes them.
   with tf.compat.v1.device(setter):
     global_step = tf.train.get_or_create_global_step()
@@ -216,65 +214,13 @@ def build_worker_graph(settings, worker):
     else:
       with tf.control_dependencies([step_before_update]):
         train_op = cifar10.train(loss, global_step, settings.batch_size)
-  with tf.device(device):
+  with tf.device(worker.device):
     tf.add_to_collection(tf.GraphKeys.SAVERS,
                          tf.train.Saver(sharded=False, allow_empty=True))
   return {'global_step': global_step,
           'step_before_update': step_before_update, 'loss': loss,
           'train_op': train_op,
           'sync_optimizer': sync_optimizer, 'release_op': release_op}
-
-
-class WorkerLoggerHook(tf.train.SessionRunHook):
-  """Prints LOG_FORMAT every `log_frequency` of this worker's own steps.
-
-  The printed step is `step_before_update` of the run: the global step this
-  worker's update started from. Asynchronously, other workers' updates may
-  land during the run, and show in the next line. examples/sec and sec/batch
-  are this worker's, averaged since the previous line (the first window
-  includes session start and the queue filling, as in the original).
-  """
-
-  def __init__(self, label, loss, step_before_update, batch_size,
-               log_frequency):
-    self._label = label
-    self._loss = loss
-    self._global_step = step_before_update
-    self._batch_size = batch_size
-    self._log_frequency = log_frequency
-    self.local_steps = 0
-    self.global_step = None
-    self.last_loss = None
-    self.last_examples_per_sec = None
-
-  def begin(self):
-    self._window_start = time.time()
-    self._window_steps = 0
-
-  def before_run(self, run_context):
-    return tf.train.SessionRunArgs([self._loss, self._global_step])
-
-  def after_run(self, run_context, run_values):
-    # Runs before the NaN check (see `train`), so a diverged step is named by
-    # its global step, and is not printed.
-    self.last_loss, self.global_step = run_values.results
-    if math.isnan(self.last_loss):
-      return
-    self.local_steps += 1
-    self._window_steps += 1
-    if (self.local_steps - 1) % self._log_frequency:
-      return
-    duration = time.time() - self._window_start
-    self.last_examples_per_sec = (self._window_steps * self._batch_size /
-                                  duration)
-    print(LOG_FORMAT % (self._label, datetime.now(), self.global_step,
-                        self.last_loss, self.last_examples_per_sec,
-                        duration / self._window_steps), flush=True)
-    self._window_start = time.time()
-    self._window_steps = 0
-
-  def end(self, session):
-    self.global_step = session.run(self._global_step)
 
 
 def diverged_message(global_step):
@@ -294,32 +240,23 @@ def step_hooks(logger, loss, max_steps):
 
 
 def train(settings, worker):
-  """Runs one worker until the global step reaches settings.max_steps.
-
-  Args:
-    settings: the run's run_settings.TrainSettings; train_dir is the
-      chief's checkpoint and summary folder (resumed from; other workers do
-      not touch it), batch_size per worker step, log_frequency in this
-      worker's own steps.
-    worker: this worker's clusters.WorkerSettings.
+  """Runs one worker until the global step reaches settings.max_steps; only
+  the chief touches settings.train_dir. log_frequency counts this worker's
+  own steps.
 
   Returns:
-    A dict with 'global_step' (int, at the stop), 'local_steps' (int, the
-    steps this worker ran), 'loss' (float of its last step, or None),
-    'examples_per_sec' (float of its last logged window, or None) and
-    'signal' (the SIGINT or SIGTERM that stopped this worker early, or None).
+    The SIGINT or SIGTERM that stopped this worker early, or None.
 
   Raises:
-    TimeoutError: a non-chief waited startup_wait_secs for the chief, or an
-      op blocked for operation_timeout_secs (another task stopped or hangs).
+    TimeoutError: another task is away, or an op blocked past the
+      operation timeout.
     ClusterError: synchronous training found its token queue closed (the
       chief stopped, or the ps tasks are left over from an earlier run).
-    train_dirs.RUN_ERRORS: a NaN loss (DivergedError: the chief does not
-      save that step); on the chief, a checkpoint of another model or only
-      damaged ones, a busy train_dir, or a full disk.
+    train_dirs.RUN_ERRORS: a NaN loss (the chief does not save that step);
+      on the chief, a checkpoint of another model or only damaged ones, a
+      busy train_dir, or a full disk.
   """
-  label = clusters.task_label(worker.job_name, worker.task_index)
-  is_chief = clusters.is_chief_worker(worker)
+  label, is_chief = worker.label, worker.is_chief
   start = None
   with contextlib.ExitStack() as claimed:
     if is_chief:  # Only the chief reads and writes train_dir.
@@ -327,54 +264,52 @@ def train(settings, worker):
           train_dirs.claim(settings.train_dir, settings.fresh_start))
     with tf.Graph().as_default(), signals.stop_requests() as stop_signals:
       graph = build_worker_graph(settings, worker)
-      logger = WorkerLoggerHook(label, graph['loss'],
-                                graph['step_before_update'],
-                                batch_size=settings.batch_size,
-                                log_frequency=settings.log_frequency)
+      # The original's line, prefixed with the worker's label (as
+      # Inception's distributed trainer did); its step is the global step
+      # this worker's update started from (others' may land during the run).
+      logger = progress.StepLogger(graph['loss'], settings.batch_size,
+                                   settings.log_frequency,
+                                   step=graph['step_before_update'],
+                                   label=label)
       hooks = step_hooks(logger, graph['loss'], settings.max_steps)
       if worker.sync_replicas:
         hooks += [graph['sync_optimizer'].make_session_run_hook(is_chief),
-                  cluster_sessions.ReleaseTokensHook(graph['release_op'])]
+                  ReleaseTokensHook(graph['release_op'])]
       full_disk = (train_dirs.stop_on_full_disk(settings.train_dir) if is_chief
                    else contextlib.nullcontext())
-      lost_sessions = cluster_sessions.LostSessions(
-          label, clusters.tasks_of(worker.cluster, 'ps'),
-          worker.startup_wait_secs)
+      lost_session_errors = []
       try:
         with full_disk, console.on_tensorflow_log(
-            cluster_sessions.RECOVERED_ERROR_LOG, lost_sessions.note_error
+            cluster_sessions.RECOVERED_ERROR_LOG, lost_session_errors.append
         ), cluster_sessions.monitored_session(
-            settings, worker, hooks, lost_sessions,
+            settings, worker, hooks, lost_session_errors,
             global_step=graph['global_step'], start=start) as mon_sess:
           while not mon_sess.should_stop() and not stop_signals:
             mon_sess.run(graph['train_op'])
       except tf.errors.DeadlineExceededError:
-        raise cluster_sessions.operation_timeout(worker, logger.global_step)
+        raise cluster_sessions.operation_timeout(worker, logger.step)
       except tf.errors.CancelledError as e:
         if 'sync_token_q' not in e.message:
           raise
         raise ClusterError(_CLOSED_QUEUE) from None
       except tf.train.NanLossDuringTrainingError:
         if is_chief:
-          raise start.diverged_error(logger.global_step) from None
+          raise start.diverged_error(logger.step) from None
         raise train_dirs.DivergedError(diverged_message(
-            logger.global_step)) from None
+            logger.step)) from None
   if (worker.sync_replicas and not stop_signals and
-      logger.global_step < settings.max_steps):
+      logger.step < settings.max_steps):
     # A closed token queue ends a worker's wait like the end of its input.
     raise ClusterError('stopped at global step %d, before --max_steps=%d: %s'
-                       % (logger.global_step, settings.max_steps,
+                       % (logger.step, settings.max_steps,
                           _CLOSED_QUEUE))
   if stop_signals:
     print('%s: received %s: stopped at global step %d.'
           % (label, signals.name(stop_signals[0]),
-             logger.global_step), flush=True)
+             logger.step), flush=True)
   print('%s: stopped at global step %d after %d steps of its own.'
-        % (label, logger.global_step, logger.local_steps), flush=True)
-  return {'global_step': int(logger.global_step),
-          'local_steps': logger.local_steps, 'loss': logger.last_loss,
-          'examples_per_sec': logger.last_examples_per_sec,
-          'signal': stop_signals[0] if stop_signals else None}
+        % (label, logger.step, logger.own_steps), flush=True)
+  return stop_signals[0] if stop_signals else None
 
 
 def main(argv):
@@ -429,7 +364,13 @@ def main(argv):
              'port in use?): %s' % (job_name, task_index,
                                     cluster[job_name][task_index], e.message))
   if job_name == 'ps':
-    clusters.serve_until_interrupted(task_index, cluster['ps'][task_index])
+    print('ps task %d serving at %s; stop it (Ctrl-C) when the workers are '
+          'done.' % (task_index, cluster['ps'][task_index]), flush=True)
+    try:
+      while True:  # Python cannot interrupt server.join(), but a sleep.
+        time.sleep(3600)
+    except KeyboardInterrupt:
+      print('ps task %d stopped.' % task_index, flush=True)
     return
 
   replicas = None
@@ -440,7 +381,7 @@ def main(argv):
                 else FLAGS.replicas_to_aggregate)
     print('SyncReplicas enabled: replicas_to_aggregate=%d; '
           'total_num_replicas=%d' % (replicas, num_replicas))
-  # Workers compute on their CPUs (clusters.worker_device): float16 never
+  # Workers compute on their CPUs (WorkerSettings.device): float16 never
   # arises.
   compute_dtype = precision.compute_dtype_for_this_machine(
       FLAGS.mixed_precision, on_gpu=False, use_fp16=FLAGS.use_fp16)
@@ -450,7 +391,7 @@ def main(argv):
       replicas_to_aggregate=replicas,
       startup_wait_secs=FLAGS.startup_wait_secs,
       operation_timeout_secs=FLAGS.operation_timeout_secs, job_name=job_name)
-  label = clusters.task_label(job_name, task_index)
+  label = worker.label
   print('%s: waiting up to %d s for the ps tasks.'
         % (label, FLAGS.startup_wait_secs), flush=True)
   try:
@@ -460,10 +401,10 @@ def main(argv):
                                     FLAGS.startup_wait_secs)
     download.prepare(FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5,
                      cifar10_input.TRAIN_FILES)
-    result = train(settings, worker)
+    stop_signal = train(settings, worker)
   except (TimeoutError, ClusterError) + train_dirs.RUN_ERRORS as e:
     sys.exit('%s: %s' % (label, e))
-  signals.exit_if_stopped(result['signal'])
+  signals.exit_if_stopped(stop_signal)
 
 
 if __name__ == '__main__':

@@ -1,23 +1,6 @@
-"""A cluster worker's sessions: created, lost, re-created, or given up.
-
-MonitoredSession re-creates a worker's session when a ps task restarts or a
-connection breaks (AbortedError, UnavailableError). The chief's scaffold
-then restores the newest checkpoint (checkpoints.restoring_scaffold); what
-this module adds is what TensorFlow leaves unbounded or unsaid:
-
-    LostSessions        why a session was lost, and a bounded wait for the ps
-    watch_ps_tasks      ends a worker, with one line, when a ps task stays away
-    ChiefSessionCreator the chief's session, through LostSessions
-    WorkerSessionCreator another worker's: waits for the chief's variables
-    ChiefWatchHook      another worker stops when the chief stays away
-    ReleaseTokensHook   no synchronous worker left waiting at the end
-    monitored_session   a worker's MonitoredSession, built of the above
-    operation_timeout   what a worker says when an operation blocked
-    sleep_watching_chief  the evaluator's wait, which stops when the chief
-                        stays away
-
-docs/distributed.md ("Faults") says what each fault costs.
-"""
+"""A cluster worker's sessions, lost and re-created, and the tasks it
+watches: what TensorFlow leaves unbounded or unsaid when a ps task or the
+chief goes away (docs/distributed.md, "Faults")."""
 
 import os
 import re
@@ -35,7 +18,7 @@ from cifar10_support import sessions
 # How MonitoredSession's log line for an error it recovers from begins.
 RECOVERED_ERROR_LOG = 'An error was raised'
 # How often a waiting worker asks whether the chief is done
-# (MonitoredTrainingSession's default waits 30 s between checks).
+# (tf.train.WorkerSessionCreator waits 30 s between checks).
 _READY_POLL_SECS = 1
 # Grace period for a closing session's threads. The chief's gradient
 # aggregation thread always uses all of it in synchronous training (it is
@@ -43,76 +26,31 @@ _READY_POLL_SECS = 1
 _STOP_GRACE_SECS = 3
 
 
-def _in_error(task):
-  """A pattern for how TF's errors name `task` ('/job:ps/task:1' as
-  '/job:ps/replica:0/task:1', not task:10)."""
-  return re.escape(task.replace('/task:', '/replica:0/task:')) + r'(?!\d)'
+def _chief(cluster):
+  return clusters.describe(clusters.chief_task(cluster), cluster)
 
 
-class LostSessions(object):
-  """Bounds and names what happens when a worker's session is lost.
+class Absence(object):
+  """Polls some tasks for how long any has refused TCP connections."""
 
-  MonitoredSession re-creates a worker's session when a ps task restarts or
-  a connection breaks (AbortedError, UnavailableError); while a ps task is
-  down it retries for ever. A session creator calls `before_session` first:
-  from the second session on, it waits for a ps task that is down, up to
-  `wait_secs`, and says why the session was lost. (Mostly the task is back
-  by then: closing the lost session waits for it. TF's log line for the
-  error, given to `note_error`, names the task.)
-
-  Attributes:
-    reason: str, why the last session was lost ('ps task 0 at h:2222
-      restarted'); None until one is.
-  """
-
-  def __init__(self, worker_prefix, ps_tasks, wait_secs):
-    """
-    Args:
-      worker_prefix: str, the start of this worker's lines ('Worker 0').
-      ps_tasks: dict from each ps task's name to its 'host:port'.
-      wait_secs: number, how long to wait for a lost ps task.
-    """
-    self._prefix = worker_prefix
-    self._ps_tasks = ps_tasks
+  def __init__(self, tasks, wait_secs):
+    self._tasks = tasks
     self._wait_secs = wait_secs
-    self._sessions = 0
-    self._error = ''
-    self.reason = None
+    self._since = None
+    self.down = {}
 
-  def note_error(self, message):
-    """Takes TF's log line for the error that lost the session."""
-    self._error = message
-
-  def created(self):
-    """Call once a session has been created."""
-    self._sessions += 1
-
-  def before_session(self):
-    """Call as a session is being created; True when it replaces a lost one.
-
-    Raises:
-      TimeoutError: a lost ps task did not come back in time; the message
-        names it.
-    """
-    if not self._sessions:
-      return False
-    down = clusters.unreachable(self._ps_tasks)
-    if not down:
-      # TF's account of the error names the task that went away.
-      gone = {name: address for name, address in self._ps_tasks.items()
-              if re.search(_in_error(name), self._error)}
-      self.reason = ('%s restarted' % clusters.describe(gone) if gone else
-                     'a ps task restarted, or a connection to one broke')
-      return True
-    print('%s: lost %s; waiting up to %d s for it to come back.'
-          % (self._prefix, clusters.describe(down), self._wait_secs),
-          flush=True)
-    try:
-      clusters.wait_for_addresses(down, self._wait_secs)
-    except TimeoutError:
-      raise TimeoutError(gone_for_good(down, self._wait_secs)) from None
-    self.reason = '%s restarted' % clusters.describe(down)
-    return True
+  def poll(self):
+    """'away' as a task stops answering, 'back' once all answer again,
+    'gone' while one has been away longer than `wait_secs`, else None;
+    `down` is then the tasks that do not answer."""
+    self.down = clusters.unreachable(self._tasks)
+    if not self.down:
+      was_away, self._since = self._since is not None, None
+      return 'back' if was_away else None
+    if self._since is None:
+      self._since = time.time()
+      return 'away'
+    return 'gone' if time.time() - self._since > self._wait_secs else None
 
 
 def gone_for_good(tasks, wait_secs):
@@ -123,250 +61,178 @@ def gone_for_good(tasks, wait_secs):
           % (clusters.describe(tasks), wait_secs))
 
 
-def watch_ps_tasks(worker_prefix, ps_tasks, wait_secs, poll_secs=1):
-  """Ends this process, with one line and status 1, when a ps task stays away.
-
-  A worker whose ps task went away can block where no timeout reaches it
-  (closing the lost session waits for the task to answer), so a thread
-  watches the ps addresses and ends the process once one has refused
-  connections for `wait_secs`. A task that comes back in time resets it.
-
-  Returns:
-    The daemon thread, started.
-  """
+def watch_ps_tasks(worker_prefix, ps_tasks, wait_secs):
+  """Ends this process, with one line and status 1, once a ps task has been
+  away for `wait_secs`: closing a lost session waits for the task to answer,
+  where no timeout reaches."""
 
   def watch():
-    away_since = None
+    absence = Absence(ps_tasks, wait_secs)
     while True:
-      time.sleep(poll_secs)
-      down = clusters.unreachable(ps_tasks)
-      if not down:
-        away_since = None
-      elif away_since is None:
-        away_since = time.time()
-      elif time.time() - away_since > wait_secs:
+      time.sleep(1)
+      if absence.poll() == 'gone':
         sys.stdout.flush()
-        sys.stderr.write('%s: %s\n' % (worker_prefix,
-                                        gone_for_good(down, wait_secs)))
-        sys.stderr.flush()
+        print('%s: %s' % (worker_prefix, gone_for_good(absence.down,
+                                                       wait_secs)),
+              file=sys.stderr, flush=True)
         os._exit(1)  # pylint: disable=protected-access
 
-  thread = threading.Thread(target=watch, name='watch_ps_tasks', daemon=True)
-  thread.start()
-  return thread
+  threading.Thread(target=watch, name='watch_ps_tasks', daemon=True).start()
 
 
-class ChiefSessionCreator(tf.train.ChiefSessionCreator):
-  """MonitoredTrainingSession's chief session, bounded when one is lost.
+def why_lost(label, ps_tasks, wait_secs, error):
+  """Why a worker's session was lost ('ps task 0 at h:2222 restarted'),
+  once every ps task answers: any that is down is waited for, up to
+  `wait_secs`, or a TimeoutError names it. `error` is TF's log line for the
+  error that lost the session, which may name the task."""
+  down = clusters.unreachable(ps_tasks)
+  if not down:
+    # TF names '/job:ps/task:1' '/job:ps/replica:0/task:1' (not task:10).
+    gone = {name: address for name, address in ps_tasks.items()
+            if re.search(re.escape(name.replace('/task:', '/replica:0/task:'))
+                         + r'(?!\d)', error)}
+    return ('%s restarted' % clusters.describe(gone) if gone else
+            'a ps task restarted, or a connection to one broke')
+  print('%s: lost %s; waiting up to %d s for it to come back.'
+        % (label, clusters.describe(down), wait_secs), flush=True)
+  try:
+    clusters.wait_for_addresses(down, wait_secs)
+  except TimeoutError:
+    raise TimeoutError(gone_for_good(down, wait_secs)) from None
+  return '%s restarted' % clusters.describe(down)
 
-  The scaffold restores the newest checkpoint into each re-created session
-  (checkpoints.restoring_scaffold); this waits first, up to a limit, for
-  the ps tasks to come back.
-  """
 
-  def __init__(self, lost_sessions, **kwargs):
-    super(ChiefSessionCreator, self).__init__(**kwargs)
-    self._lost_sessions = lost_sessions
+class _SessionCreator(tf.train.SessionCreator):
+  """A worker's sessions: the chief's initialised by its scaffold, which
+  restores; another's once the chief's are. MonitoredSession re-creates a
+  lost one, retrying for ever while a ps task is down: this bounds that
+  wait (why_lost), and says what the new session starts from."""
 
-  def create_session(self):
-    self._lost_sessions.before_session()
-    session = super(ChiefSessionCreator, self).create_session()
-    self._lost_sessions.created()
-    return session
-
-
-class WorkerSessionCreator(tf.train.SessionCreator):
-  """A non-chief worker's session, once the chief has initialised the
-  variables (polled every second).
-
-  Like MonitoredTrainingSession's worker session creator, which polls every
-  30 s; this one also says whom it is waiting for when it gives up, and
-  which global step it rejoined at after a lost session.
-  """
-
-  def __init__(self, worker, config, lost_sessions, global_step):
-    self._scaffold = tf.train.Scaffold()
-    self._master = worker.target
+  def __init__(self, worker, config, start, global_step, errors):
+    self._worker = worker
     self._config = config
-    self._wait_secs = worker.startup_wait_secs
-    self._chief = clusters.describe(clusters.chief_task(worker.cluster),
-                                    worker.cluster)
-    self._label = clusters.task_label(worker.job_name, worker.task_index)
-    self._lost_sessions = lost_sessions
     self._global_step = global_step
+    self._errors = errors
+    self._sessions = 0
+    self._reason = None
+    if worker.is_chief:
+      # Restores on the chief's CPU, from its own disk, as its saver saves.
+      with tf.device(worker.device):
+        self.scaffold = checkpoints.restoring_scaffold(
+            start.restore_plan(), start.train_dir, self._restored)
+    else:
+      self.scaffold = tf.train.Scaffold()
+
+  def _say_lost(self, how):
+    print('%s: session lost (%s): %s.' % (self._worker.label, self._reason,
+                                          how), flush=True)
+
+  def _restored(self, checkpoint, step):
+    self._say_lost('no checkpoint yet, so from step 0 again' if checkpoint is
+                   None else 'restored %s, global step %d; steps since then '
+                   'are lost' % (os.path.basename(checkpoint), step))
 
   def create_session(self):
-    recovering = self._lost_sessions.before_session()
-    self._scaffold.finalize()
+    worker = self._worker
+    if self._sessions:
+      self._reason = why_lost(
+          worker.label, clusters.tasks_of(worker.cluster, 'ps'),
+          worker.startup_wait_secs, self._errors[-1] if self._errors else '')
+    self.scaffold.finalize()
     manager = tf.train.SessionManager(
-        local_init_op=self._scaffold.local_init_op,
-        ready_op=self._scaffold.ready_op,
-        ready_for_local_init_op=self._scaffold.ready_for_local_init_op,
+        local_init_op=self.scaffold.local_init_op,
+        ready_op=self.scaffold.ready_op,
+        ready_for_local_init_op=self.scaffold.ready_for_local_init_op,
         graph=tf.get_default_graph(), recovery_wait_secs=_READY_POLL_SECS)
-    try:
-      session = manager.wait_for_session(self._master, config=self._config,
-                                         max_wait_secs=self._wait_secs)
-    except tf.errors.DeadlineExceededError:
-      raise TimeoutError(
-          'The variables were still not initialised after %s s: is %s '
-          'running? (--startup_wait_secs sets the wait)'
-          % (self._wait_secs, self._chief))
-    self._lost_sessions.created()
-    if recovering:
-      print('%s: session lost (%s): rejoined at global step %d.'
-            % (self._label, self._lost_sessions.reason,
-               session.run(self._global_step)), flush=True)
+    if worker.is_chief:
+      # As tf.train.ChiefSessionCreator with no checkpoint_dir: the scaffold
+      # restores, from any trainer's checkpoint.
+      session = manager.prepare_session(
+          worker.target, config=self._config, init_op=self.scaffold.init_op,
+          init_fn=self.scaffold.init_fn)
+    else:
+      try:
+        session = manager.wait_for_session(
+            worker.target, config=self._config,
+            max_wait_secs=worker.startup_wait_secs)
+      except tf.errors.DeadlineExceededError:
+        raise TimeoutError(
+            'The variables were still not initialised after %s s: is %s '
+            'running? (--startup_wait_secs sets the wait)'
+            % (worker.startup_wait_secs, _chief(worker.cluster)))
+      if self._sessions:
+        self._say_lost('rejoined at global step %d'
+                       % session.run(self._global_step))
+    self._sessions += 1
     return session
 
 
 class ChiefWatchHook(tf.train.SessionRunHook):
-  """A non-chief worker's check that the chief is still there.
-
-  Nothing is saved while the chief is away, and it puts its checkpoint back
-  on the ps tasks when it comes back. An asynchronous worker goes on
-  training meanwhile (those steps are lost), says so, and stops, naming the
-  chief, when it is away longer than `wait_secs`. (A synchronous worker
-  waits for the chief's next update instead, bounded by the operation
-  timeout; it runs no step, so this hook does not run.)
-  """
+  """Stops a non-chief worker, naming the chief, once the chief has been
+  away for `startup_wait_secs`; till then it trains on, unsaved, and says
+  so. (A synchronous worker runs no step meanwhile: it waits for the
+  chief's next update, bounded by the operation timeout.)"""
 
   def __init__(self, worker, poll_secs=2):
-    self._label = clusters.task_label(worker.job_name, worker.task_index)
-    self._chief = clusters.chief_task(worker.cluster)
-    self._cluster = worker.cluster
-    self._wait_secs = worker.startup_wait_secs
+    self._worker = worker
+    self._absence = Absence(clusters.chief_task(worker.cluster),
+                            worker.startup_wait_secs)
     self._poll_secs = poll_secs
     self._next_poll = time.time() + poll_secs
-    self._away_since = None
 
   def after_run(self, run_context, run_values):
-    now = time.time()
-    if now < self._next_poll:
+    if time.time() < self._next_poll:
       return
-    self._next_poll = now + self._poll_secs
-    if not clusters.unreachable(self._chief):
-      if self._away_since is not None:
-        print('%s: %s is back.' % (
-            self._label, clusters.describe(self._chief, self._cluster)),
-              flush=True)
-      self._away_since = None
-    elif self._away_since is None:
-      self._away_since = now
-      print('%s: %s does not answer: training on, '
-            'unsaved, for up to %d s until it is back.'
-            % (self._label, clusters.describe(self._chief, self._cluster),
-               self._wait_secs), flush=True)
-    elif now - self._away_since > self._wait_secs:
+    self._next_poll = time.time() + self._poll_secs
+    change = self._absence.poll()
+    label, chief = self._worker.label, _chief(self._worker.cluster)
+    wait_secs = self._worker.startup_wait_secs
+    if change == 'gone':
       raise TimeoutError(
           '%s has not answered for %d s (--startup_wait_secs): '
           'stopping, since nothing is saved without it. Start it again, then '
-          'this worker.' % (clusters.describe(self._chief, self._cluster),
-                            self._wait_secs))
+          'this worker.' % (chief, wait_secs))
+    if change == 'back':
+      print('%s: %s is back.' % (label, chief), flush=True)
+    elif change == 'away':
+      print('%s: %s does not answer: training on, unsaved, for up to %d s '
+            'until it is back.' % (label, chief, wait_secs), flush=True)
 
 
-class ReleaseTokensHook(tf.train.SessionRunHook):
-  """On a clean stop, gives every worker a token of the synchronous queue.
-
-  Once the global step reaches max_steps no update follows, so a worker that
-  already queued its gradients would wait for a token until its operation
-  timeout; with one it finishes its step and sees that training is over.
-  When the chief stops it closes the queue, which also ends every wait (as
-  the end of the input), and then no token is needed.
-  """
-
-  def __init__(self, release_op):
-    self._release_op = release_op
-
-  def end(self, session):
-    try:
-      session.run(self._release_op)
-    except tf.errors.CancelledError:
-      pass  # The chief has closed the queue.
-
-
-def monitored_session(settings, worker, hooks, lost_sessions, global_step,
+def monitored_session(settings, worker, hooks, errors, global_step,
                       start=None):
-  """The chief's session (initialises or restores, saves) or another's.
-
-  Either is re-created when a ps task restarts or a connection breaks: the
-  chief's restores the newest checkpoint again, another's waits for it.
-  Call it inside the worker's graph, once built.
-
-  Args:
-    settings: the run's run_settings.TrainSettings (max_steps, the save_*
-      settings).
-    worker: the clusters.WorkerSettings.
-    hooks: the worker's own hooks (stop, log, NaN check, ...).
-    lost_sessions: the worker's LostSessions.
-    global_step: the global step variable.
-    start: the chief's train_dirs.StartPoint (where it restores from and
-      saves to); None for another worker.
-
-  Returns:
-    A tf.train.MonitoredSession, not yet entered.
-  """
-  config = sessions.worker_config(clusters.own_task(worker),
-                                  worker.operation_timeout_secs,
+  """A worker's tf.train.MonitoredSession, not yet entered, in its graph
+  once built: the chief's (`start` is its train_dirs.StartPoint) saves too.
+  `errors` gets TF's log lines for the errors that lose sessions."""
+  config = sessions.worker_config(worker.task, worker.operation_timeout_secs,
                                   settings.log_device_placement)
-  if clusters.is_chief_worker(worker):
-    return _chief_session(settings, worker, hooks, lost_sessions, config,
-                          start)
-  print('%s: waiting up to %d s for %s to initialise the variables.'
-        % (clusters.task_label(worker.job_name, worker.task_index),
-           worker.startup_wait_secs,
-           clusters.describe(clusters.chief_task(worker.cluster),
-                             worker.cluster)), flush=True)
-  hooks = hooks + [ChiefWatchHook(worker)]
-  return tf.train.MonitoredSession(
-      session_creator=WorkerSessionCreator(worker, config, lost_sessions,
-                                           global_step),
-      hooks=hooks, stop_grace_period_secs=_STOP_GRACE_SECS)
-
-
-def _chief_session(settings, worker, hooks, lost_sessions, config, start):
-  """The chief's part of `monitored_session`."""
-
-  def on_recovery(checkpoint, step):
-    if checkpoint is None:
-      restored = 'no checkpoint yet, so from step 0 again'
-    else:
-      restored = 'restored %s, global step %d; steps since then are lost' % (
-          os.path.basename(checkpoint), step)
-    print('%s: session lost (%s): %s.' % (
-        clusters.task_label(worker.job_name, worker.task_index),
-        lost_sessions.reason, restored), flush=True)
-
-  train_dir = start.train_dir
-  plan = start.restore_plan()
-  # Restores on the chief's CPU, from its own disk, as its saver saves.
-  with tf.device(clusters.worker_device(worker)):
-    scaffold = checkpoints.restoring_scaffold(plan, train_dir, on_recovery)
-  # After the NaN check, as in cifar10_train, so a diverged step is never
-  # saved. The global step moves with every worker's updates: re-read each
-  # run.
-  hooks = hooks + saving.saving_hooks(
-      scaffold, train_dir, settings, own_steps=False,
-      label=clusters.task_label(worker.job_name, worker.task_index))
-  if settings.save_summaries_steps:
-    hooks.append(tf.train.StepCounterHook(
-        every_n_steps=settings.save_summaries_steps, output_dir=train_dir))
-  # As tf.train.MonitoredTrainingSession(is_chief=True) with no
-  # checkpoint_dir (the scaffold restores, from any trainer's checkpoint),
-  # and a session creator that bounds the wait for a lost ps task.
-  return tf.train.MonitoredSession(
-      session_creator=ChiefSessionCreator(
-          lost_sessions, scaffold=scaffold, master=worker.target,
-          config=config),
-      hooks=hooks, stop_grace_period_secs=_STOP_GRACE_SECS)
+  creator = _SessionCreator(worker, config, start, global_step, errors)
+  if worker.is_chief:
+    # After the NaN check, as in cifar10_train, so a diverged step is never
+    # saved. The global step moves with every worker's updates: re-read
+    # each run.
+    hooks = hooks + saving.saving_hooks(
+        creator.scaffold, start.train_dir, settings, own_steps=False,
+        label=worker.label)
+    if settings.save_summaries_steps:
+      hooks.append(tf.train.StepCounterHook(
+          every_n_steps=settings.save_summaries_steps,
+          output_dir=start.train_dir))
+  else:
+    print('%s: waiting up to %d s for %s to initialise the variables.'
+          % (worker.label, worker.startup_wait_secs, _chief(worker.cluster)),
+          flush=True)
+    hooks = hooks + [ChiefWatchHook(worker)]
+  return tf.train.MonitoredSession(session_creator=creator, hooks=hooks,
+                                   stop_grace_period_secs=_STOP_GRACE_SECS)
 
 
 def operation_timeout(worker, global_step):
-  """The TimeoutError for an operation that blocked past the worker's
-  operation timeout after `global_step`, naming the tasks that no longer
-  answer."""
+  """The TimeoutError for an operation that blocked past the operation
+  timeout after `global_step`, naming the tasks that no longer answer."""
   others = dict(clusters.tasks_of(worker.cluster, 'ps'),
                 **clusters.training_tasks(worker.cluster))
-  del others[clusters.own_task(worker)]
+  del others[worker.task]
   gone = clusters.unreachable(others)
   return TimeoutError(
       'an operation blocked for more than %s s (--operation_timeout_secs) '
@@ -378,33 +244,16 @@ def operation_timeout(worker, global_step):
 
 
 def sleep_watching_chief(cluster, wait_secs):
-  """A sleep for the evaluator's checkpoint loop that watches the chief too.
-
-  The evaluator waits for checkpoints up to --max_steps; if the chief stops
-  before writing one (a signal, a NaN loss, a full disk), none comes. Once
-  the chief has refused connections for `wait_secs`, the sleep raises
-  TimeoutError naming it, and the evaluator stops, as the workers do.
-
-  Args:
-    cluster: the cluster dict from TF_CONFIG (the chief's address).
-    wait_secs: number, --startup_wait_secs.
-
-  Returns:
-    function(secs), a drop-in for time.sleep.
-  """
-  chief = clusters.chief_task(cluster)
-  away_since = []
+  """time.sleep for the evaluator's checkpoint loop, which raises
+  TimeoutError, naming the chief, once it has been away for `wait_secs`:
+  the checkpoint at --max_steps will not come."""
+  absence = Absence(clusters.chief_task(cluster), wait_secs)
 
   def sleep(secs):
     time.sleep(secs)
-    if not clusters.unreachable(chief):
-      del away_since[:]
-    elif not away_since:
-      away_since.append(time.time())
-    elif time.time() - away_since[0] > wait_secs:
+    if absence.poll() == 'gone':
       raise TimeoutError(
           '%s has not answered for %d s (--startup_wait_secs) and no '
           'checkpoint at --max_steps has come: stopping. Start the chief '
-          'again, then this evaluator.' % (clusters.describe(chief, cluster),
-                                           wait_secs))
+          'again, then this evaluator.' % (_chief(cluster), wait_secs))
   return sleep

@@ -20,6 +20,7 @@ import cifar10
 import cifar10_distributed_train as dist
 from cifar10_support import cluster_sessions
 from cifar10_support import clusters
+from cifar10_support import progress
 from cifar10_support import run_settings
 import testutil
 
@@ -462,15 +463,15 @@ def test_a_diverged_worker_names_the_global_step_and_prints_no_nan_line(
     loss = tf.where(step_before_update >= 3, np.nan, 1.0)
     with tf.control_dependencies([step_before_update]):
       train_op = tf.assign_add(global_step, 1)
-    logger = dist.WorkerLoggerHook('Worker 1', loss, step_before_update,
-                                   batch_size=8, log_frequency=1)
+    logger = progress.StepLogger(loss, batch_size=8, log_frequency=1,
+                                 step=step_before_update, label='Worker 1')
     hooks = dist.step_hooks(logger, loss, max_steps=100)
     with pytest.raises(tf.train.NanLossDuringTrainingError):
       with tf.train.MonitoredSession(hooks=hooks) as session:
         while not session.should_stop():
           session.run(train_op)
-  assert logger.global_step == 3
-  assert dist.diverged_message(logger.global_step).startswith(
+  assert logger.step == 3
+  assert dist.diverged_message(logger.step).startswith(
       'Model diverged with loss = NaN at global step 3;')
   steps = [int(step) for _, step in LOG_LINE.findall(capsys.readouterr().out)]
   assert steps == [0, 1, 2]  # No line for the NaN step.
@@ -523,16 +524,13 @@ def test_a_lost_session_names_the_ps_task_tf_names():
       s.listen()
     tasks = {'/job:ps/task:%d' % i: '127.0.0.1:%d' % s.getsockname()[1]
              for i, s in enumerate(listening)}
-    lost = cluster_sessions.LostSessions('Worker 0', tasks, wait_secs=5)
-    assert lost.before_session() is False  # The first session.
-    lost.created()
-    lost.note_error('An error was raised. ... UNAVAILABLE: From '
-                    '/job:ps/replica:0/task:1:\nSocket closed')
-    assert lost.before_session() is True
-    assert lost.reason == 'ps task 1 at %s restarted' % tasks['/job:ps/task:1']
-    lost.note_error('... From /job:ps/replica:0/task:10: ...')
-    assert lost.before_session() is True
-    assert lost.reason == 'a ps task restarted, or a connection to one broke'
+    assert cluster_sessions.why_lost(
+        'Worker 0', tasks, 5, 'An error was raised. ... UNAVAILABLE: From '
+        '/job:ps/replica:0/task:1:\nSocket closed') == (
+            'ps task 1 at %s restarted' % tasks['/job:ps/task:1'])
+    assert cluster_sessions.why_lost(
+        'Worker 0', tasks, 5, '... From /job:ps/replica:0/task:10: ...') == (
+            'a ps task restarted, or a connection to one broke')
   finally:
     for s in listening:
       s.close()
@@ -540,12 +538,9 @@ def test_a_lost_session_names_the_ps_task_tf_names():
 
 def test_a_lost_session_whose_ps_task_stays_away_stops_naming_it():
   address = '127.0.0.1:%d' % testutil.free_ports(1)[0]
-  lost = cluster_sessions.LostSessions('Worker 1', {'/job:ps/task:0': address},
-                                       wait_secs=1)
-  lost.created()
   start = time.time()
   with pytest.raises(TimeoutError) as raised:
-    lost.before_session()
+    cluster_sessions.why_lost('Worker 1', {'/job:ps/task:0': address}, 1, '')
   assert time.time() - start < 10
   assert str(raised.value).startswith(
       'ps task 0 at %s did not come back within 1 s (--startup_wait_secs): '

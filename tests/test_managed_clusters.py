@@ -241,9 +241,10 @@ def test_a_chief_job_is_the_chief_and_its_workers_count_apart():
   assert clusters.is_chief(cluster, 'chief', 0)
   assert list(clusters.training_tasks(cluster)) == [
       '/job:chief/task:0', '/job:worker/task:0', '/job:worker/task:1']
-  assert clusters.task_label('chief', 0) == 'Chief'
-  assert clusters.task_label('master', 0) == 'Master'
-  assert clusters.task_label('worker', 1) == 'Worker 1'
+  for job, index, label in [('chief', 0, 'Chief'), ('master', 0, 'Master'),
+                            ('worker', 1, 'Worker 1')]:
+    assert clusters.WorkerSettings(None, cluster, index,
+                                   job_name=job).label == label
   assert clusters.describe({'/job:chief/task:0': 'c:1'}, cluster) == (
       'the chief (chief at c:1)')
   assert clusters.describe({'/job:worker/task:0': 'w:1'}, cluster) == (
