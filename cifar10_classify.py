@@ -49,7 +49,7 @@ flags.DEFINE_string('checkpoint_path', '',
                     'One checkpoint to use instead, e.g. '
                     '/tmp/cifar10_train/model.ckpt-100000.')
 flags.DEFINE_integer('top_k', 3, 'Classes printed per picture, most likely '
-                     'first.')
+                     'first.', lower_bound=1, upper_bound=cifar10.NUM_CLASSES)
 flags.DEFINE_string('export_dir', '',
                     'Write a SavedModel of the model there (a new directory).')
 
@@ -293,9 +293,6 @@ def export(checkpoint, export_dir, dtype=tf.float32):
 
 def main(argv):
   console.quiet_python_logs()
-  run_flags.check_flag_range('top_k', FLAGS.top_k, minimum=1,
-                             maximum=cifar10.NUM_CLASSES)
-  run_flags.check_flag_range('batch_size', FLAGS.batch_size, minimum=1)
   if len(argv) < 2 and not FLAGS.export_dir:
     raise app.UsageError('Give the pictures to classify (files or '
                          'directories), or --export_dir')

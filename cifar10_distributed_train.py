@@ -102,15 +102,24 @@ flags.DEFINE_integer('replicas_to_aggregate', -1,
                      'Worker steps averaged into one update with '
                      '--sync_replicas; -1 means the number of workers (with '
                      'a chief job, the chief and the workers).')
+flags.register_validator(
+    'replicas_to_aggregate', lambda value: value == -1 or value >= 1,
+    '--replicas_to_aggregate must be -1 (the number of workers) or at least 1')
+flags.register_multi_flags_validator(
+    ['replicas_to_aggregate', 'sync_replicas'],
+    lambda values: values['replicas_to_aggregate'] == -1 or values[
+        'sync_replicas'],
+    '--replicas_to_aggregate only applies with --sync_replicas')
 flags.DEFINE_integer('startup_wait_secs', 300,
                      'How long a worker waits for the ps tasks to answer and, '
                      'if not the chief, for the chief to initialise the '
                      'variables; also how long a ps task (or, training '
                      'asynchronously, the chief) may be away mid-run before '
-                     'the worker stops.')
+                     'the worker stops.', lower_bound=1)
 flags.DEFINE_integer('operation_timeout_secs', 300,
                      'A worker fails when one operation (a dequeue, a '
-                     'synchronous update) blocks longer than this.')
+                     'synchronous update) blocks longer than this.',
+                     lower_bound=1)
 
 # The chief closes the synchronous token queue when it stops, and the queue
 # lives on in the ps tasks.
@@ -315,7 +324,6 @@ def train(settings, worker):
 def main(argv):
   run_flags.check_no_arguments(argv)
   console.quiet_python_logs()
-  run_flags.check_cluster_flags(FLAGS)
   try:
     cluster, job_name, task_index = clusters.resolve_cluster(
         FLAGS.job_name, FLAGS.task_index, ps_hosts=FLAGS.ps_hosts,

@@ -287,7 +287,6 @@ def evaluate_as_flagged(flag_values, checkpoint_dir, until_step=None,
   def fail(message):
     sys.exit('%s: error: %s' % (os.path.basename(sys.argv[0]), message))
 
-  run_flags.check_flag_range('batch_size', flag_values.batch_size, minimum=1)
   run_flags.check_flag_writable_dir('eval_dir', flag_values.eval_dir)
   if flag_values.use_fp16:
     print('Note: --use_fp16 is not needed here; the model takes the dtype '

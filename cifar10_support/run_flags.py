@@ -1,10 +1,10 @@
-"""The flags every script has beyond the original's, and the flag checks.
+"""The flags every script has beyond the original's, and the checks absl's
+bounds and validators cannot make.
 
 The original's shared flags (--batch_size, --data_dir, --use_fp16) are
-cifar10.py's; these are ours. Defined once, when this module is first
-imported (absl refuses a flag defined twice); read only in the scripts'
-main(). The checks raise app.UsageError, which absl prints as one usage line
-with exit status 1.
+cifar10.py's; these are ours, defined when this module is first imported
+and read only in the scripts' main(). The checks raise app.UsageError,
+which absl prints as one usage line with exit status 1.
 """
 
 from absl import app
@@ -62,58 +62,6 @@ def check_no_arguments(argv):
   """Raises app.UsageError if the command line has more than flags."""
   if len(argv) > 1:
     raise app.UsageError('Unexpected arguments: %s' % ' '.join(argv[1:]))
-
-
-def check_flag_range(name, value, minimum=None, maximum=None):
-  """Raises app.UsageError unless minimum <= value <= maximum.
-
-  For a script's main(), before any graph is built. Example:
-  check_flag_range('batch_size', FLAGS.batch_size, minimum=1).
-
-  Args:
-    name: the flag's name, without dashes.
-    value: its value.
-    minimum, maximum: inclusive bounds; None for none.
-  """
-  if minimum is not None and maximum is not None:
-    expected = 'between %s and %s' % (minimum, maximum)
-  elif minimum is not None:
-    expected = 'at least %s' % minimum
-  else:
-    expected = 'at most %s' % maximum
-  if ((minimum is not None and value < minimum) or
-      (maximum is not None and value > maximum)):
-    raise app.UsageError('--%s must be %s, got %s' % (name, expected, value))
-
-
-def check_training_flags(flag_values):
-  """Usage errors for the training flags every trainer shares.
-
-  For a trainer's main(), before anything is written: it creates
-  --train_dir if needed.
-  """
-  for name in ('max_steps', 'batch_size', 'log_frequency',
-               'save_checkpoint_secs'):
-    check_flag_range(name, getattr(flag_values, name), minimum=1)
-  for name in ('save_checkpoint_steps', 'save_summaries_steps'):
-    check_flag_range(name, getattr(flag_values, name), minimum=0)
-  check_flag_writable_dir('train_dir', flag_values.train_dir)
-
-
-def check_cluster_flags(flag_values):
-  """Usage errors for cifar10_distributed_train.py's flag values that no
-  task could run with (before it knows which task it is)."""
-  for name in ('max_steps', 'batch_size', 'log_frequency', 'startup_wait_secs',
-               'operation_timeout_secs', 'save_checkpoint_secs'):
-    check_flag_range(name, getattr(flag_values, name), minimum=1)
-  for name in ('save_checkpoint_steps', 'save_summaries_steps'):
-    check_flag_range(name, getattr(flag_values, name), minimum=0)
-  if flag_values.replicas_to_aggregate != -1:
-    if not flag_values.sync_replicas:
-      raise app.UsageError('--replicas_to_aggregate only applies with '
-                           '--sync_replicas')
-    check_flag_range('replicas_to_aggregate',
-                     flag_values.replicas_to_aggregate, minimum=1)
 
 
 def check_flag_writable_dir(name, path):

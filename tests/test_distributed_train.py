@@ -11,6 +11,7 @@ import subprocess
 import time
 
 from absl import app
+from absl import flags
 from absl.testing import flagsaver
 import numpy as np
 import pytest
@@ -145,11 +146,6 @@ def test_bad_tf_config_is_named(tf_config, message):
     (['--ps_hosts=localhost'],
      r"--ps_hosts entry 'localhost' is not host:port"),
     (['--task_index=3'], r'--task_index=3 is out of range'),
-    (['--replicas_to_aggregate=2'],
-     r'--replicas_to_aggregate only applies with --sync_replicas'),
-    (['--sync_replicas', '--replicas_to_aggregate=0'],
-     r'--replicas_to_aggregate must be at least 1'),
-    (['--startup_wait_secs=0'], r'--startup_wait_secs must be at least 1'),
 ])
 def test_main_turns_bad_flags_into_usage_errors(args, message):
   argv = ['cifar10_distributed_train.py', '--job_name=worker',
@@ -162,6 +158,27 @@ def test_main_turns_bad_flags_into_usage_errors(args, message):
         dist.main(argv[:1])
   finally:
     if not was_parsed:  # Leave the flags as other tests expect them.
+      dist.FLAGS.unparse_flags()
+
+
+@pytest.mark.parametrize('args,message', [
+    (['--replicas_to_aggregate=2'],
+     r'--replicas_to_aggregate only applies with --sync_replicas'),
+    (['--sync_replicas', '--replicas_to_aggregate=0'],
+     r'--replicas_to_aggregate must be -1 \(the number of workers\) or at '
+     r'least 1'),
+    (['--startup_wait_secs=0'],
+     r'flag --startup_wait_secs=0: 0 is not a positive integer'),
+])
+def test_flags_no_task_could_run_with_are_refused_as_parsed(args, message):
+  argv = ['cifar10_distributed_train.py', '--job_name=worker'] + args
+  was_parsed = dist.FLAGS.is_parsed()
+  try:
+    with flagsaver.flagsaver():
+      with pytest.raises(flags.IllegalFlagValueError, match=message):
+        dist.FLAGS(argv)
+  finally:
+    if not was_parsed:
       dist.FLAGS.unparse_flags()
 
 

@@ -92,19 +92,6 @@ def test_script_reports_bad_label_without_traceback(tmp_path):
 
 # --- Bad flags ----------------------------------------------------------------
 
-@pytest.mark.parametrize('kwargs,message', [
-    (dict(value=0, minimum=1), '--batch_size must be at least 1, got 0'),
-    (dict(value=9, maximum=8), '--batch_size must be at most 8, got 9'),
-    (dict(value=0, minimum=1, maximum=8),
-     '--batch_size must be between 1 and 8, got 0'),
-])
-def test_check_flag_range(kwargs, message):
-  with pytest.raises(app.UsageError) as e:
-    run_flags.check_flag_range('batch_size', **kwargs)
-  assert str(e.value) == message
-  run_flags.check_flag_range('batch_size', 1, minimum=1, maximum=8)  # In range.
-
-
 def test_check_flag_writable_dir(tmp_path):
   run_flags.check_flag_writable_dir('train_dir', str(tmp_path / 'new' / 'dir'))
   assert (tmp_path / 'new' / 'dir').is_dir()
