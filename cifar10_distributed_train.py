@@ -225,7 +225,8 @@ def build_worker_graph(settings, worker):
         train_op = cifar10.train(loss, global_step, settings.batch_size)
   with tf.device(worker.device):
     tf.add_to_collection(tf.GraphKeys.SAVERS,
-                         tf.train.Saver(sharded=False, allow_empty=True))
+                         tf.train.Saver(sharded=False, allow_empty=True,
+                                        save_relative_paths=True))
   return {'global_step': global_step,
           'step_before_update': step_before_update, 'loss': loss,
           'train_op': train_op,

@@ -1,12 +1,10 @@
 """Checkpoints: finding them, checking them, and resuming from any trainer's.
 
-Every trainer saves the same model state under the original's names: the
-weights, their moving averages ('.../ExponentialMovingAverage') and the
-global step. Beside it each saves state of its own: the loss averages are
-named after the tower that computed them ('cross_entropy/avg' on one device,
-'tower_1/cross_entropy/avg' with two towers). So a checkpoint resumes in any
-trainer whose model state it holds with this graph's shapes and dtypes; the
-trainer's own state that it lacks starts from its initial value.
+Every trainer saves the same model state under the original's names (the
+weights, their moving averages, the global step) and beside it state of its
+own (loss averages named after the tower that computed them). So a
+checkpoint resumes in any trainer whose model state it holds, with this
+graph's shapes and dtypes; the trainer's own state it lacks starts afresh.
 """
 
 import collections
@@ -38,7 +36,7 @@ class CheckpointMismatchError(ResumeError):
 
 
 class NoRestorableCheckpointError(ResumeError):
-  """Every checkpoint the index lists is damaged or missing."""
+  """Every checkpoint listed is damaged or missing."""
 
 
 def step_of(path):
@@ -49,12 +47,8 @@ def step_of(path):
 
 
 def verified_reader(checkpoint):
-  """(reader, None) once every value of `checkpoint` has read back, else
-  (None, a one-line reason).
-
-  Reading every tensor makes TensorFlow verify its checksums: a truncated or
-  corrupted file is found here, before any session (milliseconds for 4 MB).
-  """
+  """(reader, None) once every value of `checkpoint` has read back (which
+  verifies its checksums), else (None, a one-line reason)."""
   try:
     reader = tf.train.load_checkpoint(checkpoint)
     for name in reader.get_variable_to_shape_map():
@@ -68,15 +62,13 @@ def verified_reader(checkpoint):
 
 
 def listed(directory, report=None):
-  """The checkpoints of a directory, oldest first, as its index lists them.
+  """The checkpoints of a directory, oldest first, as its index lists them;
+  without a readable index, the model.ckpt-N files there by N (`report`
+  gets one line saying so).
 
-  Our savers write the index with relative paths. An index with absolute
-  ones (the original's, or ours before) names the old place once the
-  directory is moved: a listed checkpoint whose file is here is taken from
-  here. Without a readable index, the model.ckpt-N files here, by N.
-
-  Returns a list of path prefixes; `report`, if given, gets one line when
-  the index is missing or unreadable and checkpoint files are there.
+  An index of absolute paths (the original's; ours are relative) names the
+  old place once the directory is moved: a listed checkpoint whose file is
+  here is taken from here.
   """
   try:
     state = tf.train.get_checkpoint_state(directory)
@@ -144,11 +136,8 @@ def missing_model(reader, averaged=False):
 
 
 def open_model(checkpoint):
-  """Opens a checkpoint of the CIFAR-10 model, every value read back.
-
-  Returns:
-    (reader, dtype of the weights, global step: saved, else in the name,
-    else 0).
+  """(reader, the weights' dtype, global step: saved, else in the name, else
+  0) of a checkpoint of the CIFAR-10 model, every value read back.
 
   Raises:
     CheckpointUnreadableError: its files are missing, incomplete or damaged.
@@ -174,15 +163,9 @@ def open_model(checkpoint):
 
 
 def check_averages_restorable(reader, var_map, checkpoint):
-  """Checks that a checkpoint has every moving average an eval graph reads.
-
-  Args:
-    var_map: dict, checkpoint key -> variable, as
-      ExponentialMovingAverage.variables_to_restore() gives it.
-
-  Raises:
-    CheckpointError: naming what is missing or of the wrong shape.
-  """
+  """Raises CheckpointError, naming what is missing or of the wrong shape,
+  unless a checkpoint has every moving average of var_map (checkpoint key ->
+  variable, as ExponentialMovingAverage.variables_to_restore() gives it)."""
   shapes = reader.get_variable_to_shape_map()
   missing = sorted(key for key in var_map if key not in shapes)
   if missing:
@@ -216,19 +199,12 @@ def _describe(shape, dtype):
 
 
 def plan_restore(checkpoint):
-  """Decides which of the graph's variables come from `checkpoint`.
-
-  The model state (the default graph's trainable variables, their moving
-  averages, the global step) must be there; the other global variables are
-  restored where the checkpoint has them.
-
-  Returns:
-    A `RestorePlan`.
+  """The `RestorePlan` of the default graph's variables from `checkpoint`:
+  the model state must be there, the other variables where it has them.
 
   Raises:
-    CheckpointMismatchError: naming the checkpoint and the variable, when one
-      of the model state is missing, or one the checkpoint and the graph
-      share differs in shape or dtype.
+    CheckpointMismatchError: naming the variable of the model state that is
+      missing, or that differs in shape or dtype.
   """
   reader = tf.train.load_checkpoint(checkpoint)
   shapes = reader.get_variable_to_shape_map()
@@ -275,19 +251,13 @@ def not_in_checkpoint_message(plan):
 def restoring_scaffold(plan, train_dir, on_recovery=None, **kwargs):
   """A Scaffold whose sessions initialise every variable, then restore.
 
-  Build it inside the training graph, after its global step, under the
-  device its saver should run on (the chief's CPU in distributed training).
-  The session it is given to must not restore on its own (no
-  checkpoint_dir): the variables of the plan come from its checkpoint, the
-  others keep their initial values.
-
-  The first session restores `plan` (None: only initialises). A session
-  re-created after one was lost (MonitoredSession does that when a ps task
-  restarts and the variables on it are gone) restores instead the newest
-  checkpoint of train_dir that restores then: the start-up one may have been
-  pruned since, and restoring it would throw away the steps saved since.
-  on_recovery, if given, is then called with that checkpoint (or None) and
-  its global step. **kwargs: other tf.train.Scaffold arguments.
+  Build it in the training graph, after its global step; its session must
+  not restore on its own (no checkpoint_dir). The first session restores
+  `plan` (None: only initialises). A session re-created after one was lost
+  (a ps task restarted, its variables gone) restores instead the newest
+  checkpoint of train_dir that restores then, as the start-up one may have
+  been pruned since; on_recovery, if given, is then called with it (or None)
+  and its global step. **kwargs: other tf.train.Scaffold arguments.
   """
   # Savers are graph ops, made now: the graph is final once sessions start.
   # The start-up plan's restores its variables from any checkpoint holding

@@ -64,7 +64,8 @@ class StepLogger(tf.train.SessionRunHook):
       self.step = int(session.run(self._global_step))
 
   def before_run(self, run_context):
-    return tf.train.SessionRunArgs([self._loss, self._step_tensor or []])
+    step = [] if self._step_tensor is None else self._step_tensor
+    return tf.train.SessionRunArgs([self._loss, step])
 
   def after_run(self, run_context, run_values):
     self.last_loss, fetched = run_values.results

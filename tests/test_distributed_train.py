@@ -422,6 +422,10 @@ def _check_chief_checkpoint(train_dir, min_step, max_step):
       checkpoint, 'local4/weights'))
   assert any(name.startswith('events.out.tfevents')
              for name in os.listdir(train_dir))
+  # The index names it relative to train_dir, so a moved one still reads.
+  with open(os.path.join(train_dir, 'checkpoint')) as f:
+    assert ('model_checkpoint_path: "%s"' % os.path.basename(checkpoint)
+            in f.read())
   return checkpoint
 
 
