@@ -7,7 +7,6 @@ The kernel drops such a lock when its process ends, however it ends
 import contextlib
 import errno
 import fcntl
-import os
 
 # flock errors of file systems that do not support it (some network and FUSE
 # mounts).
@@ -27,13 +26,13 @@ def exclusive(path, on_busy):
       it raises, or returns to wait for the lock.
 
   Yields:
-    The open file (read-write), or None where the file system cannot lock
-    files: then nothing is held.
+    The open file (mode 'a+': writes append), or None where the file system
+    cannot lock files: then nothing is held.
 
   Raises:
     OSError: the file cannot be created.
   """
-  with os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, 0o644), 'r+') as f:
+  with open(path, 'a+') as f:
     try:
       fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
       state = 'locked'

@@ -72,6 +72,7 @@ def train_dir_lock(train_dir):
   path = os.path.join(train_dir, LOCK_NAME)
 
   def busy(lock_file):
+    lock_file.seek(0)
     holder = (lock_file.read().strip() or
               'a process that has not written its id yet')
     raise TrainDirBusyError(

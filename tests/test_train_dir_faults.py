@@ -19,6 +19,7 @@ import cifar10_eval
 import cifar10_train
 from cifar10_support import checkpoints
 from cifar10_support import eval_run
+from cifar10_support import locks
 from cifar10_support import train_dirs
 from cifar10_support import run_settings
 import testutil
@@ -342,7 +343,7 @@ def test_lock_file_that_cannot_be_written_is_one_message(tmp_path,
                                                          monkeypatch):
   def full(*args):
     raise OSError(errno.ENOSPC, 'No space left on device')
-  monkeypatch.setattr(os, 'open', full)
+  monkeypatch.setattr(locks, 'open', full, raising=False)
   with pytest.raises(train_dirs.TrainDirLockError) as e:
     with train_dirs.train_dir_lock(str(tmp_path)):
       pass
