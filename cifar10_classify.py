@@ -3,24 +3,10 @@
     python cifar10_classify.py cat.jpg holiday/   # newest in /tmp/cifar10_train
     python cifar10_classify.py --export_dir=/tmp/cifar10_model
 
-For each PNG, JPEG, BMP or GIF file (a directory means the pictures in it;
-any size; grey, colour or with an alpha channel) it prints one line:
-
-    cat.jpg: cat 0.912, dog 0.051, frog 0.013
-
-Each picture is seen as a test record is: decoded to RGB (alpha dropped, the
-first frame of a GIF), resized to 32x32, then evaluation's own preprocessing
-(the central 24x24 crop, per-image standardization), and classified with the
-moving averages of the weights, as cifar10_eval.py does. A file that cannot
-be read gets one line on stderr and the others are still classified; the exit
-status is then 1.
-
---export_dir writes a SavedModel of the same graph, with the averaged
-weights, that plain TensorFlow 2 loads (`tf.saved_model.load`) and serves:
-signature `serving_default` takes `images`, a batch of encoded files
-(string [N]); `pixels` takes uint8 [N, 32, 32, 3]. Both return
-`probabilities` (float32 [N, 10]) and `classes` (string [N], the most likely
-class's name).
+Each PNG, JPEG, BMP or GIF file (a directory: the pictures in it) is seen as
+a test record is, with the averaged weights, and gets one line, its --top_k
+classes (`cat.jpg: cat 0.912, dog 0.051, frog 0.013`); a file that cannot be
+read gets one on stderr, and exit status 1. More in docs/classify.md.
 """
 
 import os
@@ -54,50 +40,30 @@ flags.DEFINE_string('export_dir', '',
                     'Write a SavedModel of the model there (a new directory).')
 
 IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.gif')
-SIGNATURE_PIXELS = 'pixels'
 
 
 class ClassifyError(ValueError):
   """A file or checkpoint that cannot be used; the message says which."""
 
 
-def decode(contents):
-  """An encoded picture as CIFAR-10's pixels.
-
-  Args:
-    contents: scalar string tensor, a PNG, JPEG, BMP or GIF file's bytes.
-
-  Returns:
-    uint8 tensor [32, 32, 3]: RGB, resized with antialiasing (a 32x32
-    picture is left as it is).
-  """
-  image = tf.io.decode_image(contents, channels=3, expand_animations=False)
-  size = [cifar10_input.HEIGHT, cifar10_input.WIDTH]
-  # The TF 2 resize: the v1 one has no antialiasing, and a photo shrunk to
-  # 32x32 without it is mostly aliasing.
-  resized = tf.compat.v2.image.resize(image, size, antialias=True)
-  pixels = tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)
-  pixels.set_shape(size + [cifar10_input.DEPTH])
-  return pixels
-
-
 def decode_batch(contents):
-  """`decode` of each of string [N] encoded files: uint8 [N, 32, 32, 3]."""
+  """uint8 [N, 32, 32, 3] RGB pixels of string [N] encoded PNG, JPEG, BMP or
+  GIF files; a 32x32 picture is left as it is."""
+  def decode(encoded):
+    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+    # The TF 2 resize: the v1 one has no antialiasing, and a photo shrunk to
+    # 32x32 without it is mostly aliasing.
+    resized = tf.compat.v2.image.resize(
+        image, [cifar10_input.HEIGHT, cifar10_input.WIDTH], antialias=True)
+    return tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)
+
   return tf.map_fn(decode, contents, fn_output_signature=tf.uint8)
 
 
 def model(pixels, dtype=tf.float32):
-  """Probabilities and top class of pixels, as evaluation sees them.
-
-  Call it once per graph, or under a reusing variable scope.
-
-  Args:
-    pixels: uint8 tensor [N, 32, 32, 3].
-    dtype: the checkpoint's weights' dtype.
-
-  Returns:
-    (probabilities float32 [N, 10], classes string [N]).
-  """
+  """(probabilities float32 [N, 10], classes string [N]) of uint8 pixels
+  [N, 32, 32, 3], as evaluation sees them; dtype: the checkpoint's weights'.
+  Call it once per graph, or under a reusing variable scope."""
   # As the records hold them; transposed as float32 (the same whole numbers),
   # for which oneDNN has a kernel on every CPU.
   planes = tf.transpose(tf.cast(pixels, tf.float32), [0, 3, 1, 2])
@@ -116,11 +82,8 @@ def _averages_saver():
 
 
 def find_checkpoint(checkpoint_dir, checkpoint_path=''):
-  """The checkpoint to use and its weights' dtype.
-
-  Raises:
-    ClassifyError: no checkpoint, a damaged one, or one of another model.
-  """
+  """The checkpoint to use and its weights' dtype; raises ClassifyError for
+  none, a damaged one, or one of another model."""
   path = checkpoint_path or checkpoints.newest(checkpoint_dir)
   if not path:
     raise ClassifyError(
@@ -137,15 +100,9 @@ def find_checkpoint(checkpoint_dir, checkpoint_path=''):
 
 
 def image_files(arguments):
-  """The files to classify, and a message for each argument that gives none.
-
-  Args:
-    arguments: paths of files or directories, as typed.
-
-  Returns:
-    (files, problems): files in order (a directory's sorted by name); one
-    'path: reason' string per missing path or directory without pictures.
-  """
+  """(files, problems) of the paths given: the files in order (a directory's
+  pictures sorted by name), and a 'path: reason' string for each missing
+  path or directory without pictures."""
   files, problems = [], []
   for argument in arguments:
     if os.path.isdir(argument):
@@ -163,6 +120,16 @@ def image_files(arguments):
   return files, problems
 
 
+def _read(path):
+  """(None, the file's bytes), or (a 'path: reason' problem, None)."""
+  try:
+    with open(path, 'rb') as f:
+      data = f.read()
+  except OSError as e:
+    return '%s: cannot be read (%s)' % (path, e.strerror), None
+  return (None, data) if data else ('%s: the file is empty' % path, None)
+
+
 def _tf_error_reason(message):
   """The line of a TensorFlow error message that says what was wrong."""
   for line in message.splitlines():
@@ -174,18 +141,8 @@ def _tf_error_reason(message):
 
 def classify(files, checkpoint, dtype=tf.float32, batch_size=128,
              session_config=None):
-  """Classifies picture files with a checkpoint's averaged weights.
-
-  A generator: each batch of batch_size files is read and classified when
-  the caller asks for its first result, so lines can be printed as the
-  pictures are classified.
-
-  Args:
-    files: list of paths.
-    checkpoint: a checkpoint path prefix (see `find_checkpoint`).
-    dtype: its weights' dtype.
-    batch_size: int, pictures per run of the model.
-    session_config: tf.ConfigProto or None.
+  """Classifies files with a checkpoint's averaged weights (dtype: its
+  weights'), batch_size at a time, each batch when its result is asked for.
 
   Yields:
     (path, probabilities, problem) for each file, in order: probabilities
@@ -193,63 +150,47 @@ def classify(files, checkpoint, dtype=tf.float32, batch_size=128,
     problem a 'path: reason' string for a file that is not one.
   """
   with tf.Graph().as_default() as graph:
-    encoded_file = tf.placeholder(tf.string, [])
-    decoded_file = decode(encoded_file)
-    encoded_batch = tf.placeholder(tf.string, [None])
-    # A batch decodes in the same run as the model; fed instead when one of
-    # its files does not decode and the others are decoded one by one.
-    pixels = tf.placeholder_with_default(decode_batch(encoded_batch),
-                                         [None, 32, 32, 3])
+    encoded = tf.placeholder(tf.string, [None])
+    pixels = decode_batch(encoded)
     probabilities, _ = model(pixels, dtype)
     saver = _averages_saver()
     graph.finalize()
   # Yields outside any `with`: the caller's default graph stays its own
   # between results, and two generators may be open at once.
   sess = tf.Session(graph=graph, config=session_config)
+
+  def scores(outcomes):
+    pictures = [data for problem, data in outcomes if problem is None]
+    return iter(sess.run(probabilities, {encoded: pictures}) if pictures
+                else [])
+
   try:
     with graph.as_default():  # A Saver restores eagerly outside a graph.
       saver.restore(sess, checkpoint)
-    for i in range(0, len(files), batch_size):
-      outcomes = [_read(path) for path in files[i:i + batch_size]]
-      readable = [j for j, (_, data) in enumerate(outcomes) if data]
+    for start in range(0, len(files), batch_size):
+      paths = files[start:start + batch_size]
+      outcomes = [_read(path) for path in paths]
       try:
-        scores = sess.run(probabilities, {encoded_batch: [
-            outcomes[j][1] for j in readable]}) if readable else []
+        batch_scores = scores(outcomes)
       except tf.errors.InvalidArgumentError:
-        scores, decoded = [], {}
-        for j in readable:
-          try:
-            decoded[j] = sess.run(decoded_file,
-                                  {encoded_file: outcomes[j][1]})
-          except tf.errors.InvalidArgumentError as e:
-            outcomes[j] = ('%s: not a PNG, JPEG, BMP or GIF picture '
-                           'TensorFlow can read (%s)' % (
-                               files[i + j], _tf_error_reason(e.message)),
-                           None)
-        readable = sorted(decoded)
-        if readable:
-          scores = sess.run(probabilities, {pixels: np.stack(
-              [decoded[j] for j in readable])})
-      scored = dict(zip(readable, scores))
-      for j, (problem, _) in enumerate(outcomes):
-        yield files[i + j], scored.get(j), problem
+        # A file does not decode: decoding each alone finds which.
+        for j, (problem, data) in enumerate(outcomes):
+          if problem is None:
+            try:
+              sess.run(pixels, {encoded: [data]})
+            except tf.errors.InvalidArgumentError as e:
+              outcomes[j] = ('%s: not a PNG, JPEG, BMP or GIF picture '
+                             'TensorFlow can read (%s)'
+                             % (paths[j], _tf_error_reason(e.message)), None)
+        batch_scores = scores(outcomes)
+      for path, (problem, _) in zip(paths, outcomes):
+        yield path, None if problem else next(batch_scores), problem
   finally:
     sess.close()
 
 
-def _read(path):
-  """(None, the file's bytes), or (a 'path: reason' problem, None)."""
-  try:
-    with open(path, 'rb') as f:
-      data = f.read()
-  except OSError as e:
-    return '%s: cannot be read (%s)' % (path, e.strerror), None
-  return (None, data) if data else ('%s: the file is empty' % path, None)
-
-
 def format_top_classes(path, probabilities, top_k=3):
-  """The line printed for a picture (see the module's docstring): its top_k
-  classes, most likely first."""
+  """The line printed for a picture: its top_k classes, most likely first."""
   best = np.argsort(-probabilities, kind='stable')[:top_k]
   return '%s: %s' % (path, ', '.join(
       '%s %.3f' % (cifar10_input.CLASS_NAMES[c], probabilities[c])
@@ -257,12 +198,9 @@ def format_top_classes(path, probabilities, top_k=3):
 
 
 def export(checkpoint, export_dir, dtype=tf.float32):
-  """Writes a SavedModel of the averaged weights, with the signatures the
-  module's docstring describes, to export_dir.
-
-  Raises:
-    ClassifyError: if export_dir exists already.
-  """
+  """Writes a SavedModel of the averaged weights, with the signatures
+  docs/classify.md describes, to export_dir: a new directory, else
+  ClassifyError."""
   if tf.io.gfile.exists(export_dir):
     raise ClassifyError('--export_dir=%s exists already: give a new directory '
                         '(a SavedModel is never written over another)'
@@ -270,12 +208,11 @@ def export(checkpoint, export_dir, dtype=tf.float32):
   with tf.Graph().as_default():
     images = tf.placeholder(tf.string, [None], name='images')
     pixels = tf.placeholder(tf.uint8, [None, 32, 32, 3], name='pixels')
-    decoded = decode_batch(images)
     signatures = {}
     with tf.variable_scope(tf.get_variable_scope(), reuse=tf.AUTO_REUSE):
       for key, name, tensor, source in (
-          ('serving_default', 'images', images, decoded),
-          (SIGNATURE_PIXELS, 'pixels', pixels, pixels)):
+          ('serving_default', 'images', images, decode_batch(images)),
+          ('pixels', 'pixels', pixels, pixels)):
         probabilities, classes = model(source, dtype)
         signatures[key] = (
             tf.saved_model.signature_def_utils.predict_signature_def(
@@ -303,8 +240,8 @@ def main(argv):
     if FLAGS.export_dir:
       export(checkpoint, FLAGS.export_dir, dtype)
       print('Wrote a SavedModel of %s to %s (signatures serving_default: '
-            'images, %s: pixels).' % (checkpoint, FLAGS.export_dir,
-                                      SIGNATURE_PIXELS), flush=True)
+            'images, pixels: pixels).' % (checkpoint, FLAGS.export_dir),
+            flush=True)
   except ClassifyError as e:
     sys.exit('%s: %s' % (name, e))
   files, problems = image_files(argv[1:])

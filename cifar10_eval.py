@@ -1,22 +1,12 @@
-"""Evaluates CIFAR-10 checkpoints: precision @ 1, per class, with the averaged weights.
+"""Evaluates CIFAR-10 checkpoints: precision @ 1, per class, averaged weights.
 
     python cifar10_eval.py --data_dir=/tmp/cifar10_data --run_once
     python cifar10_eval.py --checkpoint_dir=/tmp/cifar10_train   # follows training
 
 It restores the newest checkpoint in --checkpoint_dir with the moving averages
-of the weights in place of the raw weights, runs --num_examples examples of
---eval_data ('test' or 'train_eval') through the model and prints
-
-    <date time>: precision @ 1 = <fraction of examples whose top class is right>
-
-then a per-class table. `Precision @ 1`, per-class scalars and a confusion
-matrix (image and table) go to --eval_dir at the checkpoint's global step,
-with the eval graph's other summaries.
-
-Unlike the original, each example is counted exactly once, for any batch
-size, and following training evaluates each new checkpoint once
-(docs/evaluation.md); the precisions measured, and the original's, are in
-README.md.
+of the weights, counts the first --num_examples examples of --eval_data, each
+once, and prints their precision @ 1 and a per-class table, with summaries in
+--eval_dir; following training, each new checkpoint once (docs/evaluation.md).
 """
 
 import collections
@@ -58,39 +48,22 @@ flags.DEFINE_boolean('run_once', False, 'Whether to run eval only once.')
 
 EvalGraph = collections.namedtuple('EvalGraph', [
     'correct', 'predictions', 'labels', 'summary_op', 'var_map'])
-EvalGraph.__doc__ = """What `build_eval_graph` returns ([batch]: one value per
-example of a batch).
-
-  correct: bool tensor [batch]; the label is the top-1 prediction.
-  predictions: int32 tensor [batch], the top-1 class.
-  labels: int32 tensor [batch].
-  summary_op: string tensor [], the merged summaries of the eval graph.
-  var_map: dict, checkpoint key -> variable: each variable restored from its
-    moving average.
-"""
+EvalGraph.__doc__ = """`build_eval_graph`'s tensors [batch] `correct` (bool:
+the label is the top prediction), `predictions` and `labels` (int32), its
+merged `summary_op`, and `var_map`: checkpoint key -> variable, restored from
+its moving average."""
 
 
 def build_eval_graph(settings, use_fp16=False):
-  """Builds the input, the model, the counting ops and the averaged-weights map.
-
-  Call inside a `tf.Graph().as_default()` block.
-
-  Args:
-    settings: an eval_run.EvalSettings (eval_data, data_dir, batch_size,
-      input_threads, compute_dtype).
-    use_fp16: bool, the checkpoint holds float16 weights.
-
-  Returns:
-    An EvalGraph.
-  """
+  """The EvalGraph of an eval_run.EvalSettings, in the default graph;
+  use_fp16: the checkpoint holds float16 weights."""
   # The input is read once, in file order, so no example counts twice.
   images, labels = cifar10.inputs(settings.eval_data, settings.data_dir,
                                   settings.batch_size, use_fp16=use_fp16,
                                   num_threads=settings.input_threads,
                                   single_pass=True)
   logits = cifar10.inference(images, settings.compute_dtype)
-  # in_top_k takes float32 logits only, and the v1 argument order
-  # (predictions, targets); --use_fp16 labels arrive as float16.
+  # in_top_k takes float32 logits only; --use_fp16 labels arrive as float16.
   logits = tf.cast(logits, tf.float32)
   labels = tf.cast(labels, tf.int32)
   top_k = tf.nn.in_top_k(logits, labels, 1, name='top_k')
@@ -98,36 +71,21 @@ def build_eval_graph(settings, use_fp16=False):
   # in_top_k also counts a label tied with the top logit; requiring the
   # argmax too counts a tie once, as the confusion matrix does.
   correct = tf.logical_and(top_k, tf.equal(predictions, labels))
-  summary_op = tf.summary.merge_all()
-
-  # Each variable is loaded from its moving average ("shadow") in the
-  # checkpoint, which predicts better than the last raw weights.
+  # The moving averages ("shadows") predict better than the last raw weights.
   averages = tf.train.ExponentialMovingAverage(cifar10.MOVING_AVERAGE_DECAY)
-  var_map = averages.variables_to_restore()
   return EvalGraph(correct=correct, predictions=predictions, labels=labels,
-                   summary_op=summary_op, var_map=var_map)
+                   summary_op=tf.summary.merge_all(),
+                   var_map=averages.variables_to_restore())
 
 
 def count_examples(sess, eval_graph, num_examples):
-  """Runs batches until exactly num_examples examples are counted.
-
-  Args:
-    sess: a session of the EvalGraph's graph, its input started.
-    eval_graph: the EvalGraph.
-    num_examples: int, at most the examples the input holds.
-
-  Returns:
-    (correct bool [num_examples], predictions int32 [num_examples],
-     labels int32 [num_examples], the serialized summaries of the first
-     batch, bytes).
-
-  Raises:
-    ValueError: the input ended first.
-  """
+  """Returns (correct, predictions, labels), arrays [num_examples], and the
+  first batch's serialized summaries (bytes), running batches in sess (its
+  input started); raises ValueError if the input ends first."""
   fetches = {k: getattr(eval_graph, k)
              for k in ('correct', 'predictions', 'labels')}
-  # The eval graph's summaries come with the first batch: the input ends
-  # after the last one, so there would be no batch left to run them on.
+  # The summaries come with the first batch: the input ends after the last
+  # one, so there would be no batch left to run them on.
   first = dict(fetches, summary=eval_graph.summary_op)
   parts = {k: [] for k in fetches}
   counted = 0
@@ -139,7 +97,6 @@ def count_examples(sess, eval_graph, num_examples):
       raise ValueError('the input ended after %d of num_examples=%d examples'
                        % (counted, num_examples))
     summary = values.pop('summary', summary)
-    # Only the first examples of the last batch may be needed.
     take = min(len(values['labels']), num_examples - counted)
     for k in parts:
       parts[k].append(values[k][:take])
@@ -148,26 +105,21 @@ def count_examples(sess, eval_graph, num_examples):
 
 
 def eval_once(checkpoint_path, settings, eval_dir=None):
-  """Evaluates one checkpoint on exactly `settings.num_examples` examples.
-
-  The first num_examples records of the eval_data files, in file order,
-  each counted once. The model's dtype follows the checkpoint, so --use_fp16
-  checkpoints evaluate too.
+  """Evaluates one checkpoint on the first settings.num_examples examples.
 
   Args:
-    checkpoint_path: checkpoint prefix, e.g. '/tmp/cifar10_train/model.ckpt-0'.
+    checkpoint_path: checkpoint prefix, e.g. '/tmp/cifar10_train/model.ckpt-0';
+      the model takes the dtype of its weights (--use_fp16 ones too).
     settings: an eval_run.EvalSettings that eval_run.check_settings accepts.
     eval_dir: where summaries go; None writes none.
 
   Returns:
-    A dict with 'checkpoint' (str), 'global_step' (int), 'num_examples'
-    (int), 'true_count' (int), 'precision' (float, true_count /
-    num_examples), and the eval_report.EvalReport's 'per_class' and
-    'confusion'.
+    A dict: 'checkpoint', 'global_step', 'num_examples', 'true_count',
+    'precision' (true_count / num_examples), and the eval_report.EvalReport's
+    'per_class' and 'confusion'.
 
   Raises:
-    checkpoints.CheckpointError: the checkpoint lacks the model or its moving
-      averages.
+    checkpoints.CheckpointError: it lacks the model or its moving averages.
     checkpoints.CheckpointUnreadableError: its files are missing or
       incomplete.
   """
@@ -176,7 +128,6 @@ def eval_once(checkpoint_path, settings, eval_dir=None):
   print('%s: evaluating %s (global step %d, %s weights) on %d %s examples'
         % (datetime.now(), checkpoint_path, global_step, dtype.name,
            num_examples, settings.eval_data), flush=True)
-
   if dtype != tf.float32 and settings.compute_dtype is not None:
     print('Note: %s holds %s weights (--use_fp16): --mixed_precision does '
           'not apply, the model computes in %s.'
@@ -202,7 +153,6 @@ def eval_once(checkpoint_path, settings, eval_dir=None):
             'completely written, or damaged): %s'
             % (checkpoint_path, e.message.splitlines()[0]))
       sess.run(init_local)
-      # The input's queue runners fill its queue while batches are counted.
       coord = tf.train.Coordinator()
       threads = tf.train.start_queue_runners(sess=sess, coord=coord)
       try:
@@ -230,29 +180,21 @@ def eval_once(checkpoint_path, settings, eval_dir=None):
 
 def evaluate(checkpoint_dir, eval_dir, settings, max_evaluations=None,
              sleep=time.sleep, settings_checked=False):
-  """Evaluates the newest checkpoint, once or each new one as training runs.
-
-  Without settings.run_once it looks in checkpoint_dir every
-  settings.eval_interval_secs and evaluates each new checkpoint once
-  (eval_run.new_checkpoints: the newest if several appeared meanwhile); one
-  pruned or half written when read is skipped.
+  """Evaluates the newest checkpoint in checkpoint_dir once (run_once), or
+  each new one as training writes them, skipping one that was pruned or half
+  written when read; returns the list of `eval_once` results.
 
   Args:
-    checkpoint_dir: the training run's train_dir.
     eval_dir: where summaries go; created if missing, never deleted.
-    settings: an eval_run.EvalSettings.
-    max_evaluations: int or None; periodic mode returns after this many.
-    sleep: called with eval_interval_secs to wait (tests replace it).
-    settings_checked: True when main has checked settings
-      (eval_run.check_settings), so that they are checked once per run.
-
-  Returns:
-    The list of `eval_once` results, in order.
+    settings: an eval_run.EvalSettings; settings_checked: the caller has
+      checked them already.
+    max_evaluations: int or None; following training, return after this many.
+    sleep: called with settings.eval_interval_secs to wait.
 
   Raises:
     ValueError: bad settings or data files, before any graph is built.
-    checkpoints.CheckpointError: no checkpoint with run_once, or a checkpoint
-      that lacks the model or its moving averages.
+    checkpoints.CheckpointError: no checkpoint with run_once, or one without
+      the model or its moving averages.
   """
   if not settings_checked:
     eval_run.check_settings(settings)
@@ -274,16 +216,10 @@ def evaluate(checkpoint_dir, eval_dir, settings, max_evaluations=None,
 
 def evaluate_as_flagged(flag_values, checkpoint_dir, until_step=None,
                         sleep=time.sleep):
-  """What main runs: the flags and the data checked once, then `evaluate`.
-
-  Also the evaluator task of cifar10_distributed_train.py (until_step: its
-  --max_steps; sleep: its wait between looks, as for `evaluate`). A bad
-  flag, data file or checkpoint ends the process with one line,
-  '<script>: error: <message>', and exit status 1.
-
-  Returns:
-    The list of `eval_once` results.
-  """
+  """`evaluate` with the flags checked (data fetched) once: what main and the
+  evaluator task of cifar10_distributed_train.py run (until_step, sleep: see
+  EvalSettings, `evaluate`). A bad flag, data file or checkpoint ends the
+  process with one line, '<script>: error: <message>', and exit status 1."""
   def fail(message):
     sys.exit('%s: error: %s' % (os.path.basename(sys.argv[0]), message))
 

@@ -144,6 +144,25 @@ def test_each_batch_is_classified_before_the_next_is_read(trained, pngs,
   assert first[1].shape == (10,)
 
 
+def test_a_file_that_does_not_decode_leaves_its_batchs_pictures_as_they_are(
+    trained, pngs, tmp_path):
+  # The batch fails as a whole; its pictures are classified without the bad
+  # file, exactly as in a batch of their own.
+  checkpoint, dtype = cifar10_classify.find_checkpoint(trained[1])
+  text = _write(str(tmp_path / 'notes.png'), b'not a picture at all\n')
+  alone = list(cifar10_classify.classify(
+      pngs[:3], checkpoint, dtype, session_config=testutil.session_config()))
+  mixed = list(cifar10_classify.classify(
+      [pngs[0], text] + pngs[1:3], checkpoint, dtype,
+      session_config=testutil.session_config()))
+  assert [path for path, _, _ in mixed] == [pngs[0], text] + pngs[1:3]
+  assert mixed[1][1] is None and mixed[1][2].startswith(
+      '%s: not a PNG, JPEG, BMP or GIF picture TensorFlow can read (' % text)
+  good = [p for _, p, problem in mixed if problem is None]
+  np.testing.assert_array_equal(np.stack(good),
+                                np.stack([p for _, p, _ in alone]))
+
+
 def _odd_pictures(folder, records):
   """A grey PNG, an RGBA PNG, a 1000x800 JPEG and a BMP."""
   rng = np.random.RandomState(1)
