@@ -244,6 +244,11 @@ def curve_from_logs(logs):
           for i, row in enumerate(first['rows'])]}
 
 
+def read_json(path):
+  with open(path) as f:
+    return json.load(f)
+
+
 def write_json(path, value):
   """Writes `value` as indented JSON, each list of numbers on one line."""
   text = re.sub(r'\[([^\[\]{}"]*)\]',
@@ -294,10 +299,7 @@ def parse_args(argv):
 
 def record(args):
   """--record: writes --curve from the given logs."""
-  logs = []
-  for path in args.record.split(','):
-    with open(path) as f:
-      logs.append(json.load(f))
+  logs = [read_json(path) for path in args.record.split(',')]
   curve = curve_from_logs(logs)
   write_json(args.curve, curve)
   expected = expected_by_step(curve)
@@ -318,8 +320,7 @@ def record_to_check(path, info):
   if not os.path.exists(path):
     print('No record at %s: this run is printed, not checked.' % path)
     return None
-  with open(path) as f:
-    curve = json.load(f)
+  curve = read_json(path)
   differ = ['%s %s, here %s' % (key, curve.get(key), info[key])
             for key in SAME_AS_RECORD if curve.get(key) != info[key]]
   if differ:

@@ -126,9 +126,11 @@ def describe_threads(config):
   pools = config.session_inter_op_thread_pool
   intra = config.intra_op_parallelism_threads
   inter = pools[0].num_threads if pools else config.inter_op_parallelism_threads
-  inter_text = {0: "0 (TF's choice)", 1: '1 (one op at a time)'}.get(
-      inter, "%d (ops run in the caller's thread)" % inter if inter < 0
-      else '%d' % inter)
+  if inter < 0:
+    inter_text = "%d (ops run in the caller's thread)" % inter
+  else:
+    inter_text = {0: "0 (TF's choice)", 1: '1 (one op at a time)'}.get(
+        inter, '%d' % inter)
   text = 'threads: intra %s, inter %s' % (
       "0 (TF's choice)" if intra == 0 else '%d' % intra, inter_text)
   if pools:
@@ -389,10 +391,6 @@ class ClassifyVariant(Variant):
   files (test records), with a checkpoint of initial weights."""
 
   def __init__(self, data_dir, scratch, num_files, batch_size, config):
-    super(ClassifyVariant, self).__init__('classify', 1, num_files,
-                                          FORWARD_FLOP_PER_EXAMPLE)
-    self.batch_size = batch_size
-    self.config = config
     pixels = synthetic.read_records(os.path.join(
         data_dir, download.BATCHES_DIR, cifar10_input.eval_files('test')[0]))[1]
     os.makedirs(scratch)
@@ -401,7 +399,10 @@ class ClassifyVariant(Variant):
       self.files.append(os.path.join(scratch, 'record_%05d.png' % i))
       with open(self.files[-1], 'wb') as f:
         f.write(tf.io.encode_png(picture).numpy())
-    self.examples_per_step = len(self.files)
+    super(ClassifyVariant, self).__init__('classify', 1, len(self.files),
+                                          FORWARD_FLOP_PER_EXAMPLE)
+    self.batch_size = batch_size
+    self.config = config
     with tf.Graph().as_default():
       global_step = tf.train.get_or_create_global_step()
       cifar10.inference(tf.zeros([1, 24, 24, 3]))

@@ -10,7 +10,6 @@ without wall times (null) is drawn on the step panel only.
 
 import argparse
 import glob
-import json
 import os
 import sys
 import textwrap
@@ -47,11 +46,6 @@ DPI = 110
 # Characters per line of the caption.
 CAPTION_WIDTH = 165
 THUMB_DPI = 48
-
-
-def load(path):
-  with open(path) as f:
-    return json.load(f)
 
 
 def series_of_log(log):
@@ -211,8 +205,9 @@ def main():
   paths = (args.logs.split(',') if args.logs else
            [path for path in sorted(glob.glob(os.path.join(
                BENCHMARKS, 'results_*.json'))) if path != TRANSCRIBED])
-  figure, axes, title = draw(load(TRANSCRIBED), load(args.curve),
-                             [load(path) for path in paths])
+  figure, axes, title = draw(
+      accuracy.read_json(TRANSCRIBED), accuracy.read_json(args.curve),
+      [accuracy.read_json(path) for path in paths])
   figure.savefig(args.out, dpi=DPI)
   print('Wrote %s' % args.out)
   if args.thumb:

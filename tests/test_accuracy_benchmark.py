@@ -4,8 +4,9 @@ The rule and the table are checked on hand-set numbers; the record in
 benchmarks/ against the runs we measured beside it (healthy ones must pass,
 the maths regressions must not); the training in legs, each evaluated before
 the next and timed as training, against a stub trainer; that a record of
-another test set or batch, and a train_dir with files in it, are refused; and one small run on the synthetic data, end to end
-in this process, against a record made to pass one step and fail the other.
+another test set or batch, and a train_dir with files in it, are refused;
+and one small run on the synthetic data, end to end in this process, against
+a record made to pass one step and fail the other.
 """
 
 import json
@@ -25,8 +26,7 @@ BENCHMARKS = os.path.join(ROOT, 'benchmarks')
 
 
 def _load(name):
-  with open(os.path.join(BENCHMARKS, name)) as f:
-    return json.load(f)
+  return accuracy.read_json(os.path.join(BENCHMARKS, name))
 
 
 def _log(steps, precisions, **fields):

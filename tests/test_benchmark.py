@@ -278,7 +278,6 @@ def test_describe_threads_describes_a_session_config():
           "runs the session's steps)")
 
 
-
 def test_ceiling_is_the_best_median_and_every_ratio_is_against_it():
   """Hand-set rates: the ceiling is the matmul configuration of the highest
   median (not the one with the single fastest round, nor the first), and
