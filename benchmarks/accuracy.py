@@ -1,21 +1,11 @@
 """Trains on the real data and checks precision @ 1 against our recorded runs.
 
     python benchmarks/accuracy.py --data_dir=/tmp/cifar10_data --steps=2000
-    python benchmarks/accuracy.py --data_dir=/tmp/cifar10_data --steps=5000 \
-        --mixed_precision=bf16 --log=/tmp/bf16.json
 
-Trains as `cifar10_train.py` does (its default hyper-parameters) from step 0,
-in legs (`train_and_evaluate`), evaluates each leg's checkpoint on the test
-images with the averaged weights in float32 (`cifar10_eval.eval_once`), and
-prints one row per checkpoint against the record, accuracy_curve.json:
-
-    step  wall time  precision @ 1  recorded  tolerance  result
-
-The exit status is 1 if a row is outside its tolerance (`band`), or the loss
-became NaN; else 0. A step the record does not hold, or a run the record
-cannot judge (`record_to_check`), is printed and not checked. --log writes
-the run as JSON, which plot_results.py draws; --record makes the record from
-such logs. benchmarks/README.md ("Accuracy") says why the rule is what it is.
+benchmarks/README.md ("Accuracy") says what a run does and prints, how the
+record (accuracy_curve.json) was made and why the tolerance rule is what it
+is. Exit status 1 if a checked row is outside its tolerance or the loss
+became NaN, else 0.
 """
 
 import argparse
@@ -66,15 +56,6 @@ REGRESSION = 'REGRESSION'
 NOT_RECORDED = 'not recorded'
 
 
-def band(precisions, sd):
-  """(recorded, tolerance) at one step: the mean of the runs' `precisions`
-  (floats, at least one), and their range plus MARGIN_SDS x `sd`, the pooled
-  run-to-run standard deviation (`pooled_sd`). A bf16 run is judged by the
-  float32 band too: it is meant to train to float32's precision."""
-  recorded = sum(precisions) / len(precisions)
-  return recorded, max(precisions) - min(precisions) + MARGIN_SDS * sd
-
-
 def pooled_sd(precisions_by_step):
   """The run-to-run standard deviation pooled over steps (lists of floats,
   the runs' precisions at each step): each step's deviations from its own
@@ -88,33 +69,33 @@ def pooled_sd(precisions_by_step):
 
 
 def expected_by_step(curve):
-  """{step (int): (recorded, tolerance)} of a record (accuracy_curve.json)."""
-  points = curve['points']
-  sd = pooled_sd([p['precision'] for p in points])
-  return {p['step']: band(p['precision'], sd) for p in points}
-
-
-def judge(measured, expected):
-  """OK, REGRESSION, or NOT_RECORDED (expected None): a measured precision
-  against (recorded, tolerance); above the band fails too, since a model
-  that learns faster than the record did not run the same maths."""
-  if expected is None:
-    return NOT_RECORDED
-  recorded, tolerance = expected
-  # Rounded: a precision on the band's edge is inside, whatever the float.
-  return OK if round(abs(measured - recorded), 9) <= tolerance else REGRESSION
+  """{step (int): (recorded, tolerance)} of a record: the mean of its runs'
+  precisions, and their range plus MARGIN_SDS pooled standard deviations."""
+  sd = pooled_sd([p['precision'] for p in curve['points']])
+  return {p['step']: (sum(p['precision']) / len(p['precision']),
+                      max(p['precision']) - min(p['precision'])
+                      + MARGIN_SDS * sd)
+          for p in curve['points']}
 
 
 def make_rows(results, expected):
   """The results (dicts with 'step' and 'precision'), each with 'recorded'
-  and 'tolerance' (None where `expected`, {step: (recorded, tolerance)}, has
-  no such step) and 'result' (`judge`'s) added."""
+  and 'tolerance' added (None where `expected`, {step: (recorded,
+  tolerance)}, has no such step) and 'result': OK, REGRESSION (above the
+  band too: a model that learns faster did not run the same maths) or
+  NOT_RECORDED."""
   rows = []
   for result in results:
-    expect = expected.get(result['step'])
-    rows.append(dict(result, recorded=expect and expect[0],
-                     tolerance=expect and expect[1],
-                     result=judge(result['precision'], expect)))
+    recorded, tolerance = expected.get(result['step'], (None, None))
+    if recorded is None:
+      outcome = NOT_RECORDED
+    # Rounded: a precision on the band's edge is inside, whatever the float.
+    elif round(abs(result['precision'] - recorded), 9) <= tolerance:
+      outcome = OK
+    else:
+      outcome = REGRESSION
+    rows.append(dict(result, recorded=recorded, tolerance=tolerance,
+                     result=outcome))
   return rows
 
 
@@ -164,24 +145,15 @@ def _saved_at(checkpoint):
 
 
 def train_and_evaluate(settings, steps, eval_settings):
-  """Trains to each of `steps` in turn, evaluating each leg's checkpoint.
-
-  Each leg resumes from the last one's checkpoint (cifar10_train.train with
-  that max_steps) and its final checkpoint is evaluated before the next leg
-  starts, so the trainer's keeping only five never matters.
-
-  Args:
-    settings: a run_settings.TrainSettings, its train_dir empty.
-    steps: ints, increasing.
-    eval_settings: an eval_run.EvalSettings.
+  """Trains to each of `steps` (increasing) in turn from an empty train_dir,
+  each leg resuming from the last one's checkpoint and evaluated before the
+  next (so the trainer's keeping only five never matters).
 
   Returns:
     (results, train_wall_s): a dict per step, 'step' (int), 'wall_s',
     'precision' (floats), 'true_count' and 'num_examples' (ints); and the
-    training seconds in all. wall_s is training seconds from the start to
-    the checkpoint's save: the first leg's graph building and queue filling
-    count, as in one continuous run; evaluations and each later leg's graph
-    building and restoring do not (its queue refill and first steps do).
+    training seconds in all. wall_s counts training time as the README
+    defines it, up to the checkpoint's save.
 
   Raises:
     train_dirs.RUN_ERRORS, as cifar10_train.train.
@@ -218,14 +190,10 @@ def train_and_evaluate(settings, steps, eval_settings):
 def machine_info(machine):
   """The log's fields that say where a run was measured; machine is the
   machine's short name (docs/machines.md), or None."""
-  try:
-    with open('/proc/cpuinfo') as f:
-      cpuinfo = f.read()
-  except OSError:
-    cpuinfo = ''
+  cpuinfo = benchmark.read_cpuinfo()
   family = re.search(r'^cpu family\s*:\s*(\d+)', cpuinfo, re.M)
   model = re.search(r'^model\s*:\s*(\d+)', cpuinfo, re.M)
-  line = benchmark.describe_machine(cpuinfo=cpuinfo or None)
+  line = benchmark.describe_machine(cpuinfo)
   return {'machine': machine,
           'cpu': line[len('machine: '):],
           'cpu_family_model': 'family %s model %s' % (
@@ -235,13 +203,8 @@ def machine_info(machine):
 
 
 def curve_from_logs(logs):
-  """A record (accuracy_curve.json's content) from the --log of N runs.
-
-  Returns:
-    A dict: the first log's machine and versions, 'date' (first to last),
-    'command' (without --log), the SAME_AS_RECORD fields, 'runs' (their
-    start times) and 'points': each step's 'step', and 'precision' and
-    'wall_s' (lists, one value per run, in the logs' order).
+  """A record (accuracy_curve.json's content) from the --log of N runs:
+  each point's 'precision' and 'wall_s' are lists in the logs' order.
 
   Raises:
     ValueError: the logs differ in machine, TensorFlow version, steps or
@@ -281,6 +244,11 @@ def curve_from_logs(logs):
           for i, row in enumerate(first['rows'])]}
 
 
+def read_json(path):
+  with open(path) as f:
+    return json.load(f)
+
+
 def write_json(path, value):
   """Writes `value` as indented JSON, each list of numbers on one line."""
   text = re.sub(r'\[([^\[\]{}"]*)\]',
@@ -292,43 +260,36 @@ def write_json(path, value):
 
 def parse_args(argv):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--data_dir', default=None,
-                      help='folder holding cifar-10-batches-bin/ (downloaded '
-                      'there if missing, as the scripts do)')
-  parser.add_argument('--steps', type=int, default=2000,
-                      help='training steps (the record holds steps up to '
-                      '2000)')
-  parser.add_argument('--eval_every', type=int, default=500,
-                      help='steps between the checkpoints evaluated')
-  parser.add_argument('--mixed_precision', choices=['off', 'bf16'],
-                      default='off',
-                      help='bf16: train as cifar10_train.py '
-                      '--mixed_precision=bf16 does; evaluation stays float32')
-  parser.add_argument('--train_dir', default=None,
-                      help='an empty or new directory to train into, kept '
-                      'afterwards; default: a temporary one, deleted')
-  parser.add_argument('--log', default=None,
-                      help='write the run and its rows to this JSON file')
-  parser.add_argument('--curve', default=CURVE,
-                      help='the record to compare with')
-  parser.add_argument('--machine', default=None,
-                      help='the machine\'s short name for the log '
-                      '(docs/machines.md)')
-  parser.add_argument('--record', default=None, metavar='LOG,LOG,...',
-                      help='instead of training: write --curve from these '
-                      '--log files of float32 runs')
-  parser.add_argument('--log_frequency', type=int, default=100,
-                      help='steps between the training\'s step lines')
-  parser.add_argument('--batch_size', type=int, default=128,
-                      help='the default is the script\'s; the record holds '
-                      '128 only')
-  parser.add_argument('--num_examples', type=int, default=10000,
-                      help='test images per evaluation; the record holds '
-                      '10000 only')
+  # (flag, default, help); a flag with an int default is an int >= 1.
+  flags = (
+      ('data_dir', None, 'folder holding cifar-10-batches-bin/ (downloaded '
+       'there if missing, as the scripts do)'),
+      ('steps', 2000, 'training steps (the record holds steps up to 2000)'),
+      ('eval_every', 500, 'steps between the checkpoints evaluated'),
+      ('mixed_precision', 'off', 'bf16: train as cifar10_train.py '
+       '--mixed_precision=bf16 does; evaluation stays float32'),
+      ('train_dir', None, 'an empty or new directory to train into, kept '
+       'afterwards; default: a temporary one, deleted'),
+      ('log', None, 'write the run and its rows to this JSON file'),
+      ('curve', CURVE, 'the record to compare with'),
+      ('machine', None, 'the machine\'s short name for the log '
+       '(docs/machines.md)'),
+      ('record', None, 'instead of training: write --curve from these --log '
+       'files of float32 runs'),
+      ('log_frequency', 100, 'steps between the training\'s step lines'),
+      ('batch_size', 128, 'the default is the script\'s; the record holds '
+       '128 only'),
+      ('num_examples', 10000, 'test images per evaluation; the record holds '
+       '10000 only'))
+  extras = {'mixed_precision': {'choices': ['off', 'bf16']},
+            'record': {'metavar': 'LOG,LOG,...'}}
+  for name, default, text in flags:
+    parser.add_argument('--' + name, default=default, help=text,
+                        type=int if isinstance(default, int) else None,
+                        **extras.get(name, {}))
   args = parser.parse_args(argv)
-  for name in ('steps', 'eval_every', 'log_frequency', 'batch_size',
-               'num_examples'):
-    if getattr(args, name) < 1:
+  for name, default, _ in flags:
+    if isinstance(default, int) and getattr(args, name) < 1:
       parser.error('--%s must be at least 1' % name)
   if args.record is None and args.data_dir is None:
     parser.error('--data_dir is required (the real data: the record is of '
@@ -338,10 +299,7 @@ def parse_args(argv):
 
 def record(args):
   """--record: writes --curve from the given logs."""
-  logs = []
-  for path in args.record.split(','):
-    with open(path) as f:
-      logs.append(json.load(f))
+  logs = [read_json(path) for path in args.record.split(',')]
   curve = curve_from_logs(logs)
   write_json(args.curve, curve)
   expected = expected_by_step(curve)
@@ -362,8 +320,7 @@ def record_to_check(path, info):
   if not os.path.exists(path):
     print('No record at %s: this run is printed, not checked.' % path)
     return None
-  with open(path) as f:
-    curve = json.load(f)
+  curve = read_json(path)
   differ = ['%s %s, here %s' % (key, curve.get(key), info[key])
             for key in SAME_AS_RECORD if curve.get(key) != info[key]]
   if differ:

@@ -1,19 +1,11 @@
 """Measures how fast this CIFAR-10 code trains and evaluates, in one run.
 
-    python benchmarks/benchmark.py                   # synthetic records
     python benchmarks/benchmark.py --data_dir=/tmp/cifar10_data
 
-Every variant (a row; the class or *_variant function that builds it says
-what it runs) is built once, in its own graph and session, then measured in
-interleaved rounds (A, B, C, ..., then A, B, C again), so that drift in the
-machine's speed hits all of them alike. Each figure is the median over the
-rounds, after a warm-up, printed with its ratio to its baseline measured in
-the same run (BASELINES) and, for a FLOP rate, to the best matrix-product
-configuration (the ceiling; for the *_bf16 rows, the best bfloat16 one).
-Then come the split of a median traced training step (step_time.py; with
---mixed_precision also by op), the time from `python cifar10_train.py` to its
-first step, and the process's memory after each round (it must not grow).
-benchmarks/README.md explains the rows and holds the measured figures.
+Each variant (a row: the class or *_variant function that builds it says
+what it runs) gets its own graph and session, and all are measured in
+interleaved rounds. benchmarks/README.md explains the rows and the ratios,
+and holds the measured figures.
 """
 
 import argparse
@@ -66,9 +58,8 @@ FORWARD_FLOP_PER_EXAMPLE = 2 * MACS_PER_EXAMPLE
 
 MATMUL_SIZES = (1024, 2048, 4096)
 MATMUL_PRODUCTS = (1, 2, 4)
-MATMUL_MAX_GFLOP = 150  # keeps 4096 x1 (137); x2 took 2.6 s a run on 2 cores
-# Seconds of one measurement window of a matmul configuration: its number of
-# runs is set from its speed in the warm-up (one run at least).
+MATMUL_MAX_GFLOP = 150  # keeps 4096 x1; x2 takes seconds a run on 2 cores
+# Seconds of one measurement window of a matmul configuration.
 MATMUL_WINDOW_S = 0.25
 
 # /proc/cpuinfo flags reported in the machine line.
@@ -84,22 +75,21 @@ BASELINES.update({'%s_%s' % (name, suffix): name
                   for suffix in ('bf16', 'fp16')})
 
 
+def read_cpuinfo():
+  """The text of /proc/cpuinfo, '' where there is none."""
+  try:
+    with open('/proc/cpuinfo') as f:
+      return f.read()
+  except OSError:
+    return ''
+
+
 def describe_machine(cpuinfo=None, cpu_count=None, usable_cores=None,
                      environ=None, tf_version=None):
-  """'machine: <CPU>, <n> cores; AVX-512 yes|no, AVX512_BF16 yes|no, AMX
-  yes|no; TensorFlow <version>; oneDNN on|off (...)'.
-
-  Each argument None is read from this machine: the text of /proc/cpuinfo
-  (its first 'model name', else platform.processor(); its flags),
-  os.cpu_count(), the cores this process may use (printed where fewer),
-  os.environ (TF_ENABLE_ONEDNN_OPTS) and tf.__version__.
-  """
-  if cpuinfo is None:
-    try:
-      with open('/proc/cpuinfo') as f:
-        cpuinfo = f.read()
-    except OSError:
-      cpuinfo = ''
+  """The 'machine: ...' line. Each argument None is read from this machine:
+  /proc/cpuinfo, os.cpu_count(), the cores this process may use (printed
+  where fewer), os.environ (TF_ENABLE_ONEDNN_OPTS) and tf.__version__."""
+  cpuinfo = read_cpuinfo() if cpuinfo is None else cpuinfo
   cpu_count = os.cpu_count() if cpu_count is None else cpu_count
   usable_cores = (sessions.usable_cores() if usable_cores is None
                   else usable_cores)
@@ -117,12 +107,12 @@ def describe_machine(cpuinfo=None, cpu_count=None, usable_cores=None,
                          for name, flag in CPU_FEATURES)
   # TensorFlow reads the variable as a boolean: 1/true or 0/false.
   setting = environ.get('TF_ENABLE_ONEDNN_OPTS')
+  state = {'1': 'on', 'true': 'on', '0': 'off', 'false': 'off'}.get(
+      (setting or '').strip().lower())
   if setting is None:
     onednn = "TF's default (TF_ENABLE_ONEDNN_OPTS unset)"
-  elif setting.strip().lower() in ('1', 'true'):
-    onednn = 'on (TF_ENABLE_ONEDNN_OPTS=%s)' % setting
-  elif setting.strip().lower() in ('0', 'false'):
-    onednn = 'off (TF_ENABLE_ONEDNN_OPTS=%s)' % setting
+  elif state:
+    onednn = '%s (TF_ENABLE_ONEDNN_OPTS=%s)' % (state, setting)
   else:
     onednn = 'TF_ENABLE_ONEDNN_OPTS=%r, not a boolean' % setting
   return 'machine: %s, %s; %s; TensorFlow %s; oneDNN %s' % (
@@ -130,10 +120,9 @@ def describe_machine(cpuinfo=None, cpu_count=None, usable_cores=None,
 
 
 def describe_threads(config):
-  """The thread settings of a session's tf.ConfigProto, in one line: e.g.
-  "threads: intra 0 (TF's choice), inter 1 (one op at a time) from
-  session_inter_op_thread_pool [1 thread, global 'name']" (a session runs
-  its steps in the first such pool, else in the process's inter-op pool)."""
+  """A tf.ConfigProto's thread settings, in one line. A session runs its
+  steps in its first session_inter_op_thread_pool, else in the process's
+  inter-op pool."""
   pools = config.session_inter_op_thread_pool
   intra = config.intra_op_parallelism_threads
   inter = pools[0].num_threads if pools else config.inter_op_parallelism_threads
@@ -144,18 +133,13 @@ def describe_threads(config):
         inter, '%d' % inter)
   text = 'threads: intra %s, inter %s' % (
       "0 (TF's choice)" if intra == 0 else '%d' % intra, inter_text)
-  pools = config.session_inter_op_thread_pool
   if pools:
-    described = []
-    for pool in pools:
-      entry = '%d thread%s' % (pool.num_threads,
-                               '' if pool.num_threads == 1 else 's')
-      if pool.num_threads == 0:
-        entry += " (TF's choice)"
-      if pool.global_name:
-        entry += ", global '%s'" % pool.global_name
-      described.append(entry)
-    text += ' from session_inter_op_thread_pool [%s]' % '; '.join(described)
+    text += ' from session_inter_op_thread_pool [%s]' % '; '.join(
+        '%d thread%s%s%s' % (
+            pool.num_threads, '' if pool.num_threads == 1 else 's',
+            " (TF's choice)" if pool.num_threads == 0 else '',
+            ", global '%s'" % pool.global_name if pool.global_name else '')
+        for pool in pools)
     if len(pools) > 1:
       text += ' (the first runs the session\'s steps)'
   if config.use_per_session_threads:
@@ -164,25 +148,23 @@ def describe_threads(config):
 
 
 def row_name(name, compute_dtype):
-  """'train' for float32; 'train_bf16' or 'train_fp16' in mixed precision:
-  the rows --mixed_precision=bf16 adds, the model computing in bfloat16 (in
-  float16 on a GPU without bfloat16)."""
+  """'train' for float32; 'train_bf16' or 'train_fp16' in mixed precision."""
   if compute_dtype is None:
     return name
   return '%s_%s' % (name, {tf.bfloat16: 'bf16', tf.float16: 'fp16'}[
       compute_dtype])
 
 
-def _constant_batch(batch_size, seed=0):
-  rng = np.random.RandomState(seed)
+def _constant_batch(batch_size):
+  rng = np.random.RandomState(0)
   images = rng.normal(size=(batch_size, 24, 24, 3)).astype(np.float32)
   labels = rng.randint(0, 10, batch_size).astype(np.int32)
   return tf.constant(images), tf.constant(labels)
 
 
 def _train_op(images, labels, global_step, batch_size, compute_dtype=None):
-  """(train op, loss) as cifar10_train.train builds them from a batch; the
-  `train` and `bound` rows share it, so that the bound computes the same."""
+  """(train op, loss) as cifar10_train.train builds them: `train` and
+  `bound` share it, so that the bound computes the same."""
   loss = cifar10.loss(cifar10.inference(images, compute_dtype), labels)
   return cifar10.train(
       loss, global_step, batch_size,
@@ -190,7 +172,8 @@ def _train_op(images, labels, global_step, batch_size, compute_dtype=None):
 
 
 class Variant(object):
-  """A graph and session, and how many examples one `step()` processes."""
+  """A row: `step()` processes examples_per_step examples; `rates` holds
+  the examples/sec of each measured window."""
 
   def __init__(self, name, steps, examples_per_step, flop_per_example=None):
     self.name = name
@@ -216,19 +199,17 @@ class Variant(object):
 
 
 class SessionVariant(Variant):
-  """Runs what `build()` returns in a plain session with the queue runners
-  started; config None for the training sessions' (sessions'
-  training_config)."""
+  """Runs what `build()` returns in a plain session of its own graph, the
+  queue runners started."""
 
-  def __init__(self, name, steps, examples_per_step, build,
-               flop_per_example=None, config=None):
+  def __init__(self, name, steps, examples_per_step, build, flop_per_example,
+               config):
     super(SessionVariant, self).__init__(name, steps, examples_per_step,
                                          flop_per_example)
+    self.config = config
     self.graph = tf.Graph()
     with self.graph.as_default():
       self.fetch = build()
-      self.config = (sessions.training_config() if config is None
-                     else config)
       self.sess = tf.Session(config=self.config)
       self.sess.run([tf.global_variables_initializer(),
                      tf.local_variables_initializer()])
@@ -244,10 +225,9 @@ class SessionVariant(Variant):
     self.sess.close()
 
 
-def bound_variant(steps, batch_size, compute_dtype=None, config=None):
-  """The `bound` row (`bound_bf16`, `bound_fp16` in mixed precision): the
-  train op `train` runs, in the same type and with the same loss scaling,
-  on one constant batch."""
+def bound_variant(steps, batch_size, config, compute_dtype=None):
+  """`bound`: the train op of `train`, in the same type and with the same
+  loss scaling, on one constant batch."""
   def build():
     global_step = tf.train.get_or_create_global_step()
     images, labels = _constant_batch(batch_size)
@@ -258,8 +238,7 @@ def bound_variant(steps, batch_size, compute_dtype=None, config=None):
 
 
 def forward_variant(steps, batch_size, config, compute_dtype=None):
-  """The `forward` row: inference alone on a constant batch, in evaluation's
-  session configuration (`eval`'s ceiling)."""
+  """`forward`: inference alone on a constant batch (`eval`'s ceiling)."""
   def build():
     images, labels = _constant_batch(batch_size)
     logits = cifar10.inference(images, compute_dtype)
@@ -270,24 +249,20 @@ def forward_variant(steps, batch_size, config, compute_dtype=None):
 
 
 def input_variant(data_dir, batch_size, config):
-  """The `input` row: the training input pipeline alone."""
+  """`input`: the training input pipeline alone."""
   def build():
     images, labels = cifar10.distorted_inputs(data_dir, batch_size)
     # Fetch one number, not the batch: the copy to numpy is not the pipeline.
     return [tf.reduce_sum(images), labels[0]]
-  return SessionVariant('input', 50, batch_size, build, config=config)
+  return SessionVariant('input', 50, batch_size, build, None, config)
 
 
 class TrainScriptVariant(Variant):
-  """cifar10_train.py's graph and session: pipeline, summaries, checkpoints.
+  """`train`: what cifar10_train.train builds (graph, hooks, its logger's
+  lines to /dev/null, MonitoredTrainingSession) in a fresh train_dir with no
+  stop step; the loop is the benchmark's."""
 
-  A copy of what cifar10_train.train builds: the same graph, hooks (its
-  StepLogger, whose line every 10 steps goes to /dev/null) and
-  MonitoredTrainingSession, in a fresh train_dir with no stop step; the loop
-  is the benchmark's. config None: the script's own.
-  """
-
-  def __init__(self, steps, data_dir, train_dir, batch_size, config=None,
+  def __init__(self, steps, data_dir, train_dir, batch_size, config,
                compute_dtype=None):
     super(TrainScriptVariant, self).__init__(
         row_name('train', compute_dtype), steps, batch_size,
@@ -299,15 +274,11 @@ class TrainScriptVariant(Variant):
       images, labels = cifar10.distorted_inputs(data_dir, batch_size)
       self.train_op, loss = _train_op(images, labels, global_step, batch_size,
                                       compute_dtype)
-      if config is None:
-        config = sessions.training_config()
       self._start(train_dir, config, loss,
                   progress.StepLogger(loss, batch_size, 10))
 
   def _start(self, train_dir, config, loss, step_hook, summary_op=None):
-    """Opens the trainer's session with its hooks (step_hook: its logger)
-    and the scripts' saving settings."""
-    self.config = config
+    """Opens the trainer's session with its hooks and saving settings."""
     self._log = open(os.devnull, 'w')
     settings = run_settings.TrainSettings(None, train_dir, max_steps=10 ** 9)
     with self._quiet():
@@ -321,8 +292,7 @@ class TrainScriptVariant(Variant):
   @contextlib.contextmanager
   def _quiet(self):
     """The logger's lines to /dev/null, in this variant's graph (the
-    checkpoint hook builds its save ops there: outside, in eager mode, it
-    fails)."""
+    checkpoint hook builds its save ops there: in eager mode it fails)."""
     with contextlib.redirect_stdout(self._log), self.graph.as_default():
       yield
 
@@ -338,27 +308,21 @@ class TrainScriptVariant(Variant):
   def step(self):
     self.sess.run(self.train_op)
 
-  def traced_run(self):
-    """One step under FULL_TRACE: (its step_stats, start, end), start and end
-    in seconds since the epoch around the run call."""
-    options = tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE)
-    metadata = tf.RunMetadata()
-    with self._quiet():
-      start = time.time()
-      self.sess.run(self.train_op, options=options, run_metadata=metadata)
-      end = time.time()
-    return metadata.step_stats, start, end
-
   def median_traced_step(self, steps):
     """(step_time.Breakdown, step_stats) of the traced step of median wall
-    time of `steps` > 0, after one traced step that sets the tracer up. The
-    median step, not each part's median, so that its parts add up."""
-    self.traced_run()
+    time of `steps` > 0, after one that sets the tracer up. The median step,
+    not each part's median, so that its parts add up."""
+    options = tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE)
     runs = []
-    for _ in range(steps):
-      stats, start, end = self.traced_run()
-      runs.append((step_time.split_step(stats, start, end), stats))
-    runs.sort(key=lambda run: run[0].step)
+    for _ in range(steps + 1):
+      metadata = tf.RunMetadata()
+      with self._quiet():
+        start = time.time()
+        self.sess.run(self.train_op, options=options, run_metadata=metadata)
+        end = time.time()
+      runs.append((step_time.split_step(metadata.step_stats, start, end),
+                   metadata.step_stats))
+    runs = sorted(runs[1:], key=lambda run: run[0].step)
     return runs[(len(runs) - 1) // 2]
 
   def close(self):
@@ -368,10 +332,9 @@ class TrainScriptVariant(Variant):
 
 
 class TowersVariant(TrainScriptVariant):
-  """cifar10_multi_gpu_train.py's graph, hooks and session: prefetch queue,
-  num_towers towers of batch_size on as many virtual CPU devices (`towers2`:
-  two of half the batch); each step fetches the mean loss too, as its loop
-  does."""
+  """`towers`, `towers2`: what cifar10_multi_gpu_train.py builds (prefetch
+  queue, num_towers towers of batch_size on as many virtual CPU devices,
+  hooks, session); each step fetches the mean loss too, as its loop does."""
 
   def __init__(self, name, steps, data_dir, train_dir, batch_size,
                num_towers, threads):
@@ -393,11 +356,9 @@ class TowersVariant(TrainScriptVariant):
 
 
 class EvalVariant(Variant):
-  """cifar10_eval.py's graph counting the whole test set, each example once.
-
-  The single-pass input ends after the test set, so every measurement builds
-  a fresh graph and session (untimed) and times the counting loop.
-  """
+  """`eval`: cifar10_eval.py's graph counting num_examples test examples.
+  The single-pass input ends after them, so each window builds a fresh
+  graph and session, untimed, and times the counting."""
 
   def __init__(self, data_dir, batch_size, num_examples, config,
                compute_dtype=None):
@@ -408,21 +369,17 @@ class EvalVariant(Variant):
     self.config = config
 
   def measure(self):
-    with tf.Graph().as_default():
-      eval_graph = cifar10_eval.build_eval_graph(self.settings)
-      with tf.Session(config=self.config) as sess:
-        sess.run([tf.global_variables_initializer(),
-                  tf.local_variables_initializer()])
-        coord = tf.train.Coordinator()
-        threads = tf.train.start_queue_runners(sess=sess, coord=coord)
-        try:
-          start = time.time()
-          cifar10_eval.count_examples(sess, eval_graph,
-                                      self.examples_per_step)
-          self.rates.append(self.examples_per_step / (time.time() - start))
-        finally:
-          coord.request_stop()
-          coord.join(threads, stop_grace_period_secs=10)
+    counting = SessionVariant(
+        self.name, 1, self.examples_per_step,
+        lambda: cifar10_eval.build_eval_graph(self.settings),
+        FORWARD_FLOP_PER_EXAMPLE, self.config)
+    try:
+      start = time.time()
+      cifar10_eval.count_examples(counting.sess, counting.fetch,
+                                  self.examples_per_step)
+      self.rates.append(self.examples_per_step / (time.time() - start))
+    finally:
+      counting.close()
 
   def warm_up(self):
     self.measure()
@@ -430,15 +387,10 @@ class EvalVariant(Variant):
 
 
 class ClassifyVariant(Variant):
-  """cifar10_classify.py on a folder of PNG files, as a user runs it: each
-  step classifies the same files (test records written as PNG) with a
-  checkpoint of initial weights."""
+  """`classify`: cifar10_classify.py as a user runs it, on a folder of PNG
+  files (test records), with a checkpoint of initial weights."""
 
   def __init__(self, data_dir, scratch, num_files, batch_size, config):
-    super(ClassifyVariant, self).__init__('classify', 1, num_files,
-                                          FORWARD_FLOP_PER_EXAMPLE)
-    self.batch_size = batch_size
-    self.config = config
     pixels = synthetic.read_records(os.path.join(
         data_dir, download.BATCHES_DIR, cifar10_input.eval_files('test')[0]))[1]
     os.makedirs(scratch)
@@ -447,7 +399,10 @@ class ClassifyVariant(Variant):
       self.files.append(os.path.join(scratch, 'record_%05d.png' % i))
       with open(self.files[-1], 'wb') as f:
         f.write(tf.io.encode_png(picture).numpy())
-    self.examples_per_step = len(self.files)
+    super(ClassifyVariant, self).__init__('classify', 1, len(self.files),
+                                          FORWARD_FLOP_PER_EXAMPLE)
+    self.batch_size = batch_size
+    self.config = config
     with tf.Graph().as_default():
       global_step = tf.train.get_or_create_global_step()
       cifar10.inference(tf.zeros([1, 24, 24, 3]))
@@ -471,14 +426,12 @@ class ClassifyVariant(Variant):
 class MatmulVariant(SessionVariant):
   """`products` independent n x n products in one session.run; its
   "examples" are FLOP. Each has its own operands (Grappler would merge
-  identical ones). In bfloat16 oneDNN accumulates in float32, as in the
-  model's layers. TF's default tf.ConfigProto() lets the products run side
+  identical ones). TF's default tf.ConfigProto() lets the products run side
   by side (the model's sessions run one op at a time on a few-core CPU)."""
 
-  def __init__(self, n, products, window_s=MATMUL_WINDOW_S, dtype=None):
+  def __init__(self, n, products, dtype=None):
     self.n = n
     self.products = products
-    self.window_s = window_s
     self.dtype = dtype or tf.float32
 
     def build():
@@ -492,7 +445,7 @@ class MatmulVariant(SessionVariant):
 
     super(MatmulVariant, self).__init__(
         '%s %d x%d' % (row_name('matmul', dtype), n, products), 1,
-        products * 2 * n ** 3, build, config=tf.ConfigProto())
+        products * 2 * n ** 3, build, None, tf.ConfigProto())
 
   def describe(self):
     return '%d independent %dx%d %s product%s in one session.run' % (
@@ -500,47 +453,40 @@ class MatmulVariant(SessionVariant):
         '' if self.products == 1 else 's')
 
   def warm_up(self):
-    """One run, then runs timed for ~window_s / 2 to set the window's runs."""
+    """One run, then runs timed for ~MATMUL_WINDOW_S / 2 to set the
+    window's runs (one at least)."""
     self.step()
     count, start = 0, time.time()
-    while count == 0 or time.time() - start < self.window_s / 2:
+    while count == 0 or time.time() - start < MATMUL_WINDOW_S / 2:
       self.step()
       count += 1
     per_step = (time.time() - start) / count
-    self.steps = max(1, int(round(self.window_s / per_step)))
-
-
-def matmul_variants(sizes, products, max_gflop, dtype=None):
-  """A MatmulVariant for every size and number of products, except those of
-  more than max_gflop GFLOP per session.run; dtype None for float32."""
-  return [MatmulVariant(n, k, dtype=dtype) for n in sizes for k in products
-          if k * 2 * n ** 3 <= max_gflop * 1e9]
+    self.steps = max(1, int(round(MATMUL_WINDOW_S / per_step)))
 
 
 def mixed_precision_rows(requested, on_gpu, cpu_feature, capability):
-  """The compute dtype of the mixed-precision rows, and the line about them:
-  precision.choose's, except that a CPU without native bfloat16 is measured
-  in bfloat16 anyway. (None, None) for requested 'off'."""
+  """(compute dtype of the mixed-precision rows, the line about them, the
+  end of the bf16 ceiling's line), as precision.choose but a CPU without
+  native bfloat16 is measured in bfloat16 anyway; (None, None, '') for
+  requested 'off'. cpu_feature: precision.cpu_bf16_feature()'s answer."""
   dtype, line = precision.choose(requested, on_gpu, cpu_feature, capability)
   if requested != 'off' and dtype is None:
-    return tf.bfloat16, (
+    dtype, line = tf.bfloat16, (
         'bf16 rows: this CPU has neither AVX512_BF16 nor AMX, so oneDNN '
         'emulates bfloat16 (the scripts stay float32 here).')
-  return dtype, line
-
-
-def bf16_ceiling_note(cpu_feature, on_gpu):
-  """What the bf16 ceiling's line says of where its products ran, given
-  precision.cpu_bf16_feature()'s answer and whether they ran on a GPU."""
-  if on_gpu:
-    return '; on the GPU'
-  if cpu_feature:
-    return '; this CPU computes bfloat16 natively (%s)' % cpu_feature.upper()
-  return '; emulated: this CPU has neither AVX512_BF16 nor AMX'
+  if dtype != tf.bfloat16:
+    note = ''
+  elif on_gpu:
+    note = '; on the GPU'
+  elif cpu_feature:
+    note = '; this CPU computes bfloat16 natively (%s)' % cpu_feature.upper()
+  else:
+    note = '; emulated: this CPU has neither AVX512_BF16 nor AMX'
+  return dtype, line, note
 
 
 def matmul_ceiling(variants, median, dtype=None):
-  """(the MatmulVariant of dtype, None for float32, with the highest
+  """(the MatmulVariant of dtype, None for float32, of the highest
   median[name], its rate in GFLOP/s), or (None, None) when none ran."""
   matmuls = [v for v in variants if isinstance(v, MatmulVariant)
              and v.dtype == (dtype or tf.float32)]
@@ -551,9 +497,9 @@ def matmul_ceiling(variants, median, dtype=None):
 
 
 def table_lines(variants, median, bf16_note=''):
-  """The printed table: a row per variant, then the ceilings' lines. Every
-  GFLOP/s is given as a ratio of the ceiling only; where bfloat16 products
-  ran, those and the *_bf16 rows of the bf16 ceiling (its line ends with
+  """The printed table: a row per variant, then the ceilings' lines. Each
+  GFLOP/s is given as a ratio of its ceiling only: the bf16 one, where
+  bfloat16 products ran, for those and the *_bf16 rows (its line ends with
   bf16_note)."""
   tops = {tf.float32: matmul_ceiling(variants, median) + ('ceiling',),
           tf.bfloat16: matmul_ceiling(variants, median, tf.bfloat16)
@@ -578,23 +524,21 @@ def table_lines(variants, median, bf16_note=''):
     if v.flop_per_example:
       rate = median[v.name] * v.flop_per_example / 1e9
       model_gflops = '%.1f' % rate
-      _, ceiling, label = tops[tf.float32]
-      if tops[tf.bfloat16][0] is not None and v.name.endswith('_bf16'):
-        _, ceiling, label = tops[tf.bfloat16]
+      bf16 = tops[tf.bfloat16][0] is not None and v.name.endswith('_bf16')
+      _, ceiling, label = tops[tf.bfloat16 if bf16 else tf.float32]
       ratios.append('%.2f of %s' % (rate / ceiling, label))
     lines.append(row % (v.name, '%.1f' % median[v.name], '; '.join(ratios),
                         model_gflops,
                         '(rounds: %.0f-%.0f)' % (min(v.rates), max(v.rates))))
   for dtype, (best, ceiling, label) in tops.items():
-    if best is None:
-      continue
-    count = sum(1 for v in variants
-                if isinstance(v, MatmulVariant) and v.dtype == dtype)
-    lines.append('%s: %s = %s, %.1f GFLOP/s (the best median of %d '
-                 'matmul configuration%s)%s' % (
-                     label, best.name, best.describe(), ceiling, count,
-                     '' if count == 1 else 's',
-                     bf16_note if dtype == tf.bfloat16 else ''))
+    if best is not None:
+      count = sum(1 for v in variants
+                  if isinstance(v, MatmulVariant) and v.dtype == dtype)
+      lines.append('%s: %s = %s, %.1f GFLOP/s (the best median of %d '
+                   'matmul configuration%s)%s' % (
+                       label, best.name, best.describe(), ceiling, count,
+                       '' if count == 1 else 's',
+                       bf16_note if dtype == tf.bfloat16 else ''))
   return lines
 
 
@@ -633,44 +577,42 @@ def _rss_mib():
 
 
 def parse_args():
+  """The flags, and args.matmuls: the (size, products) of each matmul
+  configuration within --matmul_max_gflop."""
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--data_dir', default=None,
-                      help='folder holding cifar-10-batches-bin/; default: '
-                      'full-size synthetic records in a temp dir')
-  parser.add_argument('--rounds', type=int, default=5)
-  parser.add_argument('--steps', type=int, default=100,
-                      help='training steps per window (a multiple of the '
-                      '100-step summary interval keeps summaries counted)')
-  parser.add_argument('--batch_size', type=int, default=128)
-  parser.add_argument('--num_intra_threads', type=int, default=None,
-                      help='as the scripts take it (sessions.session_config); '
-                      'unset: the rule')
-  parser.add_argument('--num_inter_threads', type=int, default=None,
-                      help='as the scripts take it; unset: the rule')
-  parser.add_argument('--mixed_precision', choices=['off', 'bf16'],
-                      default='off',
-                      help='bf16: add train, eval and forward rows with the '
-                      'model computing in bfloat16, as the scripts\' flag')
-  parser.add_argument('--startup_runs', type=int, default=3)
-  parser.add_argument('--traced_steps', type=int, default=10,
-                      help='traced steps per training variant, after the '
-                      'timed rounds, for the split of a step\'s time; 0: none')
-  parser.add_argument('--matmul_sizes', type=_sizes,
-                      default=list(MATMUL_SIZES),
-                      help='matrix sizes N of the ceiling\'s NxN products '
-                      '(comma-separated)')
-  parser.add_argument('--matmul_products', type=_sizes,
-                      default=list(MATMUL_PRODUCTS),
-                      help='numbers of products side by side in one '
-                      'session.run (comma-separated)')
-  parser.add_argument('--matmul_max_gflop', type=float,
-                      default=MATMUL_MAX_GFLOP,
-                      help='leave out the configurations of more GFLOP per '
-                      'session.run (the default keeps 4096 x1 and leaves out '
-                      '4096 x2 and x4: seconds a run on 2 cores)')
+  # (flag, type or choices, default, help)
+  for flag, kind, default, text in (
+      ('data_dir', None, None, 'folder holding cifar-10-batches-bin/; '
+       'default: full-size synthetic records in a temp dir'),
+      ('rounds', int, 5, None),
+      ('steps', int, 100, 'training steps per window (a multiple of the '
+       '100-step summary interval keeps summaries counted)'),
+      ('batch_size', int, 128, None),
+      ('num_intra_threads', int, None, 'as the scripts take it '
+       '(sessions.session_config); unset: the rule'),
+      ('num_inter_threads', int, None,
+       'as the scripts take it; unset: the rule'),
+      ('mixed_precision', ['off', 'bf16'], 'off', 'bf16: add train, eval '
+       'and forward rows with the model computing in bfloat16, as the '
+       'scripts\' flag'),
+      ('startup_runs', int, 3, None),
+      ('traced_steps', int, 10, 'traced steps per training variant, after '
+       'the timed rounds, for the split of a step\'s time; 0: none'),
+      ('matmul_sizes', _sizes, list(MATMUL_SIZES), 'matrix sizes N of the '
+       'ceiling\'s NxN products (comma-separated)'),
+      ('matmul_products', _sizes, list(MATMUL_PRODUCTS), 'numbers of '
+       'products side by side in one session.run (comma-separated)'),
+      ('matmul_max_gflop', float, MATMUL_MAX_GFLOP, 'leave out the '
+       'configurations of more GFLOP per session.run (the default keeps '
+       '4096 x1 and leaves out 4096 x2 and x4: seconds a run on 2 cores)')):
+    choices = kind if isinstance(kind, list) else None
+    parser.add_argument('--' + flag, type=None if choices else kind,
+                        choices=choices, default=default, help=text)
   args = parser.parse_args()
-  if not any(k * 2 * n ** 3 <= args.matmul_max_gflop * 1e9
-             for n in args.matmul_sizes for k in args.matmul_products):
+  args.matmuls = [(n, k) for n in args.matmul_sizes
+                  for k in args.matmul_products
+                  if k * 2 * n ** 3 <= args.matmul_max_gflop * 1e9]
+  if not args.matmuls:
     parser.error('no matmul configuration within --matmul_max_gflop')
   return args
 
@@ -695,48 +637,42 @@ def main():
   print('train session %s' % describe_threads(train_config))
   print('matmul sessions %s' % describe_threads(tf.ConfigProto()))
   on_gpu = sessions.has_gpu()
-  cpu_feature = precision.cpu_bf16_feature()
-  capability = precision.gpu_capability() if on_gpu else None
-  mixed, mixed_line = mixed_precision_rows(args.mixed_precision, on_gpu,
-                                           cpu_feature, capability)
+  mixed, mixed_line, bf16_note = mixed_precision_rows(
+      args.mixed_precision, on_gpu, precision.cpu_bf16_feature(),
+      precision.gpu_capability() if on_gpu else None)
   if mixed_line:
     print(mixed_line)
   print('data: %s' % (args.data_dir or 'synthetic'), flush=True)
   startup_s = [_startup_seconds(data_dir, os.path.join(scratch, 'start'),
                                 threads) for _ in range(args.startup_runs)]
 
-  def train_dir(name):
-    return os.path.join(scratch, name)
-
   variants = [
-      TrainScriptVariant(args.steps, data_dir, train_dir('train'), batch,
-                         train_config),
-      TowersVariant('towers', args.steps, data_dir, train_dir('towers'),
-                    batch, 1, threads),
-      TowersVariant('towers2', args.steps, data_dir, train_dir('towers2'),
-                    batch // 2, 2, threads),
-      bound_variant(args.steps, batch, config=train_config),
+      TrainScriptVariant(args.steps, data_dir, os.path.join(scratch, 'train'),
+                         batch, train_config),
+      TowersVariant('towers', args.steps, data_dir,
+                    os.path.join(scratch, 'towers'), batch, 1, threads),
+      TowersVariant('towers2', args.steps, data_dir,
+                    os.path.join(scratch, 'towers2'), batch // 2, 2, threads),
+      bound_variant(args.steps, batch, train_config),
       input_variant(data_dir, batch, train_config),
       EvalVariant(data_dir, batch, num_test, eval_config),
       forward_variant(eval_batches, batch, eval_config),
-      ClassifyVariant(data_dir, train_dir('classify'), min(num_test, 1000),
-                      batch, eval_config),
+      ClassifyVariant(data_dir, os.path.join(scratch, 'classify'),
+                      min(num_test, 1000), batch, eval_config),
   ]
   if mixed:
     variants += [
-        TrainScriptVariant(args.steps, data_dir, train_dir('train_mixed'),
-                           batch, train_config, mixed),
-        bound_variant(args.steps, batch, mixed, train_config),
+        TrainScriptVariant(args.steps, data_dir,
+                           os.path.join(scratch, 'train_mixed'), batch,
+                           train_config, mixed),
+        bound_variant(args.steps, batch, train_config, mixed),
         EvalVariant(data_dir, batch, num_test, eval_config, mixed),
         forward_variant(eval_batches, batch, eval_config, mixed),
     ]
-  variants += matmul_variants(args.matmul_sizes, args.matmul_products,
-                              args.matmul_max_gflop)
-  bf16_note = ''
+  variants += [MatmulVariant(n, k) for n, k in args.matmuls]
   if mixed == tf.bfloat16:
-    variants += matmul_variants(args.matmul_sizes, args.matmul_products,
-                                args.matmul_max_gflop, tf.bfloat16)
-    bf16_note = bf16_ceiling_note(cpu_feature, on_gpu)
+    variants += [MatmulVariant(n, k, dtype=tf.bfloat16)
+                 for n, k in args.matmuls]
   for variant in variants:
     variant.warm_up()
   rss = []
@@ -768,13 +704,8 @@ def main():
   if splits and mixed:
     # Which ops of a mixed-precision step run in which type, at what cost.
     for name in ('train', row_name('train', mixed)):
-      stats = splits[name][1]
       print()
-      for line in step_time.describe_op_costs(name,
-                                              step_time.op_costs(stats)):
-        print(line)
-      for line in step_time.describe_node_costs(name,
-                                                step_time.node_costs(stats)):
+      for line in step_time.cost_lines(name, splits[name][1]):
         print(line)
   print()
   print('start to first step: %s s (median %.1f s)' % (

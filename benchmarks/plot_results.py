@@ -2,22 +2,14 @@
 
     python benchmarks/plot_results.py
 
-writes docs/results.png (precision @ 1 on the test set against training
-steps, and against wall time from the start of training, both on log axes)
-and docs/results_thumb.png (its title and panels, small, for the README).
-Every number comes from JSON files in benchmarks/: accuracy_curve.json (the
-record of accuracy.py: its runs' points and the band a run passes in),
-results_*.json (--log files of accuracy.py runs: a curve each) and
-results_transcribed.json (figures transcribed from the docs, each series
-naming its source, and the original tutorial's). A series without wall times
-(null) is drawn on the step panel only. matplotlib (Agg backend, no display)
-is a dependency of this script only (benchmarks/requirements.txt).
+writes docs/results.png and docs/results_thumb.png from accuracy_curve.json,
+results_*.json (accuracy.py --log files) and results_transcribed.json, all
+in benchmarks/; docs/results.md shows and explains the figure. A series
+without wall times (null) is drawn on the step panel only.
 """
 
 import argparse
-import collections
 import glob
-import json
 import os
 import sys
 import textwrap
@@ -56,11 +48,6 @@ CAPTION_WIDTH = 165
 THUMB_DPI = 48
 
 
-def load(path):
-  with open(path) as f:
-    return json.load(f)
-
-
 def series_of_log(log):
   """A series (as in results_transcribed.json) of an accuracy.py --log."""
   return {
@@ -72,19 +59,18 @@ def series_of_log(log):
 
 
 def dodges(all_series):
-  """{series index: factor}: the single points (not the original tutorial's)
-  that share a step, drawn at their step times a factor around 1 (DODGE
-  apart on the log axis) so that none hides another; the caption says so."""
+  """{series index: factor}, {step: count}: the single points (not the
+  original tutorial's) that share a step are drawn at their step times a
+  factor around 1 (DODGE apart on the log axis), so that none hides
+  another; the caption says so."""
   at_step = {}
   for index, series in enumerate(all_series):
     if len(series['points']) == 1 and not series.get('theirs'):
       at_step.setdefault(series['points'][0]['step'], []).append(index)
-  factors = {}
-  for indexes in at_step.values():
-    if len(indexes) > 1:
-      for rank, index in enumerate(indexes):
-        factors[index] = DODGE ** (rank - (len(indexes) - 1) / 2)
-  return factors
+  shared = {step: at for step, at in at_step.items() if len(at) > 1}
+  factors = {index: DODGE ** (rank - (len(at) - 1) / 2)
+             for at in shared.values() for rank, index in enumerate(at)}
+  return factors, {step: len(at) for step, at in shared.items()}
 
 
 def draw_series(axes, series, dodge=1.0):
@@ -137,12 +123,8 @@ def draw_record(axes, curve):
 
 
 def caption(transcribed, dodged):
-  """The text under the legend: the notes, each series' note, the dodge.
-
-  Args:
-    transcribed: results_transcribed.json's content.
-    dodged: {step: number of single points drawn side by side there}.
-  """
+  """The text under the legend: results_transcribed.json's notes and each
+  series' note, then a line for each step of `dodged` (`dodges`)."""
   lines = transcribed['notes'] + [series['note']
                                   for series in transcribed['series']
                                   if series.get('note')]
@@ -153,30 +135,17 @@ def caption(transcribed, dodged):
   return '\n'.join(textwrap.fill(line, CAPTION_WIDTH) for line in lines)
 
 
-def tensorflow_versions(transcribed, curve, logs):
-  """The TensorFlow versions of our runs, as one str ('2.21.0')."""
-  versions = {x['tensorflow'] for x in logs + [curve] + transcribed['series']
-              if not x.get('theirs')}
-  return ', '.join(sorted(versions))
-
-
 def draw(transcribed, curve, logs):
-  """The figure.
-
-  Returns:
-    (matplotlib Figure, its two Axes: steps, then wall time, its title).
-  """
+  """(matplotlib Figure, its two Axes: steps, then wall time, its title)."""
   figure, axes = plt.subplots(1, 2, figsize=(13, 8.2), sharey=True)
   draw_record(axes, curve)
   # float32 first, as in the transcribed series.
   logs = sorted(logs, key=lambda log: (log['compute_dtype'] != 'float32',
                                        log['steps']))
   all_series = [series_of_log(log) for log in logs] + transcribed['series']
-  factors = dodges(all_series)
+  factors, dodged = dodges(all_series)
   for index, series in enumerate(all_series):
     draw_series(axes, series, factors.get(index, 1.0))
-  dodged = collections.Counter(all_series[index]['points'][0]['step']
-                               for index in factors)
 
   axes[0].set_xscale('log')
   axes[0].set_xlabel('training steps (batch of 128; log scale)')
@@ -196,10 +165,12 @@ def draw(transcribed, curve, logs):
   # sharey hides the right panel's tick labels; the left one keeps them.
   axes[1].yaxis.set_tick_params(labelleft=True)
 
+  versions = {x['tensorflow'] for x in logs + [curve] + transcribed['series']
+              if not x.get('theirs')}
   title = figure.suptitle(
       'CIFAR-10 tutorial model: precision @ 1 on the 10,000 test images as '
       'it trains (ours: TensorFlow %s, CPU only)'
-      % tensorflow_versions(transcribed, curve, logs), fontsize=13)
+      % ', '.join(sorted(versions)), fontsize=13)
   handles, labels = axes[0].get_legend_handles_labels()
   figure.legend(handles, labels, loc='upper center', ncol=2, fontsize=8.5,
                 frameon=False, bbox_to_anchor=(0.5, 0.30))
@@ -234,8 +205,9 @@ def main():
   paths = (args.logs.split(',') if args.logs else
            [path for path in sorted(glob.glob(os.path.join(
                BENCHMARKS, 'results_*.json'))) if path != TRANSCRIBED])
-  figure, axes, title = draw(load(TRANSCRIBED), load(args.curve),
-                             [load(path) for path in paths])
+  figure, axes, title = draw(
+      accuracy.read_json(TRANSCRIBED), accuracy.read_json(args.curve),
+      [accuracy.read_json(path) for path in paths])
   figure.savefig(args.out, dpi=DPI)
   print('Wrote %s' % args.out)
   if args.thumb:

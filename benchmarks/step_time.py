@@ -1,27 +1,7 @@
-"""Splits one training step's wall time into input, compute and host work.
+"""Splits a traced step's wall time into input, compute and host work.
 
-The split comes from the step's own statistics (a traced run's
-`RunMetadata.step_stats`) and the wall-clock times just before and after the
-`run` call:
-
-  input    the time during which the step's only running ops were dequeues
-           from an input queue (QueueDequeue*): waiting for a batch, or
-           copying it out of the queue
-  compute  the time during which at least one other op of the step ran, on
-           any device (an op's interval is its executor's all_start ..
-           all_end, so it includes the op's own scheduling inside the
-           executor; on a GPU the kernels' stream entries count too)
-  host     everything else in the wall time: before the step's first op
-           starts (hooks' before_run, the session's feeding and setup), after
-           its last op ends (fetching, hooks' after_run: logging, writing
-           summaries, checkpoints) and gaps between ops where none of the
-           step's ops ran (the executor handing ops on, or ops waiting for a
-           thread of the inter-op pool)
-
-The three parts tile the wall time, so they add up to it, each being >= 0,
-as long as the traced ops lie inside the timed call. Overlapping ops (two
-devices, a GPU's several streams listing the same kernel) are counted once:
-every part is a length of a union of intervals.
+The parts, and why they add up to the step, are defined in
+benchmarks/README.md ("Where a training step's time goes").
 """
 
 import collections
@@ -38,35 +18,17 @@ INPUT_OP_TYPES = frozenset([
 # stream entries carry a kernel name instead, and are never input ops.
 _OP_TYPE = re.compile(r' = (\w+)\(')
 
-
-class Breakdown(collections.namedtuple(
+# Seconds, floats: step = input + compute + host, host = before + between +
+# after (the host time before the first op, between ops, after the last).
+Breakdown = collections.namedtuple(
     'Breakdown', ['step', 'input', 'compute', 'host', 'before', 'between',
-                  'after'])):
-  """One step's split, every field a float in seconds.
-
-  step = input + compute + host, and host = before + between + after: the
-  host time before the first op, between ops, and after the last op.
-  """
-
-  def fractions(self):
-    """(input, compute, host) as fractions of the step, floats."""
-    return tuple(part / self.step if self.step > 0 else float('nan')
-                 for part in (self.input, self.compute, self.host))
+                  'after'])
 
 
 def op_type(node_stats):
-  """The op type in a NodeExecStats' timeline label ('' if none), a str."""
+  """The op type in a NodeExecStats' timeline label, or ''."""
   match = _OP_TYPE.search(node_stats.timeline_label)
   return match.group(1) if match else ''
-
-
-def _interval(node_stats):
-  """(start, end) in microseconds, floats; nanoseconds when recorded."""
-  if node_stats.all_start_nanos:
-    start = node_stats.all_start_nanos / 1e3
-    return start, start + node_stats.all_end_rel_nanos / 1e3
-  start = float(node_stats.all_start_micros)
-  return start, start + node_stats.all_end_rel_micros
 
 
 def union(intervals):
@@ -84,51 +46,38 @@ def length(disjoint):
   return sum(end - start for start, end in disjoint)
 
 
-def subtract(disjoint, minus):
-  """The parts of `disjoint` outside `minus`; both sorted and disjoint."""
-  result = []
-  for start, end in disjoint:
-    for cut_start, cut_end in minus:
-      if cut_end <= start or cut_start >= end:
-        continue
-      if cut_start > start:
-        result.append((start, cut_start))
-      start = max(start, cut_end)
-    if start < end:
-      result.append((start, end))
-  return result
+def split_step(step_stats, start, end):
+  """The Breakdown of one traced run.
 
-
-def split_step(step_stats, start, end, input_op_types=INPUT_OP_TYPES):
-  """A Breakdown of a traced step (see the module docstring), in seconds.
-
-  step_stats: one run's StepStats (`run_metadata.step_stats`), every device
-  and stream of it; a node without a start time is left out. start, end:
-  time.time() just before and after the run call, the clock of TensorFlow's
-  all_start times. before or after comes out negative only if the trace
-  does not lie inside [start, end]: a clock that is not the host's.
+  step_stats: its StepStats, every device and stream; nodes without a start
+  time are left out. start, end: time.time() just before and after the run
+  call, the clock of the trace's start times; before or after comes out
+  negative only if the trace does not lie inside [start, end].
   """
   ops, inputs = [], []
   for device in step_stats.dev_stats:
     for node in device.node_stats:
-      if not (node.all_start_nanos or node.all_start_micros):
+      if node.all_start_nanos:  # nanoseconds when recorded, else micros
+        begin = node.all_start_nanos / 1e3
+        interval = (begin, begin + node.all_end_rel_nanos / 1e3)
+      elif node.all_start_micros:
+        begin = float(node.all_start_micros)
+        interval = (begin, begin + node.all_end_rel_micros)
+      else:
         continue
-      (inputs if op_type(node) in input_op_types else ops).append(
-          _interval(node))
-  start_us, end_us = start * 1e6, end * 1e6
+      (inputs if op_type(node) in INPUT_OP_TYPES else ops).append(interval)
   busy = union(ops + inputs)
   if not busy:  # nothing traced: all of it was host work
     return Breakdown(end - start, 0.0, 0.0, end - start, end - start, 0.0,
                      0.0)
-  computing = union(ops)
-  compute = length(computing)
-  input_only = length(subtract(union(inputs), computing))
-  before = busy[0][0] - start_us
-  after = end_us - busy[-1][1]
+  compute = length(union(ops))
+  before = busy[0][0] - start * 1e6
+  after = end * 1e6 - busy[-1][1]
   between = (busy[-1][1] - busy[0][0]) - length(busy)
-  seconds = [x / 1e6 for x in (input_only, compute, before + between + after,
-                               before, between, after)]
-  return Breakdown(end - start, *seconds)
+  # Input only: what the dequeues add to the time the other ops cover.
+  microseconds = (length(busy) - compute, compute, before + between + after,
+                  before, between, after)
+  return Breakdown(end - start, *[x / 1e6 for x in microseconds])
 
 
 def _ms(seconds):
@@ -136,42 +85,26 @@ def _ms(seconds):
   return ('%.1f ms' if abs(seconds) >= 0.01 else '%.2f ms') % (1e3 * seconds)
 
 
-def describe(name, breakdown, untraced_step=None):
-  """One line: 'train    step 95.1 ms = input 1.20 ms (1%) + compute 90.3
-  ms (95%) + host 3.60 ms (4%: 0.30 before the ops, 1.10 between, 2.20
-  after); untraced 94.0 ms' (the last part given untraced_step, seconds)."""
-  input_, compute, host = breakdown.fractions()
+def describe(name, split, untraced_step=None):
+  """One line: 'train    step 95.1 ms = input 1.20 ms (1%) + ...; untraced
+  94.0 ms' (the last part given untraced_step, seconds)."""
+  share = [100 * (part / split.step) if split.step > 0 else float('nan')
+           for part in (split.input, split.compute, split.host)]
   line = ('%-8s step %s = input %s (%.0f%%) + compute %s (%.0f%%) + host %s '
           '(%.0f%%: %s before the ops, %s between, %s after)' % (
-              name, _ms(breakdown.step), _ms(breakdown.input), 100 * input_,
-              _ms(breakdown.compute), 100 * compute, _ms(breakdown.host),
-              100 * host, _ms(breakdown.before)[:-3],
-              _ms(breakdown.between)[:-3], _ms(breakdown.after)[:-3]))
+              name, _ms(split.step), _ms(split.input), share[0],
+              _ms(split.compute), share[1], _ms(split.host), share[2],
+              _ms(split.before)[:-3], _ms(split.between)[:-3],
+              _ms(split.after)[:-3]))
   if untraced_step is not None:
     line += '; untraced %s' % _ms(untraced_step)
   return line
 
 
-OpCost = collections.namedtuple('OpCost', ['op_type', 'dtype', 'count',
-                                           'seconds'])
-OpCost.__doc__ = """The ops of one type and output dtype in a traced step.
-
-  op_type: str, e.g. 'Conv2D'. dtype: str, the first output's ('bfloat16',
-  'float32', ...; '' for an op without outputs). count: int, how many ran.
-  seconds: float, their summed executor times (all_start .. all_end; ops
-  that ran side by side each count in full).
-"""
-
-
 def node_costs(step_stats):
-  """What each op of a traced step cost, by its name: conv2's filter
-  gradient apart from its input gradient, say.
-
-  Returns:
-    A list of (node name, op type, first output's dtype name or '',
-    seconds), the costliest first; a GPU's stream entries (they repeat its
-    ops' kernels) and labels without an op type are left out.
-  """
+  """(node name, op type, first output's dtype name or '', seconds) of each
+  op of a traced step, the costliest first; a GPU's stream entries (they
+  repeat its ops' kernels) and labels without an op type are left out."""
   nodes = []
   for device in step_stats.dev_stats:
     if '/stream:' in device.device or '/memcpy' in device.device:
@@ -192,42 +125,29 @@ def node_costs(step_stats):
   return sorted(nodes, key=lambda node: -node[3])
 
 
-def op_costs(step_stats):
-  """What each op type, in each output dtype, cost in a traced step: a list
-  of OpCost, the costliest first."""
+def cost_lines(name, step_stats, top_types=15, top_ops=12):
+  """Lines for a traced step's op time: the `top_types` costliest (op type,
+  output dtype) pairs with their op counts, then the `top_ops` costliest
+  ops by name (`node_costs`), each with its share of the summed op time
+  (ops that ran side by side each count in full)."""
+  nodes = node_costs(step_stats)
+  total = sum(node[3] for node in nodes) or float('nan')
   totals = collections.defaultdict(lambda: [0, 0.0])
-  for _, kind, dtype, seconds in node_costs(step_stats):
+  for _, kind, dtype, seconds in nodes:
     totals[(kind, dtype)][0] += 1
     totals[(kind, dtype)][1] += seconds
-  costs = [OpCost(kind, dtype, count, seconds)
-           for (kind, dtype), (count, seconds) in totals.items()]
-  return sorted(costs, key=lambda cost: -cost.seconds)
-
-
-def describe_op_costs(name, costs, top=15):
-  """Lines for the `top` costliest op types of a step, with their share of
-  the step's summed op time."""
-  total = sum(cost.seconds for cost in costs) or float('nan')
+  types = sorted(totals.items(), key=lambda item: -item[1][1])
   lines = ['%s: op time by type and output dtype (%.1f ms of ops in all):'
            % (name, total * 1e3)]
-  for cost in costs[:top]:
+  for (kind, dtype), (count, seconds) in types[:top_types]:
     lines.append('  %-28s %-9s %4d ops %8.2f ms %5.1f%%' % (
-        cost.op_type, cost.dtype, cost.count, cost.seconds * 1e3,
-        100 * cost.seconds / total))
-  rest = costs[top:]
-  if rest:
+        kind, dtype, count, seconds * 1e3, 100 * seconds / total))
+  if types[top_types:]:
+    rest = sum(seconds for _, (_, seconds) in types[top_types:])
     lines.append('  %d other op types %8.2f ms %5.1f%%' % (
-        len(rest), sum(c.seconds for c in rest) * 1e3,
-        100 * sum(c.seconds for c in rest) / total))
-  return lines
-
-
-def describe_node_costs(name, nodes, top=12):
-  """Lines for the `top` costliest ops of a step by name (`node_costs`),
-  with their share of the step's summed op time."""
-  total = sum(node[3] for node in nodes) or float('nan')
-  lines = ['%s: the costliest ops by name:' % name]
-  for node_name, kind, dtype, seconds in nodes[:top]:
+        len(types[top_types:]), rest * 1e3, 100 * rest / total))
+  lines.append('%s: the costliest ops by name:' % name)
+  for node_name, kind, dtype, seconds in nodes[:top_ops]:
     lines.append('  %8.2f ms %5.1f%%  %-9s %s (%s)' % (
         seconds * 1e3, 100 * seconds / total, dtype, node_name, kind))
   return lines

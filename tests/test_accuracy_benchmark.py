@@ -3,9 +3,10 @@
 The rule and the table are checked on hand-set numbers; the record in
 benchmarks/ against the runs we measured beside it (healthy ones must pass,
 the maths regressions must not); the training in legs, each evaluated before
-the next and timed as training, against a stub trainer; that a record of another test set or batch, and a train_dir with
-files in it, are refused; and one small run on the synthetic data, end to end
-in this process, against a record made to pass one step and fail the other.
+the next and timed as training, against a stub trainer; that a record of
+another test set or batch, and a train_dir with files in it, are refused;
+and one small run on the synthetic data, end to end in this process, against
+a record made to pass one step and fail the other.
 """
 
 import json
@@ -25,8 +26,7 @@ BENCHMARKS = os.path.join(ROOT, 'benchmarks')
 
 
 def _load(name):
-  with open(os.path.join(BENCHMARKS, name)) as f:
-    return json.load(f)
+  return accuracy.read_json(os.path.join(BENCHMARKS, name))
 
 
 def _log(steps, precisions, **fields):
@@ -44,10 +44,15 @@ def _log(steps, precisions, **fields):
 
 
 def test_the_band_is_the_mean_and_the_range_plus_the_margin():
-  recorded, tolerance = accuracy.band([0.70, 0.74, 0.72], sd=0.01)
+  # Deviations 0.02 and 0.0 at step 500, 0.0 at 1000: sd sqrt(0.0008 / 3).
+  curve = {'points': [{'step': 500, 'precision': [0.70, 0.74, 0.72]},
+                      {'step': 1000, 'precision': [0.80, 0.80]}]}
+  sd = math.sqrt(0.0008 / 3)
 
-  assert recorded == pytest.approx(0.72)
-  assert tolerance == pytest.approx(0.04 + 2 * 0.01)  # the documented rule
+  expected = accuracy.expected_by_step(curve)
+
+  assert expected[500] == pytest.approx((0.72, 0.04 + 2 * sd))  # the rule
+  assert expected[1000] == pytest.approx((0.80, 2 * sd))
 
 
 def test_the_standard_deviation_is_pooled_over_the_steps():
@@ -58,14 +63,15 @@ def test_the_standard_deviation_is_pooled_over_the_steps():
 
 
 def test_a_row_passes_inside_the_band_and_on_its_edge_only():
-  expected = (0.60, 0.02)
+  precisions = [0.61, 0.62, 0.58, 0.621, 0.579]  # 0.62 and 0.58: the edge
+  results = [{'step': 500, 'precision': p} for p in precisions]
 
-  assert accuracy.judge(0.61, expected) == accuracy.OK
-  assert accuracy.judge(0.62, expected) == accuracy.OK  # on the edge
-  assert accuracy.judge(0.58, expected) == accuracy.OK
-  assert accuracy.judge(0.621, expected) == accuracy.REGRESSION
-  assert accuracy.judge(0.579, expected) == accuracy.REGRESSION
-  assert accuracy.judge(0.61, None) == accuracy.NOT_RECORDED
+  rows = accuracy.make_rows(results + [{'step': 9, 'precision': 0.61}],
+                            {500: (0.60, 0.02)})
+
+  assert [row['result'] for row in rows] == [
+      accuracy.OK, accuracy.OK, accuracy.OK, accuracy.REGRESSION,
+      accuracy.REGRESSION, accuracy.NOT_RECORDED]
 
 
 def test_one_row_outside_fails_the_run_and_is_named():

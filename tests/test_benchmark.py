@@ -111,7 +111,7 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
   # GPU without bfloat16.
   import benchmark
   on_gpu = bool(tf.config.list_physical_devices('GPU'))
-  dtype, line = benchmark.mixed_precision_rows(
+  dtype, line, _ = benchmark.mixed_precision_rows(
       'bf16', on_gpu, precision.cpu_bf16_feature(),
       precision.gpu_capability() if on_gpu else None)
   assert line in out.splitlines(), out[:3000]
@@ -276,7 +276,6 @@ def test_describe_threads_describes_a_session_config():
           "threads: intra 2, inter 3 from session_inter_op_thread_pool "
           "[3 threads; 0 threads (TF's choice), global 'spare'] (the first "
           "runs the session's steps)")
-
 
 
 def test_ceiling_is_the_best_median_and_every_ratio_is_against_it():
@@ -481,18 +480,26 @@ def test_op_costs_sum_each_op_type_in_each_output_dtype():
   stream = metadata.step_stats.dev_stats.add(device='/device:GPU:0/stream:7')
   _node(stream, 'conv1/Conv2D', 'Conv2D', t + 100, 300)
 
-  costs = step_time.op_costs(metadata.step_stats)
-  assert [(c.op_type, c.dtype, c.count) for c in costs] == [
-      ('Conv2D', 'bfloat16', 2), ('Cast', 'float32', 1),
-      ('Cast', 'bfloat16', 1), ('NoOp', '', 1)]
-  assert [c.seconds for c in costs] == pytest.approx([5e-4, 5e-5, 3e-5, 5e-6])
-  lines = step_time.describe_op_costs('train_bf16', costs, top=2)
+  lines = step_time.cost_lines('train_bf16', metadata.step_stats)
   assert lines[0] == ('train_bf16: op time by type and output dtype (0.6 ms '
                       'of ops in all):')
+  assert [re.match(r'  (\w+) +(\w*) +(\d+) ops +([\d.]+) ms', line).groups()
+          for line in lines[1:5]] == [
+              ('Conv2D', 'bfloat16', '2', '0.50'),
+              ('Cast', 'float32', '1', '0.05'),
+              ('Cast', 'bfloat16', '1', '0.03'), ('NoOp', '', '1', '0.01')]
+  assert lines[5] == 'train_bf16: the costliest ops by name:'
+  assert len(lines) == 11
+  lines = step_time.cost_lines('train_bf16', metadata.step_stats, top_types=2,
+                               top_ops=2)
   assert re.match(r'  Conv2D +bfloat16 +2 ops +0\.50 ms +85\.5%$', lines[1])
-  assert re.match(r'  2 other op types +0\.04 ms +6\.0%$', lines[-1])
+  assert re.match(r'  2 other op types +0\.04 ms +6\.0%$', lines[3])
+  assert lines[4] == 'train_bf16: the costliest ops by name:'
+  assert re.match(r'  +0\.30 ms +51\.3%  bfloat16 +conv1/Conv2D \(Conv2D\)$',
+                  lines[5]), lines
+  assert len(lines) == 7
 
-  # The same ops by name, the costliest first.
+  # The ops by name, the costliest first.
   nodes = step_time.node_costs(metadata.step_stats)
   assert [node[:3] for node in nodes] == [
       ('conv1/Conv2D', 'Conv2D', 'bfloat16'),
@@ -500,11 +507,6 @@ def test_op_costs_sum_each_op_type_in_each_output_dtype():
       ('cast_1', 'Cast', 'bfloat16'), ('train_op', 'NoOp', '')]
   assert [node[3] for node in nodes] == pytest.approx(
       [3e-4, 2e-4, 5e-5, 3e-5, 5e-6])
-  lines = step_time.describe_node_costs('train_bf16', nodes, top=2)
-  assert lines[0] == 'train_bf16: the costliest ops by name:'
-  assert re.match(r'  +0\.30 ms +51\.3%  bfloat16 +conv1/Conv2D \(Conv2D\)$',
-                  lines[1]), lines
-  assert len(lines) == 3
 
 
 def test_a_bf16_ceiling_of_its_own_for_the_bf16_rows():
@@ -547,7 +549,7 @@ def test_a_bf16_ceiling_of_its_own_for_the_bf16_rows():
 
 
 def test_step_split_of_a_real_cpu_training_step_adds_up(data_dir, tmp_path):
-  """cifar10_train's own session, traced: three parts >= 0, sum = wall time."""
+  """cifar10_train's own session, traced: three parts >= 0, sum = step."""
   import benchmark
   import step_time
   import testutil
@@ -560,25 +562,17 @@ def test_step_split_of_a_real_cpu_training_step_adds_up(data_dir, tmp_path):
   try:
     for _ in range(3):
       variant.step()
-    splits = []
-    for _ in range(3):
-      # The wall time is the run call's, as the traced run itself timed it
-      # (the same clock readings the split starts from); the split is worked
-      # out afterwards, outside it.
-      stats, run_start, run_end = variant.traced_run()
-      wall = run_end - run_start
-      splits.append((step_time.split_step(stats, run_start, run_end), wall))
+    splits = [variant.median_traced_step(1)[0] for _ in range(3)]
   finally:
     variant.close()
 
-  for split, wall in splits:
-    assert wall > 0, splits
+  for split in splits:
+    assert split.step > 0, splits
     # before and after < 0 would mean the trace's clock is not time.time().
     for part in ('input', 'compute', 'host', 'before', 'between', 'after'):
       assert getattr(split, part) >= 0, (part, split)
     total = split.input + split.compute + split.host
-    assert total == pytest.approx(wall, abs=1e-6), (split, wall)
-    assert split.step == pytest.approx(wall, abs=1e-9), (split, wall)
+    assert total == pytest.approx(split.step, abs=1e-6), split
     # The dequeue was found, and the model, not it, filled the step.
     assert 0 < split.input < split.compute, split
     assert split.host == pytest.approx(
@@ -594,15 +588,23 @@ def test_mixed_precision_rows_follow_the_scripts_except_emulation():
   import benchmark
 
   assert benchmark.mixed_precision_rows('off', False, 'amx_bf16', None) == (
-      None, None)
-  dtype, line = benchmark.mixed_precision_rows('bf16', False, 'amx_bf16',
-                                               None)
+      None, None, '')
+  dtype, line, note = benchmark.mixed_precision_rows('bf16', False,
+                                                     'amx_bf16', None)
   assert dtype == tf.bfloat16 and line.startswith('Mixed precision: bfloat16')
+  assert note == '; this CPU computes bfloat16 natively (AMX_BF16)'
   # Where the scripts stay float32, the rows measure the emulation.
-  dtype, line = benchmark.mixed_precision_rows('bf16', False, None, None)
+  dtype, line, note = benchmark.mixed_precision_rows('bf16', False, None,
+                                                     None)
   assert dtype == tf.bfloat16 and 'emulates bfloat16' in line
-  dtype, _ = benchmark.mixed_precision_rows('bf16', True, None, (7, 0))
-  assert dtype == tf.float16
+  assert note == '; emulated: this CPU has neither AVX512_BF16 nor AMX'
+  # float16 on an older GPU: no bfloat16 products, no bf16 ceiling.
+  assert benchmark.mixed_precision_rows('bf16', True, None, (7, 0))[::2] == (
+      tf.float16, '')
+  # A GPU with bfloat16 beside a CPU without it (this crashed once).
+  for cpu_feature in (None, 'avx512_bf16'):
+    assert benchmark.mixed_precision_rows('bf16', True, cpu_feature,
+                                          (8, 0))[2] == '; on the GPU'
   assert benchmark.row_name('train', tf.float16) == 'train_fp16'
   assert benchmark.row_name('eval', None) == 'eval'
 
@@ -615,7 +617,8 @@ def test_bound_rows_build_the_train_op_of_their_type(dtype_name):
   import benchmark
 
   dtype = None if dtype_name == 'float32' else tf.as_dtype(dtype_name)
-  bound = benchmark.bound_variant(1, 8, dtype)
+  bound = benchmark.bound_variant(1, 8, benchmark.sessions.training_config(),
+                                  dtype)
   bound.close()
   assert bound.name == benchmark.row_name('bound', dtype)
   graph = bound.graph
@@ -625,15 +628,3 @@ def test_bound_rows_build_the_train_op_of_their_type(dtype_name):
   scaled = [op.name for op in graph.get_operations()
             if op.type == 'VarHandleOp' and op.name.startswith('loss_scale/')]
   assert bool(scaled) == (dtype_name == 'float16'), scaled
-
-
-def test_the_bf16_ceiling_says_where_its_products_ran():
-  import benchmark
-
-  assert benchmark.bf16_ceiling_note('amx_bf16', False) == (
-      '; this CPU computes bfloat16 natively (AMX_BF16)')
-  assert benchmark.bf16_ceiling_note(None, False) == (
-      '; emulated: this CPU has neither AVX512_BF16 nor AMX')
-  # A GPU beside a CPU without bfloat16 (this crashed once).
-  assert benchmark.bf16_ceiling_note(None, True) == '; on the GPU'
-  assert benchmark.bf16_ceiling_note('avx512_bf16', True) == '; on the GPU'
