@@ -91,17 +91,9 @@ def _retag(summary, tag):
 
 
 def global_and_last_tower(last_scope, strip_tower_prefix):
-  """The graph's global summaries plus the last tower's, tagged as on one
-  device: what cifar10_multi_gpu_train.py writes.
-
-  Args:
-    last_scope: str, the last tower's name scope, e.g. 'tower_1/'.
-    strip_tower_prefix: cifar10.strip_tower_prefix, which takes a tower's
-      scope out of a name ('tower_1/conv1/...' -> 'conv1/...').
-
-  Returns:
-    A list of summary tensors, to merge into the summary op.
-  """
+  """The summary tensors cifar10_multi_gpu_train.py writes: the graph's
+  global ones, and those of the last tower (scope `last_scope`, 'tower_1/')
+  tagged as on one device by strip_tower_prefix (cifar10's)."""
   kept = []
   for summary in tf.get_collection(tf.GraphKeys.SUMMARIES):
     name = summary.op.name

@@ -1,21 +1,11 @@
-"""What cifar10_multi_gpu_train.py's towers need beyond the lesson.
-
-    prefetch_queue   a queue of whole batches between one input pipeline and
-                     the towers: the original took it from tf.contrib.slim
-                     (slim.prefetch_queue.prefetch_queue), which TensorFlow 2
-                     no longer has; this is the same queue, built from
-                     tf.FIFOQueue and a QueueRunner
-    check_gradients  towers whose gradients cannot be averaged: one error
-                     naming the tower and the variable
-    read_in_one_scope the towers' variable getter: TensorBoard's graph
-                     keeps the towers in view
-"""
+"""What cifar10_multi_gpu_train.py's towers need beyond the lesson."""
 
 import tensorflow.compat.v1 as tf
 
 
 def prefetch_queue(tensors, capacity):
-  """A tf.FIFOQueue of `capacity` whole batches (`tensors`, fully defined
+  """Replaces slim.prefetch_queue.prefetch_queue (tf.contrib, gone in TF 2):
+  a tf.FIFOQueue of `capacity` whole batches (`tensors`, fully defined
   shapes), kept full by one thread on /cpu:0.
 
   Every tower dequeues its own batch, so one input pipeline serves them all;
