@@ -24,22 +24,17 @@ EvalSettings = collections.namedtuple(
      'until_step'],
     defaults=('test', 10000, 128, False, 300, None, 1, None, None))
 EvalSettings.__doc__ = """An evaluation's settings: cifar10_eval.py's flags
-of the same names, with their defaults, and
-
-  session_config: tf.ConfigProto; None for sessions.eval_config().
-  input_threads: int; 1 reads the records in file order.
-  compute_dtype: None, or tf.bfloat16 / tf.float16 to compute the forward
-    pass in from float32 weights.
-  until_step: int or None; following training, stop once a checkpoint at
-    this global step or past it is evaluated. None follows for ever.
-"""
+of the same names, with their defaults; session_config (None:
+sessions.eval_config()); input_threads (1 reads the records in file order);
+compute_dtype (None, or the forward pass's dtype from float32 weights);
+until_step (following training, stop once a checkpoint at or past it is
+evaluated; None follows for ever)."""
 
 
 def from_flags_checked(flag_values):
-  """The EvalSettings of cifar10_eval.py's flags, its data there and checked.
-
-  Downloads the eval_data files if missing, then `check_settings` and the
-  'Data: ...' line come before anything asks TensorFlow about the machine.
+  """The EvalSettings of cifar10_eval.py's flags, its data fetched if
+  missing, checked and said ('Data: ...') before TensorFlow is asked about
+  the machine.
 
   Raises:
     ValueError: naming the flag or file at fault (data_files.DataError for a

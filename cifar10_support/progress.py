@@ -1,11 +1,5 @@
-"""What a training run prints as it goes: step lines and checkpoint lines.
-
-    <date time>: step <global step>, loss = <loss> (<examples/sec>; <sec/batch>)
-    <date time>: saved checkpoint <train_dir>/model.ckpt-<step>; step 12,000 of
-      100,000; about 1 h 5 min left
-
-A cluster's workers begin both with their label ('Worker 1: ', 'Chief: ').
-"""
+"""What a training run prints as it goes: step lines and checkpoint lines,
+which a cluster's workers begin with their label ('Worker 1: ', 'Chief: ')."""
 
 from datetime import datetime
 import math
@@ -119,8 +113,9 @@ def progress(step, max_steps, steps_per_sec=None):
 
 
 class SaveAnnouncer(tf.train.CheckpointSaverListener):
-  """Prints the checkpoint line after each save (TensorFlow's own is INFO),
-  the time left at the speed since the previous save."""
+  """Prints a line after each save (TensorFlow's own is INFO):
+  '<date time>: saved checkpoint <train_dir>/model.ckpt-12000; step 12,000 of
+  100,000; about 1 h 5 min left', at the speed since the previous save."""
 
   def __init__(self, train_dir, max_steps, label=''):
     self._prefix = os.path.join(train_dir, 'model.ckpt')

@@ -15,26 +15,17 @@ from cifar10_support import checkpoints
 from cifar10_support import progress
 from cifar10_support import summaries
 
+# The Scaffold, the summary and checkpoint hooks (to put after the NaN check)
+# and the MonitoredTrainingSession keyword arguments that leave saving to them.
 Saving = collections.namedtuple('Saving', ['scaffold', 'hooks',
                                            'session_args'])
-Saving.__doc__ = """What `restore_then_save` returns: the Scaffold, the
-summary and checkpoint hooks (to put after the NaN check), and the
-MonitoredTrainingSession keyword arguments that leave saving to them."""
 
 
 def restore_then_save(start, settings, summary_op=None):
-  """The restoring scaffold and saving hooks of a run from `start`.
-
-  Call it inside the training graph, once built: it checks that the
-  checkpoint fits that graph (train_dirs.StartPoint.restore_plan).
-
-  Args:
-    start: the run's train_dirs.StartPoint.
-    settings: the run's run_settings.TrainSettings (max_steps, save_*).
-    summary_op: the summaries to write, or None for every one in the graph.
-
-  Returns:
-    A `Saving`.
+  """The `Saving` of a run from train_dirs.StartPoint `start`, with the
+  run_settings.TrainSettings `settings`, writing summary_op (None: every
+  summary in the graph). Call it in the training graph, once built: it
+  checks that the checkpoint fits it.
 
   Raises:
     checkpoints.CheckpointMismatchError: the checkpoint is of another model.

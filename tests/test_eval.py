@@ -17,7 +17,7 @@ import cifar10_input
 from cifar10_support import checkpoints
 from cifar10_support import download
 from cifar10_support import eval_run
-from cifar10_support import picture
+from cifar10_support import eval_report
 import testutil
 from testutil import run_script
 from testutil import session_config
@@ -388,9 +388,9 @@ def test_confusion_image_shows_row_fractions():
   confusion[0, 0] = 4
   confusion[1, 0] = 2
   confusion[1, 1] = 2
-  cell = picture.CONFUSION_CELL_PIXELS
+  cell = eval_report.CONFUSION_CELL_PIXELS
 
-  image = picture.confusion_image(confusion, cifar10_input.CLASS_NAMES)
+  image = eval_report.confusion_image(confusion, cifar10_input.CLASS_NAMES)
 
   assert image.ndim == 4 and image.dtype == np.uint8
   assert image.shape[0] == 1 and image.shape[3] == 3
@@ -400,7 +400,7 @@ def test_confusion_image_shows_row_fractions():
   top = np.flatnonzero(grey.sum(axis=1) >= 10 * cell)[0]
   left = np.flatnonzero(grey.sum(axis=0) >= 10 * cell)[0]
   grid = image[0, top:top + 10 * cell + 1, left:left + 10 * cell + 1]
-  assert list(grid[2, 2]) == list(picture.CONFUSION_FULL_RGB)
+  assert list(grid[2, 2]) == list(eval_report.CONFUSION_FULL_RGB)
   assert list(grid[cell + 2, 2]) == list(grid[cell + 2, cell + 2])  # halves
   assert list(grid[2, cell + 2]) == [255, 255, 255]
   assert list(grid[0, 0]) == [200, 200, 200]  # grid line

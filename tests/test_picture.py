@@ -1,4 +1,4 @@
-"""Tests for picture.py: the labelled confusion-matrix image."""
+"""The labelled confusion-matrix image of eval_report.py."""
 
 import itertools
 
@@ -8,7 +8,7 @@ from PIL import ImageDraw
 from PIL import ImageFont
 
 import cifar10_input
-from cifar10_support import picture
+from cifar10_support import eval_report
 
 NAMES = cifar10_input.CLASS_NAMES
 GREY = [200, 200, 200]
@@ -35,7 +35,7 @@ def _dark(image):
 def _text(text):
   """The dark pixels of `text` drawn alone in the picture's font, cut to its
   ink: what a name must look like in the picture to read as itself."""
-  font = ImageFont.load_default(size=picture.FONT_SIZE)
+  font = ImageFont.load_default(size=eval_report.FONT_SIZE)
   image = Image.new('RGB', (400, 100), 'white')
   ImageDraw.Draw(image).text((10, 50), text, fill='black', font=font,
                              anchor='lm')
@@ -53,29 +53,29 @@ def _grid(image, cell, n=10):
 
 
 def _diagonal_image():
-  return picture.confusion_image(np.diag(np.arange(1, 11)), NAMES)[0]
+  return eval_report.confusion_image(np.diag(np.arange(1, 11)), NAMES)[0]
 
 
 def test_confusion_image_colours_each_cell_by_its_row_fraction():
-  cell = picture.CONFUSION_CELL_PIXELS
+  cell = eval_report.CONFUSION_CELL_PIXELS
   confusion = np.diag(np.arange(1, 11))
   confusion[1, :2] = [3, 3]  # half and half
   confusion[9] = 0  # a class with no examples
 
-  image = picture.confusion_image(confusion, NAMES)
+  image = eval_report.confusion_image(confusion, NAMES)
 
   assert image.dtype == np.uint8 and image.ndim == 4
   assert image.shape[0] == 1 and image.shape[3] == 3
   image = image[0]
   top, left = _grid(image, cell)
-  half = list(np.round(255 - 0.5 * (255 - picture.CONFUSION_FULL_RGB)))
+  half = list(np.round(255 - 0.5 * (255 - eval_report.CONFUSION_FULL_RGB)))
   for i, j in itertools.product(range(10), range(10)):
     centre = list(image[top + i * cell + cell // 2,
                         left + j * cell + cell // 2])
     if i == 1 and j < 2:
       assert centre == half, (i, j)
     elif i == j and i < 9:
-      assert centre == list(picture.CONFUSION_FULL_RGB), (i, j)
+      assert centre == list(eval_report.CONFUSION_FULL_RGB), (i, j)
     else:
       assert centre == WHITE, (i, j)
   # White margins right of and below the grid.
@@ -84,7 +84,7 @@ def test_confusion_image_colours_each_cell_by_its_row_fraction():
 
 
 def test_confusion_image_names_rows_left_and_columns_above_only():
-  cell = picture.CONFUSION_CELL_PIXELS
+  cell = eval_report.CONFUSION_CELL_PIXELS
   image = _diagonal_image()
   dark = _dark(image)
   top, left = _grid(image, cell)
@@ -110,7 +110,7 @@ def test_confusion_image_names_rows_left_and_columns_above_only():
 
 
 def test_confusion_image_has_axis_titles():
-  cell = picture.CONFUSION_CELL_PIXELS
+  cell = eval_report.CONFUSION_CELL_PIXELS
   image = _diagonal_image()
   dark = _dark(image)
   top, left = _grid(image, cell)
