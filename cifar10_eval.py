@@ -124,7 +124,7 @@ def eval_once(checkpoint_path, settings, eval_dir=None):
       incomplete.
   """
   num_examples = settings.num_examples
-  reader, dtype, global_step = checkpoints.open_model(checkpoint_path)
+  reader, dtype, global_step = eval_run.open_model(checkpoint_path)
   print('%s: evaluating %s (global step %d, %s weights) on %d %s examples'
         % (datetime.now(), checkpoint_path, global_step, dtype.name,
            num_examples, settings.eval_data), flush=True)
@@ -135,8 +135,8 @@ def eval_once(checkpoint_path, settings, eval_dir=None):
     settings = settings._replace(compute_dtype=None)
   with tf.Graph().as_default() as graph:
     eval_graph = build_eval_graph(settings, use_fp16=dtype == tf.float16)
-    checkpoints.check_averages_restorable(reader, eval_graph.var_map,
-                                          checkpoint_path)
+    eval_run.check_averages_restorable(reader, eval_graph.var_map,
+                                       checkpoint_path)
     saver = tf.train.Saver(eval_graph.var_map)
     # The epoch counter of the single-pass input is a local variable.
     init_local = tf.local_variables_initializer()

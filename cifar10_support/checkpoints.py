@@ -23,8 +23,7 @@ class CheckpointError(ValueError):
 
 
 class CheckpointUnreadableError(CheckpointError):
-  """A listed checkpoint whose files are missing, incomplete or damaged (as
-  when training pruned it): periodic evaluation waits for the next one."""
+  """A listed checkpoint's files are missing, incomplete or damaged."""
 
 
 class ResumeError(ValueError):
@@ -54,8 +53,7 @@ def verified_reader(checkpoint):
     for name in reader.get_variable_to_shape_map():
       reader.get_tensor(name)
   except Exception as e:  # pylint: disable=broad-except
-    # The reader raises OpErrors, but also IndexError ('Read less bytes than
-    # requested') or ValueError, as the damage goes.
+    # OpErrors, but also IndexError or ValueError, as the damage goes.
     message = getattr(e, 'message', None) or str(e) or type(e).__name__
     return None, message.strip().splitlines()[0]
   return reader, None
@@ -133,56 +131,6 @@ def missing_model(reader, averaged=False):
     if not reader.has_tensor(name):
       return name
   return None
-
-
-def open_model(checkpoint):
-  """(reader, the weights' dtype, global step: saved, else in the name, else
-  0) of a checkpoint of the CIFAR-10 model, every value read back.
-
-  Raises:
-    CheckpointUnreadableError: its files are missing, incomplete or damaged.
-    CheckpointError: it holds no CIFAR-10 model (no conv1/weights).
-  """
-  reader, problem = verified_reader(checkpoint)
-  if problem:
-    raise CheckpointUnreadableError(
-        'cannot read checkpoint %s (pruned by training, not completely '
-        'written, or damaged): %s' % (checkpoint, problem))
-  missing = missing_model(reader)
-  if missing:
-    raise CheckpointError(
-        'checkpoint %s does not hold the CIFAR-10 model (no %s); point '
-        '--checkpoint_dir at a cifar10_train.py --train_dir'
-        % (checkpoint, missing))
-  dtypes = reader.get_variable_to_dtype_map()
-  if reader.has_tensor('global_step'):
-    global_step = int(reader.get_tensor('global_step'))
-  else:  # Not saved by a training script: take it from the name, if there.
-    global_step = step_of(checkpoint) or 0
-  return reader, dtypes[MODEL_PROBE], global_step
-
-
-def check_averages_restorable(reader, var_map, checkpoint):
-  """Raises CheckpointError, naming what is missing or of the wrong shape,
-  unless a checkpoint has every moving average of var_map (checkpoint key ->
-  variable, as ExponentialMovingAverage.variables_to_restore() gives it)."""
-  shapes = reader.get_variable_to_shape_map()
-  missing = sorted(key for key in var_map if key not in shapes)
-  if missing:
-    raw_names = [var_map[key].op.name for key in missing]
-    if all(name in shapes for name in raw_names):
-      raise CheckpointError(
-          'checkpoint %s has no moving averages of the weights (no %s): '
-          'evaluation uses the averaged weights, which cifar10_train.py '
-          'saves; this checkpoint was written without them'
-          % (checkpoint, missing[0]))
-    raise CheckpointError('checkpoint %s does not match the CIFAR-10 model: '
-                          'missing %s' % (checkpoint, ', '.join(missing)))
-  for key, var in sorted(var_map.items()):
-    if shapes[key] != var.shape.as_list():
-      raise CheckpointError('checkpoint %s holds %s with shape %s; the model '
-                            'needs %s' % (checkpoint, key, shapes[key],
-                                          var.shape.as_list()))
 
 
 # What `plan_restore` returns: the checkpoint's path prefix; a dict,

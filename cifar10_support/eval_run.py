@@ -1,4 +1,4 @@
-"""An evaluation's settings, checked, and the checkpoints it follows.
+"""An evaluation's settings, checked, and the checkpoints it follows and opens.
 
     eval_run.EvalSettings(data_dir, num_examples=20, batch_size=8)
 """
@@ -81,6 +81,58 @@ def check_settings(settings):
     raise ValueError('eval_interval_secs must be >= 0, got %r'
                      % (settings.eval_interval_secs,))
   return num_records
+
+
+def open_model(checkpoint):
+  """(reader, the weights' dtype, global step: saved, else in the name, else
+  0) of a checkpoint of the CIFAR-10 model, every value read back.
+
+  Raises:
+    checkpoints.CheckpointUnreadableError: its files are missing, incomplete
+      or damaged.
+    checkpoints.CheckpointError: it holds no CIFAR-10 model.
+  """
+  reader, problem = checkpoints.verified_reader(checkpoint)
+  if problem:
+    raise checkpoints.CheckpointUnreadableError(
+        'cannot read checkpoint %s (pruned by training, not completely '
+        'written, or damaged): %s' % (checkpoint, problem))
+  missing = checkpoints.missing_model(reader)
+  if missing:
+    raise checkpoints.CheckpointError(
+        'checkpoint %s does not hold the CIFAR-10 model (no %s); point '
+        '--checkpoint_dir at a cifar10_train.py --train_dir'
+        % (checkpoint, missing))
+  dtypes = reader.get_variable_to_dtype_map()
+  if reader.has_tensor('global_step'):
+    global_step = int(reader.get_tensor('global_step'))
+  else:  # Not saved by a training script: take it from the name, if there.
+    global_step = checkpoints.step_of(checkpoint) or 0
+  return reader, dtypes[checkpoints.MODEL_PROBE], global_step
+
+
+def check_averages_restorable(reader, var_map, checkpoint):
+  """Raises checkpoints.CheckpointError, naming what is missing or of the
+  wrong shape, unless a checkpoint has every moving average of var_map
+  (key -> variable, as ExponentialMovingAverage.variables_to_restore())."""
+  shapes = reader.get_variable_to_shape_map()
+  missing = sorted(key for key in var_map if key not in shapes)
+  if missing:
+    raw_names = [var_map[key].op.name for key in missing]
+    if all(name in shapes for name in raw_names):
+      raise checkpoints.CheckpointError(
+          'checkpoint %s has no moving averages of the weights (no %s): '
+          'evaluation uses the averaged weights, which cifar10_train.py '
+          'saves; this checkpoint was written without them'
+          % (checkpoint, missing[0]))
+    raise checkpoints.CheckpointError(
+        'checkpoint %s does not match the CIFAR-10 model: missing %s'
+        % (checkpoint, ', '.join(missing)))
+  for key, var in sorted(var_map.items()):
+    if shapes[key] != var.shape.as_list():
+      raise checkpoints.CheckpointError(
+          'checkpoint %s holds %s with shape %s; the model needs %s'
+          % (checkpoint, key, shapes[key], var.shape.as_list()))
 
 
 def new_checkpoints(checkpoint_dir, run_once, interval_secs,

@@ -1,18 +1,11 @@
 """Drop-in replacements for standard ops, each equal to the op it replaces.
 
 The tutorial's code calls these where the original calls TensorFlow's own
-ops. Each computes the same thing (tests/test_model.py and tests/test_input.py
-compare them with the standard op) and was measured faster on the CPU (the
-change rows of benchmarks/README.md named below), or, for `loss_average`,
-fixes what the original's charts showed.
-
-  lrn                 replaces tf.nn.lrn (beta 0.75)
-  histogram_summary   replaces tf.summary.histogram (TF1's HistogramSummary)
-  zero_fraction       replaces tf.nn.zero_fraction
-  loss_average        replaces tf.train.ExponentialMovingAverage(0.9) of a loss
-  distort             replaces tf.image's random_crop, random_flip_left_right,
-                      random_brightness, random_contrast and
-                      per_image_standardization, one image at a time
+ops; each docstring begins with the op it replaces. Each computes the same
+thing (tests/test_model.py and tests/test_input.py compare them with the
+standard op) and was measured faster on the CPU (the change rows of
+benchmarks/README.md named below), or, for `loss_average`, fixes what the
+original's charts showed.
 """
 
 import numpy as np
@@ -177,7 +170,8 @@ def loss_average(value, decay=LOSS_AVERAGE_DECAY):
 
 
 def distort(planes, offsets, flips, deltas, factors, image_size):
-  """Replaces the tf.image distortions of training, over a chunk of images.
+  """Replaces tf.image's random_crop, random_flip_left_right,
+  random_brightness, random_contrast and per_image_standardization.
 
   The same arithmetic as those ops applied one image at a time, with their
   random draws given, over a whole chunk of images in a few ops
