@@ -1,33 +1,16 @@
-"""Keeps TensorFlow's own log noise off the scripts' console.
-
-What TensorFlow writes on every run of this TF1-style code says nothing to
-its users, so by default it is left out: the start-up lines written while
-TensorFlow loads (absl writes them whatever TF_CPP_MIN_LOG_LEVEL says); C++
-INFO and WARNING lines (among them each queue thread's "Enqueue operation
-was cancelled" at session close), and without an NVIDIA driver also C++
-ERROR lines, which there only say CUDA found no driver; the deprecation
-notices of the tf.compat.v1 API this project is about, and
-MonitoredTrainingSession's INFO lines (the scripts print their own).
-
-TF_CPP_MIN_LOG_LEVEL=0 asks for everything: TensorFlow then logs as it would
-without this module. Any other value keeps the filter on, at the user's C++
-level or the default, whichever hides more.
-
-A script calls `startup.before_tensorflow(__name__)` before anything imports
-TensorFlow, and `quiet_python_logs()` in its main(); importing a script as a
-module (the tests do) changes nothing.
+"""Keeps TensorFlow's own log noise off the scripts' console: its start-up
+lines, C++ INFO and WARNING lines (ERROR too without an NVIDIA driver, where
+they only say CUDA found none), tf.compat.v1 deprecation notices and Python
+INFO lines (docs/console.md has the list). TF_CPP_MIN_LOG_LEVEL=0 or less
+gives TensorFlow all its output back; any other value keeps the filter on.
 """
 
 import contextlib
-import ctypes
 import logging
 import os
 import re
 import sys
 import tempfile
-
-# Set by before_tensorflow: whether the user asked for all of TF's output.
-_state = {'verbose': None}
 
 # Lines absl and TensorFlow write to stderr while TensorFlow loads.
 IMPORT_NOISE = re.compile(
@@ -49,36 +32,19 @@ PYTHON_NOISE = re.compile(
 
 
 def asks_for_everything(level):
-  """Whether a TF_CPP_MIN_LOG_LEVEL value (str, or None if unset) asks for
-  all of TensorFlow's output: 0 or less."""
+  """Whether a TF_CPP_MIN_LOG_LEVEL value (str, or None if unset) is 0 or
+  less, asking for all of TensorFlow's output."""
   try:
     return level is not None and int(level) <= 0
   except ValueError:
     return False
 
 
-def tensorflow_verbose():
-  """Whether TensorFlow logs unfiltered: the user set TF_CPP_MIN_LOG_LEVEL=0."""
-  if _state['verbose'] is None:
-    return asks_for_everything(os.environ.get('TF_CPP_MIN_LOG_LEVEL'))
-  return _state['verbose']
-
-
-def has_nvidia_driver():
-  """Whether the NVIDIA driver's CUDA library loads (what TF looks for)."""
-  try:
-    ctypes.CDLL('libcuda.so.1')
-  except OSError:
-    return False
-  return True
-
-
 def quiet_cpp_level(user_level, driver_present):
   """TF_CPP_MIN_LOG_LEVEL for a quiet run: the user's (str, or None if
-  unset) where it hides at least as much as the default, else the default:
-  '2' hides INFO and WARNING lines; without a driver '3' also hides CUDA's
-  failed cuInit (the run's own failures reach the user as exceptions).
-  """
+  unset) where it hides at least as much as the default, '2' (no INFO or
+  WARNING lines), or '3' without a driver (no CUDA failed cuInit either; the
+  run's own failures reach the user as exceptions)."""
   default = '2' if driver_present else '3'
   try:
     return str(max(int(user_level), int(default)))
@@ -102,29 +68,10 @@ def filtered_stderr(noise):
       os.dup2(saved, 2)
       os.close(saved)
       captured.seek(0)
-      kept = [line for line in captured.read().decode(errors='replace')
-              .splitlines(keepends=True) if not noise.match(line)]
-      if kept:
-        sys.stderr.write(''.join(kept))
-        sys.stderr.flush()
-
-
-def before_tensorflow():
-  """Sets TensorFlow's C++ log level and loads TensorFlow without its banner.
-
-  After TensorFlow is imported it only records whether the user asked for
-  everything; a second call changes nothing.
-  """
-  if _state['verbose'] is not None:
-    return
-  user_level = os.environ.get('TF_CPP_MIN_LOG_LEVEL')
-  _state['verbose'] = asks_for_everything(user_level)
-  if _state['verbose'] or 'tensorflow' in sys.modules:
-    return
-  os.environ['TF_CPP_MIN_LOG_LEVEL'] = quiet_cpp_level(user_level,
-                                                       has_nvidia_driver())
-  with filtered_stderr(IMPORT_NOISE):
-    import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+      lines = captured.read().decode(errors='replace').splitlines(keepends=True)
+      sys.stderr.write(''.join(line for line in lines
+                               if not noise.match(line)))
+      sys.stderr.flush()
 
 
 def not_noise(record):
@@ -134,11 +81,14 @@ def not_noise(record):
 
 def quiet_python_logs():
   """Prints each TensorFlow Python log line once (under app.run it would also
-  propagate to absl's handler); unless TF_CPP_MIN_LOG_LEVEL=0, drops INFO
-  lines and PYTHON_NOISE, keeping real warnings and errors."""
+  propagate to absl's handler); unless TF_CPP_MIN_LOG_LEVEL asks for
+  everything, drops INFO lines and PYTHON_NOISE, keeping real warnings and
+  errors. For a script's main(), after startup.before_tensorflow."""
   tf_logger = logging.getLogger('tensorflow')
   tf_logger.propagate = False
-  if tensorflow_verbose():
+  # startup.before_tensorflow only replaces a level that does not ask for
+  # everything with another that does not.
+  if asks_for_everything(os.environ.get('TF_CPP_MIN_LOG_LEVEL')):
     return
   tf_logger.setLevel(logging.WARNING)
   tf_logger.addFilter(not_noise)  # Added once, however often called.

@@ -1,9 +1,8 @@
 """--split_gpus: the visible GPUs split into one virtual GPU per tower.
 
-`cifar10_multi_gpu_train.py --num_gpus=4 --split_gpus` on a machine with one
-GPU gives TensorFlow four virtual GPUs on that card (each with its own memory
-limit), so that every tower runs on a GPU instead of three of them falling
-back to the CPU. With several GPUs the towers are spread over them evenly.
+Each virtual GPU has its own memory limit, so that every tower runs on a GPU:
+on one card, `--num_gpus=4 --split_gpus` runs four towers where three would
+fall back to the CPU. Several cards share the towers evenly.
 """
 
 import ctypes
@@ -20,30 +19,15 @@ USABLE_FRACTION = 0.9
 MIN_TOWER_MB = 512
 
 
-def towers_per_gpu(num_towers, num_gpus):
-  """How many towers each of num_gpus GPUs holds, as even as can be: the
-  first take one more when they do not divide evenly (tower i on virtual
-  GPU i, which TensorFlow numbers GPU by GPU)."""
-  base, extra = divmod(num_towers, num_gpus)
-  return [base + (1 if i < extra else 0) for i in range(num_gpus)]
-
-
 def split_config(num_towers, num_gpus, card_mb, tower_mb=0,
                  log_device_placement=False):
-  """The ConfigProto that makes num_towers virtual GPUs of num_gpus cards.
+  """The tf.ConfigProto that makes num_towers virtual GPUs of num_gpus cards.
 
-  Args:
-    card_mb: int, memory of the smallest card in MB, or None if unknown.
-    tower_mb: int, memory of each virtual GPU in MB; 0 shares
-      USABLE_FRACTION of each card evenly among its towers.
-
-  Returns:
-    A tf.ConfigProto with soft placement (the queues and string ops have no
-    GPU kernels) and, per physical GPU, the memory limits of its virtual GPUs.
-
-  Raises:
-    app.UsageError: one line naming the flags, when there is no GPU, fewer
-      towers than GPUs, or the towers do not fit in a card's memory.
+  card_mb is the smallest card's memory in MB, None if unknown; tower_mb each
+  virtual GPU's, 0 to share USABLE_FRACTION of each card evenly among its
+  towers. The config has soft placement (the queues and string ops have no
+  GPU kernels). Raises app.UsageError, one line naming the flags, when there
+  is no GPU, fewer towers than GPUs, or the towers do not fit in a card.
   """
   if num_gpus < 1:
     raise app.UsageError(
@@ -54,7 +38,10 @@ def split_config(num_towers, num_gpus, card_mb, tower_mb=0,
         '--split_gpus with --num_gpus=%d and %d GPUs visible: there is nothing '
         'to split (each tower has a GPU of its own); drop --split_gpus'
         % (num_towers, num_gpus))
-  counts = towers_per_gpu(num_towers, num_gpus)
+  # As even as can be, the first cards taking one more: tower i runs on
+  # virtual GPU i, and TensorFlow numbers them card by card.
+  base, extra = divmod(num_towers, num_gpus)
+  counts = [base + (1 if i < extra else 0) for i in range(num_gpus)]
   if not tower_mb and not card_mb:
     raise app.UsageError(
         '--split_gpus could not read the GPUs\' memory (no NVIDIA management '
@@ -80,11 +67,6 @@ def split_config(num_towers, num_gpus, card_mb, tower_mb=0,
   return config
 
 
-class _Memory(ctypes.Structure):
-  _fields_ = [('total', ctypes.c_ulonglong), ('free', ctypes.c_ulonglong),
-              ('used', ctypes.c_ulonglong)]
-
-
 def card_memory_mb():
   """The memory of the smallest visible NVIDIA GPU in MB, None if unknown;
   asked of NVML, which (unlike TensorFlow) does not take the GPU, as the
@@ -108,11 +90,11 @@ def card_memory_mb():
     sizes = []
     for index in indices:
       handle = ctypes.c_void_p()
-      memory = _Memory()
+      memory = (ctypes.c_ulonglong * 3)()  # nvmlMemory_t: total, free, used.
       if (nvml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)) or
           nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory))):
         return None
-      sizes.append(memory.total // (1 << 20))
+      sizes.append(memory[0] // (1 << 20))
     return min(sizes) if sizes else None
   finally:
     nvml.nvmlShutdown()

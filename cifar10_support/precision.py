@@ -1,19 +1,14 @@
 """--mixed_precision: the dtype the model computes in, and float16's loss scale.
 
 With --mixed_precision=bf16 the convolutions, matrix products, bias adds,
-ReLUs and max pools run in a reduced-precision dtype while the variables,
-their moving averages, the LRN, the loss, the gradients as applied and the
-checkpoints stay float32. Which dtype, decided once per run by `choose`:
-
-  CPU with AVX512_BF16 or AMX   bfloat16
-  other CPUs                    float32, with one line saying why: there
-                                oneDNN emulates bfloat16, slower than float32
-  GPU of compute capability 8+  bfloat16 (A100, H100, ...)
-  older GPU                     float16 with a dynamic loss scale, since
-                                float16's range loses small gradients
+ReLUs and max pools run in bfloat16 (float16 with a dynamic loss scale on GPUs
+older than Ampere) while the variables, their moving averages, the LRN, the
+loss, the gradients as applied and the checkpoints stay float32; `choose`
+decides, once per run (docs/mixed_precision.md has the table).
 
 The loss scale is a local variable, never saved: a checkpoint trained with
-the flag is an ordinary float32 checkpoint.
+the flag is an ordinary float32 checkpoint (which is why this is not
+TensorFlow's DynamicLossScale: it keeps its variables in the checkpoint).
 """
 
 import collections
@@ -24,9 +19,6 @@ import tensorflow.compat.v1 as tf
 # /proc/cpuinfo flags of x86 CPUs whose oneDNN kernels compute in bfloat16
 # natively. AMX also needs the kernel's permission, which TF asks for.
 CPU_BF16_FLAGS = ('amx_bf16', 'avx512_bf16')
-
-# GPUs from this compute capability on (Ampere) have bfloat16 tensor cores.
-GPU_BF16_CAPABILITY = (8, 0)
 
 # The dynamic loss scale: its start, and how many overflow-free steps double
 # it (an overflow halves it at once).
@@ -56,13 +48,9 @@ def cpu_flags(cpuinfo=None):
 
 
 def cpu_bf16_feature(cpuinfo=None):
-  """The first of CPU_BF16_FLAGS the CPU has ('amx_bf16', 'avx512_bf16'),
-  or None; cpuinfo as for `cpu_flags`."""
+  """The first of CPU_BF16_FLAGS in `cpu_flags(cpuinfo)`, or None."""
   present = cpu_flags(cpuinfo) or set()
-  for flag in CPU_BF16_FLAGS:
-    if flag in present:
-      return flag
-  return None
+  return next((flag for flag in CPU_BF16_FLAGS if flag in present), None)
 
 
 def gpu_capability():
@@ -77,22 +65,17 @@ def gpu_capability():
 
 
 def choose(requested, on_gpu, cpu_feature, capability):
-  """The model's compute dtype for --mixed_precision, and the line to print.
+  """(dtype, line) for --mixed_precision=`requested` ('off' or 'bf16').
 
-  Args:
-    requested: the flag's value, 'off' or 'bf16'.
-    on_gpu: bool, the model runs on GPUs.
-    cpu_feature, capability: `cpu_bf16_feature()`, `gpu_capability()`.
-
-  Returns:
-    (dtype, line): tf.bfloat16, tf.float16 or None (float32 throughout), and
-    the line saying so, None when the flag is off.
+  dtype is tf.bfloat16, tf.float16 or None (float32 throughout), line the one
+  to print, None when the flag is off. on_gpu: the model runs on GPUs;
+  cpu_feature and capability: `cpu_bf16_feature()`, `gpu_capability()`.
   """
   if requested == 'off':
     return None, None
   kept = 'variables, loss, gradients and checkpoints stay float32'
   if on_gpu:
-    if capability and capability >= GPU_BF16_CAPABILITY:
+    if capability and capability >= (8, 0):  # Ampere's bfloat16 tensor cores.
       return tf.bfloat16, ('Mixed precision: bfloat16 on the GPU (compute '
                            'capability %d.%d); %s.' % (capability + (kept,)))
     return tf.float16, (
@@ -133,38 +116,28 @@ def dynamic_loss_scale(device='/cpu:0'):
   """A LossScale of local variables on `device` (with the shared weights);
   once per graph, outside any tower's variable scope. Its summary
   'loss_scale' keeps falling when steps overflow (and are skipped)."""
-  local = [tf.GraphKeys.LOCAL_VARIABLES]
   with tf.device(device), tf.variable_scope('loss_scale'):
-    scale = tf.get_variable('scale', [], tf.float32, trainable=False,
-                            collections=local,
-                            initializer=tf.constant_initializer(
-                                LOSS_SCALE_START))
-    good_steps = tf.get_variable('good_steps', [], tf.int64, trainable=False,
-                                 collections=local,
-                                 initializer=tf.zeros_initializer())
+    scale = tf.get_local_variable('scale', [], tf.float32,
+                                  tf.constant_initializer(LOSS_SCALE_START))
+    good_steps = tf.get_local_variable('good_steps', [], tf.int64,
+                                       tf.zeros_initializer())
     tf.summary.scalar('loss_scale', scale)
   return LossScale(scale, good_steps)
 
 
 def compute_gradients(opt, loss, loss_scale=None):
-  """opt.compute_gradients of `loss`, of loss * scale with a LossScale
-  (`apply_gradients` divides them back; a float16 gradient under about 6e-8
-  would otherwise be 0). Returns float32 (gradient, variable) pairs."""
-  if loss_scale is None:
-    return opt.compute_gradients(loss)
-  return opt.compute_gradients(loss * loss_scale.scale)
+  """opt.compute_gradients of `loss`, of loss * scale with a LossScale (lest
+  small float16 gradients become 0; `apply_gradients` divides them back)."""
+  return opt.compute_gradients(
+      loss if loss_scale is None else loss * loss_scale.scale)
 
 
 def apply_gradients(opt, grads_and_vars, global_step, loss_scale=None):
-  """opt.apply_gradients, unscaling the gradients and adapting the scale.
-
-  With a loss scale, a step whose gradients overflowed (any Inf or NaN)
-  applies zero gradients (plain SGD: the weights stay as they were) and
-  halves the scale; LOSS_SCALE_GROWTH_STEPS clean steps in a row double it.
-
-  Returns:
-    (train_op, the pairs as applied, unscaled, for the gradient summaries).
-  """
+  """(train_op, the pairs as applied) of opt.apply_gradients; with a loss
+  scale, the pairs are unscaled, and a step whose gradients overflowed (any
+  Inf or NaN) applies zero gradients (plain SGD: the weights stay as they
+  were) and halves the scale; LOSS_SCALE_GROWTH_STEPS clean steps in a row
+  double it. The scale never falls below 1."""
   if loss_scale is None:
     return (opt.apply_gradients(grads_and_vars, global_step=global_step),
             grads_and_vars)
@@ -178,8 +151,7 @@ def apply_gradients(opt, grads_and_vars, global_step, loss_scale=None):
             for g, v in unscaled]
   apply_op = opt.apply_gradients(safe, global_step=global_step)
   with tf.control_dependencies([apply_op]), tf.name_scope('loss_scale/'):
-    good = tf.where(finite, loss_scale.good_steps + 1,
-                    tf.zeros([], tf.int64))
+    good = tf.where(finite, loss_scale.good_steps + 1, tf.zeros([], tf.int64))
     grow = good >= LOSS_SCALE_GROWTH_STEPS
     scale = tf.where(finite,
                      tf.where(grow, loss_scale.scale * 2, loss_scale.scale),

@@ -1,8 +1,7 @@
 """Session configurations: thread counts by one rule, one config per use.
 
 threads is a `ThreadCounts` (--num_intra_threads, --num_inter_threads), None
-in either place for the rule of `thread_settings`; BY_RULE is None in both.
-"""
+in either place for the rule of `thread_settings`; BY_RULE is None in both."""
 
 import collections
 import os
@@ -10,8 +9,7 @@ import os
 import tensorflow.compat.v1 as tf
 
 # Without a GPU, sessions on machines with at most this many usable cores run
-# one op at a time, each op on every core: faster on 2 cores, slower on 16
-# (benchmarks/README.md, change 6); between the two it is not measured.
+# one op at a time, each op on every core (benchmarks/README.md, change 6).
 ONE_OP_AT_A_TIME_MAX_CORES = 4
 
 ThreadCounts = collections.namedtuple('ThreadCounts', ['intra', 'inter'])
@@ -33,19 +31,13 @@ def has_gpu():
 
 def thread_settings(num_cores, gpu, num_towers=1, intra=None, inter=None,
                     cluster_task=False):
-  """How many threads a session's ops get: the rule, in one place.
+  """(intra, inter) op threads, ints, 0 leaving the choice to TensorFlow.
 
-  One op at a time (inter 1) only without a GPU (whose kernels the inter-op
-  threads launch), with one tower (towers should overlap), outside a cluster
-  (a task's pool also serves the other tasks) and on at most
-  ONE_OP_AT_A_TIME_MAX_CORES cores; else TensorFlow's choice.
-
-  Args:
-    intra, inter: --num_intra_threads and --num_inter_threads as given;
-      None for the rule, 0 for TensorFlow's choice.
-
-  Returns:
-    (intra, inter), ints; 0 leaves the choice to TensorFlow (one per core).
+  intra and inter are the flags as given, None for the rule: one op at a time
+  (inter 1) only without a GPU (whose kernels the inter-op threads launch),
+  with one tower (towers should overlap), outside a cluster (a task's pool
+  also serves the other tasks) and on at most ONE_OP_AT_A_TIME_MAX_CORES
+  cores; else TensorFlow's choice.
   """
   if inter is None:
     one_at_a_time = (not gpu and num_towers == 1 and not cluster_task
@@ -54,14 +46,10 @@ def thread_settings(num_cores, gpu, num_towers=1, intra=None, inter=None,
   return (0 if intra is None else intra), inter
 
 
-def _for_this_machine(threads, num_towers=1, cluster_task=False):
-  return thread_settings(usable_cores(), has_gpu(), num_towers, *threads,
-                         cluster_task=cluster_task)
-
-
 def set_threads(config, threads=BY_RULE, num_towers=1):
   """Sets a tf.ConfigProto's thread counts by `thread_settings`; returns it."""
-  intra, inter = _for_this_machine(threads, num_towers)
+  intra, inter = thread_settings(usable_cores(), has_gpu(), num_towers,
+                                 *threads)
   config.intra_op_parallelism_threads = intra
   if inter:
     # A named pool of the session's own: the global inter-op pool is sized
@@ -74,12 +62,9 @@ def set_threads(config, threads=BY_RULE, num_towers=1):
 
 def session_config(optimize_graph=True, threads=BY_RULE, num_towers=1,
                    **kwargs):
-  """`tf.ConfigProto(**kwargs)` with `set_threads`' thread counts.
-
-  optimize_graph=False skips Grappler's rewrites without a GPU: for short
-  sessions (one evaluation each), where they cost about 0.1 s per session
-  and made this model's forward pass no faster on the CPU.
-  """
+  """`tf.ConfigProto(**kwargs)` with `set_threads`' thread counts;
+  optimize_graph=False skips Grappler's rewrites without a GPU, for short
+  sessions such as evaluation's (benchmarks/README.md, change 10)."""
   config = set_threads(tf.ConfigProto(**kwargs), threads, num_towers)
   if not optimize_graph and not has_gpu():
     config.graph_options.rewrite_options.disable_meta_optimizer = True
@@ -88,13 +73,12 @@ def session_config(optimize_graph=True, threads=BY_RULE, num_towers=1,
 
 def training_config(threads=BY_RULE, num_towers=1, tower_device=None,
                     log_device_placement=False):
-  """The training session's config, for one device or for towers.
+  """The training session's config; tower_device None for one device.
 
-  tower_device: None for one device. 'cpu' gives the session num_towers CPU
-  devices and no soft placement, so that each tower really runs on its own
-  device and a misplaced op is an error, not a silent fold onto CPU:0.
-  'gpu' keeps soft placement: queue and string ops have no GPU kernels, and
-  towers on GPUs that are not there fall back to the CPU.
+  'cpu' gives the session num_towers CPU devices and no soft placement, so
+  that each tower really runs on its own device and a misplaced op is an
+  error, not a silent fold onto CPU:0. 'gpu' keeps soft placement: queue and
+  string ops have no GPU kernels, and towers on missing GPUs use the CPU.
   """
   kwargs = {'log_device_placement': log_device_placement}
   if tower_device == 'cpu':
@@ -114,12 +98,9 @@ def eval_config(threads=BY_RULE):
 
 def worker_config(task, operation_timeout_secs, log_device_placement=False):
   """A cluster worker's session config: it sees only the ps tasks and `task`
-  (its own, '/job:worker/task:1').
-
-  Without device_filters a session waits for every task of the cluster at
-  start, and synchronous training could hang at the end; the timeout bounds
-  any op that still blocks. The threads are the server's (`server_config`).
-  """
+  (its own, '/job:worker/task:1'), since otherwise a session waits for every
+  task at start and synchronous training could hang at the end; the timeout
+  bounds any op that still blocks. Its threads are the server's."""
   return tf.ConfigProto(
       device_filters=['/job:ps', task],
       operation_timeout_in_ms=int(operation_timeout_secs * 1000),
@@ -127,7 +108,8 @@ def worker_config(task, operation_timeout_secs, log_device_placement=False):
 
 
 def server_config(threads=BY_RULE):
-  """A cluster task's tf.train.Server config: the threads of every op it runs."""
-  intra, inter = _for_this_machine(threads, cluster_task=True)
+  """A cluster task's tf.train.Server config: the threads of all its ops."""
+  intra, inter = thread_settings(usable_cores(), has_gpu(), 1, *threads,
+                                 cluster_task=True)
   return tf.ConfigProto(intra_op_parallelism_threads=intra,
                         inter_op_parallelism_threads=inter)

@@ -322,8 +322,8 @@ def _forced_driver(script, feature):
   return textwrap.dedent('''
       import runpy, sys
       sys.path.insert(0, %r)
-      from cifar10_support import console
-      console.before_tensorflow()
+      from cifar10_support import startup
+      startup.before_tensorflow('__main__')
       from cifar10_support import precision
       precision.cpu_bf16_feature = lambda cpuinfo=None: %r
       sys.argv[0] = %r

@@ -325,7 +325,8 @@ def test_split_config_gives_every_tower_a_virtual_gpu():
   # A size given for each: as given, card memory unknown or not.
   assert _limits(gpus.split_config(4, 1, None, tower_mb=2048)) == [
       [2048.0] * 4]
-  assert gpus.towers_per_gpu(8, 3) == [3, 3, 2]
+  assert _limits(gpus.split_config(8, 3, 16000)) == [[4800.0] * 3,
+                                                 [4800.0] * 3, [4800.0] * 2]
 
 
 @pytest.mark.parametrize('args, message', [
