@@ -19,6 +19,13 @@ TABLE_HEADER = ('class', 'examples', 'correct', 'precision @ 1',
 TEXT_METADATA = tf.SummaryMetadata(
     plugin_data=tf.SummaryMetadata.PluginData(plugin_name='text'))
 
+# The confusion matrix's picture: pixels from one cell to the next.
+CONFUSION_CELL_PIXELS = 24
+# Colour of a cell holding a whole row (white is an empty cell).
+CONFUSION_FULL_RGB = np.array([8, 48, 107])
+# Pixels per em: lowercase letters are 10 pixels high, a line 23, within a cell.
+FONT_SIZE = 18
+
 
 class EvalReport(object):
   """One evaluation's counts per class, from arrays [num_examples]: `correct`
@@ -93,16 +100,8 @@ def _markdown_table(header, rows):
   return '\n'.join(lines)
 
 
-# Pixels from one cell to the next.
-CONFUSION_CELL_PIXELS = 24
-# Colour of a cell holding a whole row (white is an empty cell).
-CONFUSION_FULL_RGB = np.array([8, 48, 107])
-# Pixels per em: lowercase letters are 10 pixels high, a line 23, within a cell.
-FONT_SIZE = 18
-
-
 def confusion_image(confusion, class_names):
-  """Renders a confusion matrix, with the class names and axis titles.
+  """Renders a confusion matrix (int [n, n]) with its n class names.
 
   Rows are the true classes, top to bottom, and columns the predicted ones,
   left to right. Each row is normalized by its count, so a cell's colour runs
@@ -110,10 +109,6 @@ def confusion_image(confusion, class_names):
   (200) lines frame the cells. The names stand right-aligned left of the
   rows, with 'true' (read bottom to top) left of them, and above the columns,
   read bottom to top from the grid up, with 'predicted' on top.
-
-  Args:
-    confusion: int array [n, n], rows true classes, columns predicted.
-    class_names: sequence of n str.
 
   Returns:
     uint8 array [1, height, width, 3]: the n * CONFUSION_CELL_PIXELS + 1
