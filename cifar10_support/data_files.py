@@ -1,14 +1,9 @@
-"""The CIFAR-10 binary data files: their names, record layout and check.
-
-The download checks the files it extracts with `check_data_files`, the input
-pipelines the files they read; cifar10_input keeps these names (the record
-layout is described there).
-"""
+"""The CIFAR-10 binary data files' names, record layout and check, shared by
+the download and cifar10_input (which keeps these names and describes them)."""
 
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-# Record layout of the binary files.
 LABEL_BYTES = 1
 HEIGHT, WIDTH, DEPTH = 32, 32, 3
 IMAGE_BYTES = HEIGHT * WIDTH * DEPTH
@@ -26,32 +21,24 @@ TEST_FILES = ['test_batch.bin']
 
 
 class DataError(ValueError):
-  """A data file or the data archive is missing or malformed; the message
-  names the file and the problem."""
+  """A data file or the archive is missing or malformed (the message says)."""
 
 
 def check_data_files(filenames, check_labels=True):
-  """Checks that each file exists and holds whole CIFAR-10 records.
-
-  Done in Python before any queue is built: a reader queue over a missing or
-  truncated file would hang or fail mid-training instead of saying why.
-
-  Returns the total number of records. With check_labels, every record's
-  label byte must be in 0-9 too (the files are read once: fast).
-
-  Raises:
-    DataError: naming the file, the problem and what was expected.
-  """
+  """The number of records in `filenames`; DataError naming the file, the
+  problem and what was expected unless each holds whole CIFAR-10 records (of
+  label 0-9, with check_labels). Checked before a queue would hang or fail
+  mid-training on it, or a bad label surface deep in TF (on a GPU, never)."""
   total = 0
   for filename in filenames:
     if not tf.io.gfile.exists(filename):
-      raise DataError('Failed to find file: %s (expected a CIFAR-10 binary file '
-                      'of %d-byte records; see README.md, "Data")'
+      raise DataError('Failed to find file: %s (expected a CIFAR-10 binary '
+                      'file of %d-byte records; see README.md, "Data")'
                       % (filename, RECORD_BYTES))
     size = tf.io.gfile.stat(filename).length
     if size == 0:
-      raise DataError('Data file %s is empty (0 bytes); expected a whole number '
-                      'of %d-byte records' % (filename, RECORD_BYTES))
+      raise DataError('Data file %s is empty (0 bytes); expected a whole '
+                      'number of %d-byte records' % (filename, RECORD_BYTES))
     if size % RECORD_BYTES:
       raise DataError(
           'Data file %s has %d bytes, which is not a whole number of %d-byte '
@@ -59,48 +46,39 @@ def check_data_files(filenames, check_labels=True):
           'or not CIFAR-10 binary data; delete it and extract it again'
           % (filename, size, RECORD_BYTES, size // RECORD_BYTES,
              size % RECORD_BYTES))
-    if check_labels:
-      _check_labels(filename)
     total += size // RECORD_BYTES
+    if not check_labels:
+      continue
+    if '://' in filename:
+      with tf.io.gfile.GFile(filename, 'rb') as f:
+        labels = np.frombuffer(f.read(), dtype=np.uint8)[::RECORD_BYTES]
+    else:
+      # Mapped rather than read: ten times faster (no copy of the whole file).
+      mapped = np.memmap(filename, dtype=np.uint8, mode='r')
+      labels = np.array(mapped[::RECORD_BYTES])
+      del mapped
+    bad = np.flatnonzero(labels >= len(CLASS_NAMES))
+    if bad.size:
+      record = int(bad[0])
+      raise DataError(
+          'Data file %s, record %d (byte offset %d): label byte is %d, '
+          'expected 0-%d (%d records in the file have a bad label): the file '
+          'is corrupt or not CIFAR-10 binary data (CIFAR-100 has two label '
+          'bytes)' % (filename, record, record * RECORD_BYTES, labels[record],
+                      len(CLASS_NAMES) - 1, bad.size))
   return total
 
 
-def _check_labels(filename):
-  """Raises DataError naming the first record whose label byte is not 0-9,
-  which would otherwise surface mid-training deep in TF, or not at all on a
-  GPU."""
-  num_classes = len(CLASS_NAMES)
-  if '://' in filename:
-    with tf.io.gfile.GFile(filename, 'rb') as f:
-      labels = np.frombuffer(f.read(), dtype=np.uint8)[::RECORD_BYTES]
-  else:
-    # Mapped rather than read: ten times faster (no copy of the whole file).
-    mapped = np.memmap(filename, dtype=np.uint8, mode='r')
-    labels = np.array(mapped[::RECORD_BYTES])
-    del mapped
-  bad = np.flatnonzero(labels >= num_classes)
-  if bad.size:
-    record = int(bad[0])
-    raise DataError(
-        'Data file %s, record %d (byte offset %d): label byte is %d, expected '
-        '0-%d (%d records in the file have a bad label): the file is corrupt '
-        'or not CIFAR-10 binary data (CIFAR-100 has two label bytes)'
-        % (filename, record, record * RECORD_BYTES, labels[record],
-           num_classes - 1, bad.size))
-
-
 def check_batch_size(batch_size):
-  """Raises ValueError unless batch_size is a positive int: every pipeline's
-  check, and evaluation's before it builds a graph."""
+  """Raises ValueError unless batch_size is a positive int."""
   if not isinstance(batch_size, int) or batch_size < 1:
     raise ValueError('batch_size must be a positive integer, got %r'
                      % (batch_size,))
 
 
 def eval_files(eval_data):
-  """The file names `eval_data` names: 'test' (or True) the test set,
-  'train_eval' (or False) the training set; ValueError for anything else, so
-  that a typo never evaluates on the training set."""
+  """The files of 'test' (or True) or 'train_eval' (or False); ValueError for
+  anything else, so that a typo never evaluates on the training set."""
   if eval_data is True or eval_data == 'test':
     return TEST_FILES
   if eval_data is False or eval_data == 'train_eval':

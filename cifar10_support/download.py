@@ -1,18 +1,17 @@
 """Downloads, verifies and extracts the CIFAR-10 binary archive, safely.
 
-* The archive is downloaded to a temporary name and moved into place only
-  when it is complete (the length the server announced) and, unless data_md5
-  is empty, has the expected MD5; a failed attempt is retried, then reported.
-* A training and an evaluation started together download and extract once
-  (a lock file), and neither ever sees a half-extracted directory: the
-  archive is extracted into a temporary directory renamed into place.
-* Archive members that are links or would land outside data_dir are refused.
+* A data_dir holding the files read is never touched, nor data_url read.
+* The archive is downloaded to a temporary name and moved into place once
+  complete (the length announced) and of data_md5 (unless ''); a timeout, a
+  server error or a short or corrupt transfer is retried, nothing else.
+* Runs started together download and extract once (a lock file), and none
+  ever sees a half-extracted directory: it is renamed into place.
+* Links, special files and paths outside data_dir in the archive are refused.
 """
 
 import hashlib
 import http.client
 import os
-import shutil
 import socket
 import sys
 import tarfile
@@ -33,6 +32,7 @@ DATA_BYTES = 170052171
 ARCHIVE_NAME = 'cifar-10-binary.tar.gz'
 BATCHES_DIR = 'cifar-10-batches-bin'
 LOCK_NAME = '.cifar10_download.lock'
+ALL_FILES = data_files.TRAIN_FILES + data_files.TEST_FILES
 
 DOWNLOAD_ATTEMPTS = 3
 RETRY_WAIT_SECS = 5.0
@@ -41,14 +41,7 @@ TIMEOUT_SECS = 60.0
 
 
 class _DownloadFailed(Exception):
-  """A download attempt failed; `transient` if another one may not."""
-
-  def __init__(self, reason, transient):
-    super().__init__(reason)
-    self.transient = transient
-
-
-ALL_FILES = data_files.TRAIN_FILES + data_files.TEST_FILES
+  """A download attempt failed; args: reason, transient (another may work)."""
 
 
 def batches_problem(batches_dir, names=ALL_FILES):
@@ -68,8 +61,7 @@ def writable_dir_problem(path):
   it, or None."""
   try:
     os.makedirs(path, exist_ok=True)
-    with tempfile.TemporaryFile(dir=path):
-      pass
+    tempfile.TemporaryFile(dir=path).close()
   except OSError as e:
     return '%s: %s' % (type(e).__name__, e.strerror or e)
   return None
@@ -89,15 +81,9 @@ def maybe_download_and_extract(data_dir, data_url=DATA_URL, data_md5=DATA_MD5,
                                attempts=DOWNLOAD_ATTEMPTS,
                                retry_wait_secs=RETRY_WAIT_SECS,
                                timeout_secs=TIMEOUT_SECS, files=ALL_FILES):
-  """Makes `files` usable in `<data_dir>/cifar-10-batches-bin`, fetching them.
-
-  Nothing is read from data_url (an http(s) URL, or a file:// URL or path
-  of a local copy, used in place) when those files are there; else the whole
-  archive is extracted. data_md5 '' skips the check.
-
-  Raises:
-    DataError: with one message naming the problem and the fix.
-  """
+  """Makes `files` usable in `<data_dir>/cifar-10-batches-bin`, fetching them
+  from data_url (http(s), or a file:// URL or path of a copy, used in place);
+  DataError with one message naming the problem and the fix."""
   batches_dir = os.path.join(data_dir, BATCHES_DIR)
   if batches_problem(batches_dir, files) is None:
     return
@@ -124,11 +110,8 @@ def maybe_download_and_extract(data_dir, data_url=DATA_URL, data_md5=DATA_MD5,
       print('%s does not exist yet (%s are read from it): getting CIFAR-10.'
             % (batches_dir, ', '.join(files)), flush=True)
     try:
-      archive = _local_archive(data_url, data_md5, data_dir)
-      if archive is None:
-        archive = _download(data_url, data_md5, data_dir, attempts,
-                            retry_wait_secs, timeout_secs)
-      _extract(archive, data_dir)
+      _extract(_archive(data_url, data_md5, data_dir, attempts,
+                        retry_wait_secs, timeout_secs), data_dir)
     except DataError as e:
       if not incomplete:
         raise
@@ -144,10 +127,20 @@ def file_md5(path):
   return md5.hexdigest()
 
 
-def _local_archive(data_url, data_md5, data_dir):
-  """The verified local archive to extract, or None if it must be downloaded:
-  a file:// URL or plain path, else one already in data_dir with the right
-  MD5 (one without it is moved aside)."""
+def _md5_problem(path, data_md5):
+  """'has MD5 <x>, expected <y> ...' if data_md5 is given and differs."""
+  if data_md5:
+    got = file_md5(path)
+    if got != data_md5.lower():
+      return 'has MD5 %s, expected %s (--data_md5)' % (got, data_md5)
+  return None
+
+
+def _archive(data_url, data_md5, data_dir, attempts, retry_wait_secs,
+             timeout_secs):
+  """The verified archive to extract: the file a file:// URL or plain path
+  data_url names, else <data_dir>/ARCHIVE_NAME, downloaded unless it is there
+  with the right MD5 (one without it is moved aside)."""
   parsed = urllib.parse.urlparse(data_url)
   if parsed.scheme in ('', 'file'):
     path = (urllib.request.url2pathname(parsed.path) if parsed.scheme
@@ -161,30 +154,13 @@ def _local_archive(data_url, data_md5, data_dir):
                       '--data_md5= (empty) to use it anyway.' % (path, problem))
     return path
   path = os.path.join(data_dir, ARCHIVE_NAME)
-  if not os.path.isfile(path):
-    return None
-  problem = _md5_problem(path, data_md5)
-  if problem:
+  if os.path.isfile(path):
+    problem = _md5_problem(path, data_md5)
+    if not problem:
+      return path
     os.replace(path, path + '.bad')
     print('%s %s: moved it to %s.bad; downloading it again.'
           % (path, problem, path))
-    return None
-  return path
-
-
-def _md5_problem(path, data_md5):
-  """'has MD5 <x>, expected <y> ...' if data_md5 is given and differs."""
-  if data_md5:
-    got = file_md5(path)
-    if got != data_md5.lower():
-      return 'has MD5 %s, expected %s (--data_md5)' % (got, data_md5)
-  return None
-
-
-def _download(data_url, data_md5, data_dir, attempts, retry_wait_secs,
-              timeout_secs):
-  """Downloads data_url to <data_dir>/ARCHIVE_NAME; returns that path."""
-  path = os.path.join(data_dir, ARCHIVE_NAME)
   for attempt in range(1, attempts + 1):
     fd, partial = tempfile.mkstemp(dir=data_dir, prefix=ARCHIVE_NAME + '.',
                                    suffix='.part')
@@ -193,18 +169,19 @@ def _download(data_url, data_md5, data_dir, attempts, retry_wait_secs,
         size = _fetch(data_url, out, timeout_secs)
       problem = _md5_problem(partial, data_md5)
       if problem:
-        raise _DownloadFailed('the download ' + problem, transient=True)
+        raise _DownloadFailed('the download ' + problem, True)
       os.replace(partial, path)
       print('Successfully downloaded', ARCHIVE_NAME, size, 'bytes.')
       return path
     except _DownloadFailed as e:
-      if not e.transient or attempt == attempts:
+      reason, transient = e.args
+      if not transient or attempt == attempts:
         raise DataError('Could not download %s: %s%s. %s'
-                        % (data_url, e,
+                        % (data_url, reason,
                            ' (%d attempts)' % attempt if attempt > 1 else '',
                            offline_help(data_dir)))
       print('Download attempt %d of %d failed: %s; retrying in %g s.'
-            % (attempt, attempts, e, retry_wait_secs), flush=True)
+            % (attempt, attempts, reason, retry_wait_secs), flush=True)
       time.sleep(retry_wait_secs)
     finally:
       if os.path.exists(partial):
@@ -212,11 +189,10 @@ def _download(data_url, data_md5, data_dir, attempts, retry_wait_secs,
 
 
 def _fetch(url, out, timeout_secs):
-  """Copies url to the open file `out`, showing progress; returns its size.
-
-  Raises _DownloadFailed: transient on a timeout, a server error or a short
-  transfer; not when no connection can be made or the server refuses.
-  """
+  """Copies url to the open file `out`, returning its size, or raises
+  _DownloadFailed; shows progress each 0.1% (MiB) on a terminal, each 10%
+  (16 MiB) in a log. Not urlretrieve: it has no timeout."""
+  tty = sys.stdout.isatty()
   received = 0
   try:
     with urllib.request.urlopen(url, timeout=timeout_secs) as response:
@@ -225,64 +201,54 @@ def _fetch(url, out, timeout_secs):
       for chunk in iter(lambda: response.read(1 << 16), b''):
         out.write(chunk)
         received += len(chunk)
-        shown = _show_progress(received, total, shown)
+        if total:
+          mark = received * (1000 if tty else 10) // total
+          text = '%.1f%%' % (100.0 * received / total)
+        else:
+          mark = received >> (20 if tty else 24)
+          text = '%.1f MiB' % (received / 2.0**20)
+        if mark != shown:
+          shown = mark
+          print('%s>> Downloading %s %s' % ('\r' if tty else '', ARCHIVE_NAME,
+                                            text),
+                end='' if tty else '\n', flush=True)
   except urllib.error.HTTPError as e:
     raise _DownloadFailed('HTTP %d %s' % (e.code, e.reason),
-                          transient=e.code >= 500 or e.code in (408, 429))
+                          e.code >= 500 or e.code in (408, 429))
   except urllib.error.URLError as e:
     timed_out = isinstance(e.reason, socket.timeout)
     raise _DownloadFailed('%s%s' % (e.reason, '' if timed_out else
-                                    ' (offline?)'), transient=timed_out)
+                                    ' (offline?)'), timed_out)
   except (OSError, http.client.HTTPException) as e:
     raise _DownloadFailed('the transfer broke off after %d bytes (%s)'
                           % (received, type(e).__name__ if not str(e)
-                             else '%s: %s' % (type(e).__name__, e)),
-                          transient=True)
+                             else '%s: %s' % (type(e).__name__, e)), True)
   finally:
-    if received and sys.stdout.isatty():
+    if received and tty:
       print(flush=True)  # Ends the progress line.
   if total and received != total:
     raise _DownloadFailed('got %d of the %d bytes announced'
-                          % (received, total), transient=True)
+                          % (received, total), True)
   return received
-
-
-def _show_progress(received, total, shown):
-  """Shows the download progress each 0.1% (a terminal) or 10% (a log);
-  returns the mark shown, to pass back next time."""
-  tty = sys.stdout.isatty()
-  if total:
-    mark = received * (1000 if tty else 10) // total
-    text = '%.1f%%' % (100.0 * received / total)
-  else:
-    mark = received >> (20 if tty else 24)
-    text = '%.1f MiB' % (received / 2.0**20)
-  if mark != shown:
-    line = '>> Downloading %s %s' % (ARCHIVE_NAME, text)
-    if tty:
-      sys.stdout.write('\r' + line)
-      sys.stdout.flush()
-    else:
-      print(line, flush=True)
-  return mark
 
 
 def _extract(archive, data_dir):
   """Extracts archive's cifar-10-batches-bin into data_dir, atomically;
-  DataError if it is unreadable, holds a refused member (`_check_member`)
-  or lacks complete data files."""
+  DataError if it is unreadable, holds a refused member or lacks data."""
   print('Extracting %s into %s' % (archive, data_dir), flush=True)
-  work_dir = tempfile.mkdtemp(dir=data_dir, prefix='.extracting-')
-  try:
+  with tempfile.TemporaryDirectory(dir=data_dir, prefix='.extracting-',
+                                   ignore_cleanup_errors=True) as work_dir:
     try:
       with tarfile.open(archive, 'r:gz') as tar:
         members = tar.getmembers()  # Reads to the end: finds truncation.
         for member in members:
-          _check_member(member, archive, work_dir)
-        if hasattr(tarfile, 'data_filter'):
-          tar.extractall(work_dir, members=members, filter='data')
-        else:
-          tar.extractall(work_dir, members=members)
+          refusal = _refusal(member, os.path.realpath(work_dir))
+          if refusal:
+            raise DataError('Refusing to extract %s: member %r %s.'
+                            % (archive, member.name, refusal))
+        # Python 3.10 before 3.10.12 has no extraction filters.
+        filters = {'filter': 'data'} if hasattr(tarfile, 'data_filter') else {}
+        tar.extractall(work_dir, members=members, **filters)
     except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
       if isinstance(e, OSError) and e.errno is not None:
         raise DataError('Could not extract %s into %s: %s'
@@ -298,39 +264,28 @@ def _extract(archive, data_dir):
                       % (archive, problem.replace(work_dir, '<archive>')))
     target = os.path.join(data_dir, BATCHES_DIR)
     if os.path.exists(target):
-      # Incomplete (complete ones return early); moved into work_dir, which
-      # is deleted below.
+      # Incomplete (complete ones return early): deleted with work_dir.
       os.rename(target, os.path.join(work_dir, 'incomplete'))
     os.rename(extracted, target)
-  finally:
-    shutil.rmtree(work_dir, ignore_errors=True)
 
 
-def _check_member(member, archive, work_dir):
-  """Raises DataError for a link, a special file or a path outside work_dir."""
+def _refusal(member, root):
+  """Why archive `member` must not be extracted into `root` (a real path), or
+  None. Not tarfile's data filter alone: it takes links inside root, and
+  strips the '/' of an absolute name instead of refusing it."""
   if member.issym() or member.islnk():
-    raise DataError('Refusing to extract %s: member %r is a link (to %r); '
-                    'the CIFAR-10 archive has none.'
-                    % (archive, member.name, member.linkname))
+    return 'is a link (to %r); the CIFAR-10 archive has none' % member.linkname
   if not (member.isfile() or member.isdir()):
-    raise DataError('Refusing to extract %s: member %r is not a regular file '
-                    'or directory.' % (archive, member.name))
-  root = os.path.realpath(work_dir)
-  target = os.path.realpath(os.path.join(root, member.name))
-  if not target.startswith(root + os.sep):
-    raise DataError('Refusing to extract %s: member %r would be written '
-                    'outside the directory it is extracted into.'
-                    % (archive, member.name))
+    return 'is not a regular file or directory'
+  if not os.path.realpath(os.path.join(root, member.name)).startswith(
+      root + os.sep):
+    return 'would be written outside the directory it is extracted into'
+  return None
 
 
 def data_check_message(data_dir, files, records=None):
-  """'Data: /d/cifar-10-batches-bin, 5 files, 50000 records (checked).':
-  the line a script prints once its data files are checked (here, unless a
-  check already counted their `records`).
-
-  Raises:
-    DataError: a file is missing or malformed.
-  """
+  """'Data: /d/cifar-10-batches-bin, 5 files, 50000 records (checked).': checks
+  `files` unless `records` counts them; DataError if one is malformed."""
   batches_dir = os.path.join(data_dir, BATCHES_DIR)
   if records is None:
     records = data_files.check_data_files(
@@ -341,7 +296,6 @@ def data_check_message(data_dir, files, records=None):
 
 def prepare(data_dir, data_url, data_md5, files):
   """A trainer's data step: fetches `files` if needed, checks them and prints
-  the data line; DataError if one is missing or malformed and cannot be
-  fetched."""
+  the data line; DataError if one is malformed or cannot be fetched."""
   maybe_download_and_extract(data_dir, data_url, data_md5, files=files)
   print(data_check_message(data_dir, files))
