@@ -21,36 +21,11 @@ gets the full host lists and its own --job_name/--task_index):
         --ps_hosts=... --worker_hosts=... --data_dir=/tmp/cifar10_data
 
 Instead of the four cluster flags, a task may read the standard TF_CONFIG
-environment variable, e.g. '{"cluster": {"ps": ["h0:2222"], "worker":
-["h1:2222", "h2:2222"]}, "task": {"type": "worker", "index": 1}}'. Where a
-cluster manager sets it (Kubeflow, Vertex AI), the chief may be a job of its
-own, "chief" (or "master"), training as one more worker; an "evaluator" task
-evaluates the chief's checkpoints in --train_dir as cifar10_eval.py does,
-with its flags, until the one at --max_steps (docs/distributed.md).
-
-Updates are asynchronous by default: each worker step applies its own
-gradients, and the global step counts worker steps. With --sync_replicas each
-update averages the gradients of --replicas_to_aggregate worker steps (default:
-one per worker), and the global step counts those updates. Training stops when
-the global step reaches --max_steps. Each worker prints, every --log_frequency
-of its own steps,
-
-    Worker <i>: <date time>: step <global step>, loss = <loss> (<this worker's
-    examples/sec>; <sec/batch>)
-
-(Chief: or Master: for a chief job).
-
-No task waits forever: a worker gives up with a message naming the address
-when a ps task does not answer within --startup_wait_secs, a non-chief worker
-when the chief has not initialised the variables by then, and any worker when
-one operation blocks for --operation_timeout_secs. The ps tasks never exit on
-their own; stop them (Ctrl-C or kill) when the workers are done.
-
-A killed task (ps, worker or chief) can be started again with the same
-command: the chief restores its newest checkpoint, into the re-created
-session after a ps task restarts, or at its own start; a ps task that stays
-away longer than --startup_wait_secs stops the workers with a line naming it
-(docs/distributed.md, "Faults").
+environment variable, where a cluster manager may add a chief job and an
+evaluator task. Updates are asynchronous unless --sync_replicas; training
+stops when the global step reaches --max_steps. No task waits forever, and a
+killed task can be started again with the same command. All this, and what
+each task prints: docs/distributed.md.
 """
 
 import contextlib
@@ -121,8 +96,6 @@ flags.DEFINE_integer('operation_timeout_secs', 300,
                      'synchronous update) blocks longer than this.',
                      lower_bound=1)
 
-# The chief closes the synchronous token queue when it stops, and the queue
-# lives on in the ps tasks.
 _CLOSED_QUEUE = ('the synchronous token queue on the ps tasks is closed, as '
                  'the chief leaves it when it stops: either the chief stopped '
                  'early, or the ps tasks are still those of an earlier '
@@ -150,45 +123,18 @@ class ReleaseTokensHook(tf.train.SessionRunHook):
       pass  # The chief has closed the queue, which ends every wait too.
 
 
-def _sync_train_op(total_loss, global_step, batch_size, replicas_to_aggregate,
-                   num_workers, after):
-  """(train_op, sync_optimizer): cifar10.train's step, with the gradients
-  of several worker steps aggregated into each update, computed after the
-  ops in `after`. The chief applies the moving averages after each update,
-  under cifar10.train's names, which cifar10_eval.py restores."""
-  lr = cifar10.learning_rate(global_step, batch_size,
-                             num_towers=replicas_to_aggregate)
-  loss_averages_op = cifar10.add_loss_summaries(total_loss)
-  variable_averages = tf.train.ExponentialMovingAverage(
-      cifar10.MOVING_AVERAGE_DECAY, global_step)
-  opt = tf.train.SyncReplicasOptimizer(
-      tf.train.GradientDescentOptimizer(lr),
-      replicas_to_aggregate=replicas_to_aggregate,
-      total_num_replicas=num_workers,
-      variable_averages=variable_averages,
-      variables_to_average=tf.trainable_variables())
-  with tf.control_dependencies([loss_averages_op] + after):
-    grads = opt.compute_gradients(total_loss)
-  train_op = opt.apply_gradients(grads, global_step=global_step)
-  cifar10.add_weight_and_gradient_summaries(grads)
-  return train_op, opt
-
-
 def build_worker_graph(settings, worker):
   """Builds one worker's training graph in the default graph.
 
   Variables go round-robin to the ps tasks (float32 whatever
-  settings.compute_dtype); every other op, the input pipeline and the
-  checkpoint saver included, to this worker's CPU, so the chief writes and
-  reads checkpoints on its own disk. settings.batch_size is per worker step.
+  settings.compute_dtype); every other op, the checkpoint saver included, to
+  this worker's CPU, so the chief saves on its own disk.
 
   Returns:
-    A dict with 'global_step' (int64 variable), 'step_before_update' (int64
-    scalar: the global step read before this worker's gradients are computed,
-    so before its update counts), 'loss' (scalar float tensor), 'train_op',
-    and, when synchronous, 'sync_optimizer' and 'release_op' (the op that
-    hands a token to every worker, so none stays blocked at the end); None
-    otherwise.
+    A dict of 'global_step', 'step_before_update' (the global step read
+    before this worker's gradients are computed), 'loss', 'train_op', and,
+    when synchronous (else None), 'sync_optimizer' and 'release_op' (hands a
+    token to every worker, so none stays blocked at the end).
   """
   num_workers = len(clusters.training_tasks(worker.cluster))
   setter = tf.train.replica_device_setter(
@@ -208,11 +154,24 @@ def build_worker_graph(settings, worker):
     step_before_update = global_step.read_value()
     sync_optimizer = release_op = None
     if worker.sync_replicas:
+      # cifar10.train's step, the gradients of `replicas` worker steps
+      # averaged into each update. The chief applies the moving averages
+      # after each update, under cifar10.train's names (cifar10_eval.py
+      # restores them).
       replicas = worker.replicas_to_aggregate or num_workers
-      train_op, sync_optimizer = _sync_train_op(
-          loss, global_step, settings.batch_size,
-          replicas_to_aggregate=replicas, num_workers=num_workers,
-          after=[step_before_update])
+      lr = cifar10.learning_rate(global_step, settings.batch_size,
+                                 num_towers=replicas)
+      loss_averages_op = cifar10.add_loss_summaries(loss)
+      sync_optimizer = tf.train.SyncReplicasOptimizer(
+          tf.train.GradientDescentOptimizer(lr),
+          replicas_to_aggregate=replicas, total_num_replicas=num_workers,
+          variable_averages=tf.train.ExponentialMovingAverage(
+              cifar10.MOVING_AVERAGE_DECAY, global_step),
+          variables_to_average=tf.trainable_variables())
+      with tf.control_dependencies([loss_averages_op, step_before_update]):
+        grads = sync_optimizer.compute_gradients(loss)
+      train_op = sync_optimizer.apply_gradients(grads, global_step=global_step)
+      cifar10.add_weight_and_gradient_summaries(grads)
       release_op = sync_optimizer.get_init_tokens_op(
           num_tokens=max(replicas, num_workers))
       # At the end the chief's aggregation thread waits for gradients that
@@ -251,8 +210,7 @@ def step_hooks(logger, loss, max_steps):
 
 def train(settings, worker):
   """Runs one worker until the global step reaches settings.max_steps; only
-  the chief touches settings.train_dir. log_frequency counts this worker's
-  own steps.
+  the chief touches settings.train_dir.
 
   Returns:
     The SIGINT or SIGTERM that stopped this worker early, or None.
@@ -260,11 +218,10 @@ def train(settings, worker):
   Raises:
     TimeoutError: another task is away, or an op blocked past the
       operation timeout.
-    ClusterError: synchronous training found its token queue closed (the
-      chief stopped, or the ps tasks are left over from an earlier run).
-    train_dirs.RUN_ERRORS: a NaN loss (the chief does not save that step);
-      on the chief, a checkpoint of another model or only damaged ones, a
-      busy train_dir, or a full disk.
+    ClusterError: synchronous training found its token queue closed.
+    train_dirs.RUN_ERRORS: a NaN loss; on the chief, what cifar10_train.py
+      stops on (a checkpoint of another model, a busy train_dir, a full
+      disk).
   """
   label, is_chief = worker.label, worker.is_chief
   start = None
@@ -305,18 +262,15 @@ def train(settings, worker):
       except tf.train.NanLossDuringTrainingError:
         if is_chief:
           raise start.diverged_error(logger.step) from None
-        raise train_dirs.DivergedError(diverged_message(
-            logger.step)) from None
+        raise train_dirs.DivergedError(diverged_message(logger.step)) from None
   if (worker.sync_replicas and not stop_signals and
       logger.step < settings.max_steps):
     # A closed token queue ends a worker's wait like the end of its input.
     raise ClusterError('stopped at global step %d, before --max_steps=%d: %s'
-                       % (logger.step, settings.max_steps,
-                          _CLOSED_QUEUE))
+                       % (logger.step, settings.max_steps, _CLOSED_QUEUE))
   if stop_signals:
     print('%s: received %s: stopped at global step %d.'
-          % (label, signals.name(stop_signals[0]),
-             logger.step), flush=True)
+          % (label, signals.name(stop_signals[0]), logger.step), flush=True)
   print('%s: stopped at global step %d after %d steps of its own.'
         % (label, logger.step, logger.own_steps), flush=True)
   return stop_signals[0] if stop_signals else None
@@ -344,8 +298,8 @@ def main(argv):
     # Joins no cluster: follows the chief's checkpoints in --train_dir, as
     # cifar10_eval.py does, until the one at --max_steps; from TF_CONFIG it
     # stops when the chief stays away.
-    sleep = (cluster_sessions.sleep_watching_chief(
-        cluster, FLAGS.startup_wait_secs) if cluster else time.sleep)
+    sleep = (cluster_sessions.ChiefWatch(cluster, FLAGS.startup_wait_secs)
+             .sleep if cluster else time.sleep)
     try:
       last = cifar10_eval.evaluate_as_flagged(
           FLAGS, FLAGS.train_dir, until_step=FLAGS.max_steps, sleep=sleep)[-1]

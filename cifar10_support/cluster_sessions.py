@@ -17,13 +17,6 @@ from cifar10_support import sessions
 
 # How MonitoredSession's log line for an error it recovers from begins.
 RECOVERED_ERROR_LOG = 'An error was raised'
-# How often a waiting worker asks whether the chief is done
-# (tf.train.WorkerSessionCreator waits 30 s between checks).
-_READY_POLL_SECS = 1
-# Grace period for a closing session's threads. The chief's gradient
-# aggregation thread always uses all of it in synchronous training (it is
-# blocked on gradients that will never come); the input threads need far less.
-_STOP_GRACE_SECS = 3
 
 
 def _chief(cluster):
@@ -54,7 +47,6 @@ class Absence(object):
 
 
 def gone_for_good(tasks, wait_secs):
-  """What a worker says when ps tasks stay away: it stops, nothing lost."""
   return ('%s did not come back within %d s (--startup_wait_secs): stopping. '
           'The checkpoints are as they were; once the ps tasks run, start the '
           'workers again and the chief resumes from its newest checkpoint.'
@@ -103,10 +95,9 @@ def why_lost(label, ps_tasks, wait_secs, error):
 
 
 class _SessionCreator(tf.train.SessionCreator):
-  """A worker's sessions: the chief's initialised by its scaffold, which
-  restores; another's once the chief's are. MonitoredSession re-creates a
-  lost one, retrying for ever while a ps task is down: this bounds that
-  wait (why_lost), and says what the new session starts from."""
+  """A worker's sessions: MonitoredSession re-creates a lost one, retrying
+  for ever while a ps task is down; this bounds that wait (why_lost) and
+  says what the new session starts from."""
 
   def __init__(self, worker, config, start, global_step, errors):
     self._worker = worker
@@ -138,19 +129,18 @@ class _SessionCreator(tf.train.SessionCreator):
       self._reason = why_lost(
           worker.label, clusters.tasks_of(worker.cluster, 'ps'),
           worker.startup_wait_secs, self._errors[-1] if self._errors else '')
-    self.scaffold.finalize()
-    manager = tf.train.SessionManager(
-        local_init_op=self.scaffold.local_init_op,
-        ready_op=self.scaffold.ready_op,
-        ready_for_local_init_op=self.scaffold.ready_for_local_init_op,
-        graph=tf.get_default_graph(), recovery_wait_secs=_READY_POLL_SECS)
     if worker.is_chief:
-      # As tf.train.ChiefSessionCreator with no checkpoint_dir: the scaffold
-      # restores, from any trainer's checkpoint.
-      session = manager.prepare_session(
-          worker.target, config=self._config, init_op=self.scaffold.init_op,
-          init_fn=self.scaffold.init_fn)
+      session = tf.train.ChiefSessionCreator(
+          self.scaffold, worker.target, self._config).create_session()
     else:
+      # As tf.train.WorkerSessionCreator, but asking every second, not
+      # every 30, whether the chief has initialised the variables.
+      self.scaffold.finalize()
+      manager = tf.train.SessionManager(
+          local_init_op=self.scaffold.local_init_op,
+          ready_op=self.scaffold.ready_op,
+          ready_for_local_init_op=self.scaffold.ready_for_local_init_op,
+          graph=tf.get_default_graph(), recovery_wait_secs=1)
       try:
         session = manager.wait_for_session(
             worker.target, config=self._config,
@@ -167,36 +157,44 @@ class _SessionCreator(tf.train.SessionCreator):
     return session
 
 
-class ChiefWatchHook(tf.train.SessionRunHook):
-  """Stops a non-chief worker, naming the chief, once the chief has been
-  away for `startup_wait_secs`; till then it trains on, unsaved, and says
-  so. (A synchronous worker runs no step meanwhile: it waits for the
-  chief's next update, bounded by the operation timeout.)"""
+class ChiefWatch(tf.train.SessionRunHook):
+  """Raises TimeoutError, naming the chief, once it has been away for
+  `wait_secs`: as a non-chief worker's hook (meanwhile it trains on, unsaved,
+  and says so; a synchronous one waits for the chief's next update, bounded
+  by the operation timeout), or as the evaluator's time.sleep."""
 
-  def __init__(self, worker, poll_secs=2):
-    self._worker = worker
-    self._absence = Absence(clusters.chief_task(worker.cluster),
-                            worker.startup_wait_secs)
+  def __init__(self, cluster, wait_secs, label=None, poll_secs=2):
+    self._absence = Absence(clusters.chief_task(cluster), wait_secs)
+    self._chief = _chief(cluster)
+    self._wait_secs = wait_secs
+    self._label = label
     self._poll_secs = poll_secs
     self._next_poll = time.time() + poll_secs
+
+  def _poll(self, then):
+    change = self._absence.poll()
+    if change == 'gone':
+      raise TimeoutError('%s has not answered for %d s (--startup_wait_secs)%s'
+                         % (self._chief, self._wait_secs, then))
+    return change
 
   def after_run(self, run_context, run_values):
     if time.time() < self._next_poll:
       return
     self._next_poll = time.time() + self._poll_secs
-    change = self._absence.poll()
-    label, chief = self._worker.label, _chief(self._worker.cluster)
-    wait_secs = self._worker.startup_wait_secs
-    if change == 'gone':
-      raise TimeoutError(
-          '%s has not answered for %d s (--startup_wait_secs): '
-          'stopping, since nothing is saved without it. Start it again, then '
-          'this worker.' % (chief, wait_secs))
+    change = self._poll(': stopping, since nothing is saved without it. '
+                        'Start it again, then this worker.')
     if change == 'back':
-      print('%s: %s is back.' % (label, chief), flush=True)
+      print('%s: %s is back.' % (self._label, self._chief), flush=True)
     elif change == 'away':
       print('%s: %s does not answer: training on, unsaved, for up to %d s '
-            'until it is back.' % (label, chief, wait_secs), flush=True)
+            'until it is back.' % (self._label, self._chief, self._wait_secs),
+            flush=True)
+
+  def sleep(self, secs):
+    time.sleep(secs)
+    self._poll(' and no checkpoint at --max_steps has come: stopping. Start '
+               'the chief again, then this evaluator.')
 
 
 def monitored_session(settings, worker, hooks, errors, global_step,
@@ -208,9 +206,6 @@ def monitored_session(settings, worker, hooks, errors, global_step,
                                   settings.log_device_placement)
   creator = _SessionCreator(worker, config, start, global_step, errors)
   if worker.is_chief:
-    # After the NaN check, as in cifar10_train, so a diverged step is never
-    # saved. The global step moves with every worker's updates: re-read
-    # each run.
     hooks = hooks + saving.saving_hooks(
         creator.scaffold, start.train_dir, settings, own_steps=False,
         label=worker.label)
@@ -222,9 +217,12 @@ def monitored_session(settings, worker, hooks, errors, global_step,
     print('%s: waiting up to %d s for %s to initialise the variables.'
           % (worker.label, worker.startup_wait_secs, _chief(worker.cluster)),
           flush=True)
-    hooks = hooks + [ChiefWatchHook(worker)]
+    hooks = hooks + [ChiefWatch(worker.cluster, worker.startup_wait_secs,
+                                worker.label)]
+  # The chief's gradient aggregation thread uses all of the 3 s grace period
+  # in synchronous training (blocked on gradients that will never come).
   return tf.train.MonitoredSession(session_creator=creator, hooks=hooks,
-                                   stop_grace_period_secs=_STOP_GRACE_SECS)
+                                   stop_grace_period_secs=3)
 
 
 def operation_timeout(worker, global_step):
@@ -242,18 +240,3 @@ def operation_timeout(worker, global_step):
          if gone else
          'did another task stop, or is the input queue still filling?'))
 
-
-def sleep_watching_chief(cluster, wait_secs):
-  """time.sleep for the evaluator's checkpoint loop, which raises
-  TimeoutError, naming the chief, once it has been away for `wait_secs`:
-  the checkpoint at --max_steps will not come."""
-  absence = Absence(clusters.chief_task(cluster), wait_secs)
-
-  def sleep(secs):
-    time.sleep(secs)
-    if absence.poll() == 'gone':
-      raise TimeoutError(
-          '%s has not answered for %d s (--startup_wait_secs) and no '
-          'checkpoint at --max_steps has come: stopping. Start the chief '
-          'again, then this evaluator.' % (_chief(cluster), wait_secs))
-  return sleep

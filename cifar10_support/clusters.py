@@ -7,10 +7,9 @@ import json
 import socket
 import time
 
-# A chief job ('chief', or 'master' on older platforms) is the chief, and its
-# workers are counted apart from it; without one, worker 0 is the chief. An
-# evaluator joins no server, so it is never part of the training cluster,
-# whether TF_CONFIG lists it (Kubeflow) or not (Vertex AI).
+# A chief job ('chief', or 'master' on older platforms) is the chief; without
+# one, worker 0 is. An evaluator joins no server: it is never part of the
+# training cluster, whether TF_CONFIG lists it (Kubeflow) or not (Vertex AI).
 CHIEF_JOBS = ('chief', 'master')
 EVALUATOR = 'evaluator'
 ONE_EVALUATOR = ('one evaluator follows a run, as TensorFlow allows at most '
@@ -48,7 +47,6 @@ def _tf_config_hosts(cluster, job):
 
 
 def _from_tf_config(tf_config):
-  """resolve_cluster's reading of TF_CONFIG, all but the index range."""
   try:
     config = json.loads(tf_config)
   except ValueError as e:
@@ -106,11 +104,8 @@ def resolve_cluster(job_name, task_index, ps_hosts, worker_hosts, tf_config):
   """(cluster, job_name, task_index) from the flags, else from TF_CONFIG.
 
   The cluster maps 'ps', 'worker' and a chief job to lists of 'host:port',
-  never 'evaluator'; it is None for an evaluator from --job_name.
-
-  Raises:
-    ValueError: naming the flag at fault; TFConfigError (a ValueError)
-      naming what in TF_CONFIG is.
+  never 'evaluator'; it is None for an evaluator from --job_name. Raises
+  ValueError naming the flag at fault, or TFConfigError what in TF_CONFIG.
   """
   if job_name or ps_hosts or worker_hosts or not tf_config:
     if not job_name:
@@ -200,12 +195,8 @@ def unreachable(tasks, timeout_secs=1):
 
 
 def wait_for_addresses(tasks, wait_secs, poll_secs=0.5):
-  """Returns once every one of `tasks` accepts TCP connections.
-
-  Raises:
-    TimeoutError: after `wait_secs`, naming each task and address that did
-      not answer, and why.
-  """
+  """Returns once every one of `tasks` accepts TCP connections, or raises
+  TimeoutError after `wait_secs` naming each that did not, and why."""
   deadline = time.time() + wait_secs
   while True:
     errors = _connect_errors(tasks, max(poll_secs, 1))
