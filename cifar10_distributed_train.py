@@ -52,7 +52,6 @@ from cifar10_support import download
 from cifar10_support import precision
 from cifar10_support import progress
 from cifar10_support import run_flags
-from cifar10_support import run_settings
 from cifar10_support import sessions
 from cifar10_support import signals
 from cifar10_support import train_dirs
@@ -270,7 +269,7 @@ def train(settings, worker):
                        % (logger.step, settings.max_steps, _CLOSED_QUEUE))
   if stop_signals:
     print('%s: received %s: stopped at global step %d.'
-          % (label, signals.name(stop_signals[0]), logger.step), flush=True)
+          % (label, stop_signals[0].name, logger.step), flush=True)
   print('%s: stopped at global step %d after %d steps of its own.'
         % (label, logger.step, logger.own_steps), flush=True)
   return stop_signals[0] if stop_signals else None
@@ -348,7 +347,7 @@ def main(argv):
   # arises.
   compute_dtype = precision.compute_dtype_for_this_machine(
       FLAGS.mixed_precision, on_gpu=False, use_fp16=FLAGS.use_fp16)
-  settings = run_settings.from_flags(FLAGS, compute_dtype)
+  settings = run_flags.from_flags(FLAGS, compute_dtype)
   worker = clusters.WorkerSettings(
       server.target, cluster, task_index, sync_replicas=FLAGS.sync_replicas,
       replicas_to_aggregate=replicas,

@@ -45,7 +45,6 @@ from cifar10_support import gpus
 from cifar10_support import precision
 from cifar10_support import progress
 from cifar10_support import run_flags
-from cifar10_support import run_settings
 from cifar10_support import saving
 from cifar10_support import sessions
 from cifar10_support import signals
@@ -228,7 +227,7 @@ def train(settings, num_towers=1, tower_device='gpu', config=None):
   """Trains with `num_towers` towers up to global step settings.max_steps.
 
   Args:
-    settings: a run_settings.TrainSettings; batch_size is per tower.
+    settings: a run_flags.TrainSettings; batch_size is per tower.
     num_towers: int, model replicas, one per device.
     tower_device: 'gpu' or 'cpu', see sessions.training_config.
     config: the session's tf.ConfigProto, e.g. gpus.split_gpus_config's
@@ -307,7 +306,7 @@ def main(argv):
   on_gpu = FLAGS.tower_device == 'gpu' and sessions.has_gpu()
   compute_dtype = precision.compute_dtype_for_this_machine(
       FLAGS.mixed_precision, on_gpu, FLAGS.use_fp16)
-  settings = run_settings.from_flags(FLAGS, compute_dtype)
+  settings = run_flags.from_flags(FLAGS, compute_dtype)
   with train_dirs.run_errors_end_the_process():
     download.prepare(FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5,
                      cifar10_input.TRAIN_FILES)

@@ -29,7 +29,6 @@ from cifar10_support import download
 from cifar10_support import precision
 from cifar10_support import progress
 from cifar10_support import run_flags
-from cifar10_support import run_settings
 from cifar10_support import saving
 from cifar10_support import sessions
 from cifar10_support import signals
@@ -65,7 +64,7 @@ def train(settings):
   """Trains up to global step settings.max_steps, resuming from train_dir.
 
   Args:
-    settings: a run_settings.TrainSettings.
+    settings: a run_flags.TrainSettings.
 
   Returns:
     A dict with 'global_step' (int, where training stopped), 'loss' (float,
@@ -140,7 +139,7 @@ def main(argv):
   # The model runs on a GPU when one is visible (TensorFlow's placement).
   compute_dtype = precision.compute_dtype_for_this_machine(
       FLAGS.mixed_precision, sessions.has_gpu(), FLAGS.use_fp16)
-  settings = run_settings.from_flags(FLAGS, compute_dtype)
+  settings = run_flags.from_flags(FLAGS, compute_dtype)
   # A bad data file, a NaN loss, a full disk: one line, exit status 1.
   with train_dirs.run_errors_end_the_process():
     download.prepare(FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5,

@@ -41,10 +41,10 @@ from cifar10_support import console
 from cifar10_support import download
 from cifar10_support import eval_run
 from cifar10_support import precision
-from cifar10_support import run_settings
 from cifar10_support import sessions
 from cifar10_support import signals
 from cifar10_support import train_dirs
+from cifar10_support import run_flags
 
 CURVE = os.path.join(BENCHMARKS, 'accuracy_curve.json')
 # The tolerance's margin, in pooled run-to-run standard deviations.
@@ -368,7 +368,7 @@ def run(args, argv):
 
   train_dir = args.train_dir or tempfile.mkdtemp(prefix='cifar10_accuracy_')
   try:
-    settings = run_settings.TrainSettings(
+    settings = run_flags.TrainSettings(
         args.data_dir, train_dir, batch_size=args.batch_size,
         log_frequency=args.log_frequency, compute_dtype=compute_dtype)
     with train_dirs.run_errors_end_the_process():

@@ -40,10 +40,10 @@ from cifar10_support import download
 from cifar10_support import eval_run
 from cifar10_support import precision
 from cifar10_support import progress
-from cifar10_support import run_settings
 from cifar10_support import saving
 from cifar10_support import sessions
 from cifar10_support import train_dirs
+from cifar10_support import run_flags
 import step_time
 import synthetic
 
@@ -280,7 +280,7 @@ class TrainScriptVariant(Variant):
   def _start(self, train_dir, config, loss, step_hook, summary_op=None):
     """Opens the trainer's session with its hooks and saving settings."""
     self._log = open(os.devnull, 'w')
-    settings = run_settings.TrainSettings(None, train_dir, max_steps=10 ** 9)
+    settings = run_flags.TrainSettings(None, train_dir, max_steps=10 ** 9)
     with self._quiet():
       scaffold, saving_hooks, session_args = saving.restore_then_save(
           train_dirs.StartPoint(train_dir, None), settings, summary_op)

@@ -217,7 +217,7 @@ class WorkerSettings(collections.namedtuple('WorkerSettings', [
     'target', 'cluster', 'task_index', 'sync_replicas',
     'replicas_to_aggregate', 'startup_wait_secs', 'operation_timeout_secs',
     'job_name'], defaults=(False, None, 300, 300, 'worker'))):
-  """A training task's settings beside run_settings.TrainSettings, mostly
+  """A training task's settings beside run_flags.TrainSettings, mostly
   its flags: target is its server's ('grpc://host:port'); job_name 'worker'
   or the chief job; replicas_to_aggregate None for one per training task."""
   __slots__ = ()

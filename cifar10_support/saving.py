@@ -23,7 +23,7 @@ Saving = collections.namedtuple('Saving', ['scaffold', 'hooks',
 
 def restore_then_save(start, settings, summary_op=None):
   """The `Saving` of a run from train_dirs.StartPoint `start`, with the
-  run_settings.TrainSettings `settings`, writing summary_op (None: every
+  run_flags.TrainSettings `settings`, writing summary_op (None: every
   summary in the graph). Call it in the training graph, once built: it
   checks that the checkpoint fits it.
 

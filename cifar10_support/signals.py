@@ -13,7 +13,8 @@ import threading
 
 @contextlib.contextmanager
 def stop_requests():
-  """Yields a list that receives the number of each SIGINT or SIGTERM caught.
+  """Yields a list that receives each SIGINT or SIGTERM caught, as a
+  signal.Signals (an int; `.name` is 'SIGTERM').
 
   Stopping through the training loop, rather than by an exception, lets the
   session end normally, which writes the final checkpoint. The first signal
@@ -28,7 +29,7 @@ def stop_requests():
 
   def handler(signum, unused_frame):
     # Only records it: printing here could re-enter a print in progress.
-    received.append(signum)
+    received.append(signal.Signals(signum))
     for old_signum, old_handler in previous.items():
       signal.signal(old_signum, old_handler)
 
@@ -39,11 +40,6 @@ def stop_requests():
   finally:
     for signum, old_handler in previous.items():
       signal.signal(signum, old_handler)
-
-
-def name(signum):
-  """'SIGTERM' for signal.SIGTERM."""
-  return signal.Signals(signum).name
 
 
 def exit_if_stopped(signum):

@@ -27,7 +27,6 @@ import tensorflow.compat.v1 as tf
 from cifar10_support import checkpoints
 from cifar10_support import data_files
 from cifar10_support import locks
-from cifar10_support import signals
 
 LOCK_NAME = '.cifar10_train.lock'
 
@@ -152,7 +151,7 @@ class StartPoint(object):
     final = checkpoints.newest(self.train_dir)
     if stop_signals:
       print('Received %s: stopped at step %d; final checkpoint %s.'
-            % (signals.name(stop_signals[0]), step, final), flush=True)
+            % (stop_signals[0].name, step, final), flush=True)
     else:
       print('Done: step %d reached (--max_steps); final checkpoint %s.'
             % (step, final), flush=True)

@@ -198,7 +198,7 @@ def test_each_leg_is_evaluated_before_the_next_and_timed_as_training(
   monkeypatch.setattr(accuracy.time, 'time', lambda: clock[0])
   monkeypatch.setattr(accuracy.cifar10_train, 'train', train)
   monkeypatch.setattr(accuracy.cifar10_eval, 'eval_once', eval_once)
-  settings = accuracy.run_settings.TrainSettings(None, train_dir)
+  settings = accuracy.run_flags.TrainSettings(None, train_dir)
 
   results, trained = accuracy.train_and_evaluate(settings, [10, 20, 25], None)
 

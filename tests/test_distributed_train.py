@@ -22,7 +22,7 @@ import cifar10_distributed_train as dist
 from cifar10_support import cluster_sessions
 from cifar10_support import clusters
 from cifar10_support import progress
-from cifar10_support import run_settings
+from cifar10_support import run_flags
 import testutil
 
 # Worker lines: the original format behind the worker's index.
@@ -243,7 +243,7 @@ def test_worker_graph_placement_and_checkpoint_names(data_dir, compute_dtype):
   cluster = {'ps': ['h0:1', 'h1:1'], 'worker': ['h2:1', 'h3:1']}
   with tf.Graph().as_default() as graph:
     built = dist.build_worker_graph(
-        run_settings.TrainSettings(data_dir, None, batch_size=8,
+        run_flags.TrainSettings(data_dir, None, batch_size=8,
                                    input_threads=1,
                                    compute_dtype=compute_dtype),
         clusters.WorkerSettings(None, cluster, 1, sync_replicas=True))
@@ -516,7 +516,7 @@ def test_a_worker_reads_the_step_it_logs_before_its_own_update(sync,
   cluster = {'ps': ['127.0.0.1:1'], 'worker': ['127.0.0.1:2', '127.0.0.1:3']}
   with tf.Graph().as_default() as g:
     graph = dist.build_worker_graph(
-        run_settings.TrainSettings(data_dir, None, batch_size=2),
+        run_flags.TrainSettings(data_dir, None, batch_size=2),
         clusters.WorkerSettings(None, cluster, 1, sync_replicas=sync))
     read = graph['step_before_update'].op
     handle = graph['global_step'].handle

@@ -23,7 +23,7 @@ import tensorflow.compat.v1 as tf
 import cifar10_distributed_train as dist
 from cifar10_support import checkpoints
 from cifar10_support import clusters
-from cifar10_support import run_settings
+from cifar10_support import run_flags
 from test_distributed_faults import LEARNING_RATE
 from test_eval import TRAIN_STEPS
 from test_eval import shared_train_dir
@@ -371,7 +371,7 @@ def test_the_chief_jobs_graph_runs_on_the_chief(data_dir):
   cluster = {'chief': ['h0:1'], 'ps': ['h1:1'], 'worker': ['h2:1']}
   with tf.Graph().as_default() as graph:
     built = dist.build_worker_graph(
-        run_settings.TrainSettings(data_dir, None, batch_size=8,
+        run_flags.TrainSettings(data_dir, None, batch_size=8,
                                    input_threads=1),
         clusters.WorkerSettings(None, cluster, 0, sync_replicas=True,
                                 job_name='chief'))

@@ -23,7 +23,7 @@ import cifar10_eval
 import cifar10_train
 from cifar10_support import eval_run
 from cifar10_support import precision
-from cifar10_support import run_settings
+from cifar10_support import run_flags
 import synthetic
 from test_eval import save_checkpoint
 from test_train import LINE
@@ -227,7 +227,7 @@ def test_bfloat16_checkpoint_is_float32_and_evaluates_both_ways(data_dir,
   dirs = {}
   for name, dtype in (('float32', None), ('bfloat16', tf.bfloat16)):
     dirs[name] = str(tmp_path / name)
-    cifar10_train.train(run_settings.TrainSettings(
+    cifar10_train.train(run_flags.TrainSettings(
         data_dir, dirs[name], max_steps=3, batch_size=8, input_threads=1,
         save_checkpoint_secs=3600, compute_dtype=dtype))
   checkpoints = {name: tf.train.latest_checkpoint(path)
@@ -245,7 +245,7 @@ def test_bfloat16_checkpoint_is_float32_and_evaluates_both_ways(data_dir,
     assert [r['num_examples'] for r in results] == [20, 20], name
   # Each resumes in training the other way round.
   for name, dtype in (('float32', tf.bfloat16), ('bfloat16', None)):
-    stats = cifar10_train.train(run_settings.TrainSettings(
+    stats = cifar10_train.train(run_flags.TrainSettings(
         data_dir, dirs[name], max_steps=5, batch_size=8, input_threads=1,
         save_checkpoint_secs=3600, compute_dtype=dtype))
     assert stats['global_step'] == 5, name

@@ -15,7 +15,7 @@ from cifar10_support import eval_run
 from cifar10_support import gpus
 from cifar10_support import progress
 from cifar10_support import sessions
-from cifar10_support import run_settings
+from cifar10_support import run_flags
 from test_train import LINE, event_tags, event_values, histogram_tags
 from testutil import OP_TIMEOUT_MS, run_script
 
@@ -275,7 +275,7 @@ def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path, capsys):
   assert re.search(r'precision @ 1 = \d\.\d{3}', capsys.readouterr().out)
 
   # GPU towers on a machine with fewer GPUs: one line, then soft placement.
-  multi.train(run_settings.TrainSettings(
+  multi.train(run_flags.TrainSettings(
       data_dir, train_dir, max_steps=10, batch_size=BATCH, log_frequency=2),
       num_towers=2, tower_device='gpu')
   second = capsys.readouterr().out

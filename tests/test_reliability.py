@@ -23,7 +23,6 @@ import cifar10_input
 import cifar10_train
 from cifar10_support import run_flags
 from cifar10_support import train_dirs
-from cifar10_support import run_settings
 import synthetic
 import testutil
 
@@ -140,7 +139,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(
   monkeypatch.setattr(cifar10, 'loss', _nan_from_step(3))
   train_dir = str(tmp_path / 'train')
   with pytest.raises(train_dirs.DivergedError) as e:
-    cifar10_train.train(run_settings.TrainSettings(
+    cifar10_train.train(run_flags.TrainSettings(
         data_dir, train_dir, max_steps=20, batch_size=8, log_frequency=1,
         save_checkpoint_steps=1, save_summaries_steps=summary_steps,
         input_threads=2))

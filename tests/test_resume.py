@@ -22,7 +22,7 @@ import cifar10_multi_gpu_train
 import cifar10_train
 from cifar10_support import checkpoints
 from cifar10_support import train_dirs
-from cifar10_support import run_settings
+from cifar10_support import run_flags
 from test_distributed_train import start_task
 from test_train import LINE
 import testutil
@@ -61,7 +61,7 @@ def _run(trainer, data_dir, train_dir, max_steps):
   train, kwargs = TRAINERS[trainer]
   printed = io.StringIO()
   with contextlib.redirect_stdout(printed):
-    train(run_settings.TrainSettings(data_dir, train_dir, batch_size=BATCH,
+    train(run_flags.TrainSettings(data_dir, train_dir, batch_size=BATCH,
                                      log_frequency=2, max_steps=max_steps),
           **kwargs)
   return printed.getvalue()
@@ -174,7 +174,7 @@ def _listing(directory):
 
 def test_float16_checkpoint_is_refused_and_left_as_it_was(data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
-  cifar10_train.train(run_settings.TrainSettings(
+  cifar10_train.train(run_flags.TrainSettings(
       data_dir, train_dir, max_steps=2, batch_size=BATCH, use_fp16=True))
   before = _listing(train_dir)
 

@@ -18,7 +18,7 @@ import cifar10_eval
 import cifar10_multi_gpu_train
 import cifar10_train
 from cifar10_support import eval_run
-from cifar10_support import run_settings
+from cifar10_support import run_flags
 import testutil
 from testutil import ROOT
 
@@ -40,7 +40,7 @@ def _train(train, data_dir, train_dir, **kwargs):
   """A trainer's train function, in this process, as its script calls it."""
   towers = {name: kwargs.pop(name) for name in ('num_towers', 'tower_device')
             if name in kwargs}
-  train(run_settings.TrainSettings(data_dir, train_dir, batch_size=8,
+  train(run_flags.TrainSettings(data_dir, train_dir, batch_size=8,
                                    log_frequency=100, **kwargs), **towers)
 
 

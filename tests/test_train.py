@@ -9,7 +9,7 @@ import tensorflow.compat.v1 as tf
 
 import cifar10_train
 from cifar10_support import progress
-from cifar10_support import run_settings
+from cifar10_support import run_flags
 from testutil import run_script
 
 LINE = re.compile(r'^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}): step (\d+), '
@@ -42,7 +42,7 @@ def _train(data_dir, train_dir, *extra):
 
 def _train_here(capsys, data_dir, train_dir, **kwargs):
   """cifar10_train.train in this process, as the script calls it; its output."""
-  cifar10_train.train(run_settings.TrainSettings(
+  cifar10_train.train(run_flags.TrainSettings(
       data_dir, train_dir, batch_size=8, log_frequency=5, **kwargs))
   return capsys.readouterr().out
 

@@ -21,7 +21,7 @@ from cifar10_support import checkpoints
 from cifar10_support import eval_run
 from cifar10_support import locks
 from cifar10_support import train_dirs
-from cifar10_support import run_settings
+from cifar10_support import run_flags
 import testutil
 from test_reliability import STEP_LINE
 from test_reliability import assert_resumed, logged_steps, start_trainer, wait_for
@@ -96,7 +96,7 @@ def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
   assert os.path.exists(os.path.join(train_dir, train_dirs.LOCK_NAME))
   resume_from = checkpoints.step_of(
       tf.train.latest_checkpoint(train_dir))
-  cifar10_train.train(run_settings.TrainSettings(
+  cifar10_train.train(run_flags.TrainSettings(
       data_dir, train_dir, max_steps=resume_from + 2, batch_size=BATCH,
       log_frequency=1))
   assert_resumed(capsys.readouterr().out.splitlines(True), train_dir,
@@ -186,7 +186,7 @@ def test_full_disk_stops_with_one_message_and_the_next_run_resumes(
     subprocess.run(['mount', '-o', 'remount,size=64m', mount_point],
                    check=True, timeout=30)
     step = checkpoints.step_of(newest)
-    cifar10_train.train(run_settings.TrainSettings(
+    cifar10_train.train(run_flags.TrainSettings(
         data_dir, train_dir, max_steps=step + 2, batch_size=BATCH,
         log_frequency=1))
     assert_resumed(capsys.readouterr().out.splitlines(True), train_dir, step)
@@ -213,7 +213,7 @@ def test_full_disk_injected(data_dir, tmp_path, monkeypatch):
 
   monkeypatch.setattr(tf.train.Saver, 'save', save)
   with pytest.raises(train_dirs.DiskFullError) as e:
-    cifar10_train.train(run_settings.TrainSettings(
+    cifar10_train.train(run_flags.TrainSettings(
         data_dir, train_dir, max_steps=40, batch_size=BATCH,
         save_checkpoint_steps=2, input_threads=2))
   newest = _listed_checkpoints_restore(train_dir)
@@ -222,7 +222,7 @@ def test_full_disk_injected(data_dir, tmp_path, monkeypatch):
                                  'space left on device' % train_dir)
   assert not glob.glob(os.path.join(train_dir, '*_temp'))
   monkeypatch.setattr(tf.train.Saver, 'save', real_save)
-  result = cifar10_train.train(run_settings.TrainSettings(
+  result = cifar10_train.train(run_flags.TrainSettings(
       data_dir, train_dir, max_steps=4, batch_size=BATCH, input_threads=2))
   assert result['global_step'] == 4
 
@@ -257,7 +257,7 @@ DAMAGE = {
 def two_checkpoints(data_dir, tmp_path_factory):
   """A train_dir with checkpoints 0 and 4."""
   train_dir = str(tmp_path_factory.mktemp('two_checkpoints') / 'train')
-  cifar10_train.train(run_settings.TrainSettings(
+  cifar10_train.train(run_flags.TrainSettings(
       data_dir, train_dir, max_steps=4, batch_size=BATCH, input_threads=2))
   return train_dir
 
@@ -290,7 +290,7 @@ def test_damaged_newest_checkpoint_falls_back_and_is_skipped_by_eval(
           'completely written, or damaged): ' % damaged
           in capsys.readouterr().out)
 
-  cifar10_train.train(run_settings.TrainSettings(
+  cifar10_train.train(run_flags.TrainSettings(
       data_dir, train_dir, max_steps=6, batch_size=BATCH, log_frequency=1,
       input_threads=2))
   printed = capsys.readouterr().out

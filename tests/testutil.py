@@ -103,11 +103,11 @@ def train_fixture(data_dir, train_dir, max_steps, batch_size, **kwargs):
   that learned, not for tests of training itself.
 
   Args:
-    **kwargs: other fields of run_settings.TrainSettings.
+    **kwargs: other fields of run_flags.TrainSettings.
   """
   import cifar10  # pylint: disable=g-import-not-at-top
   import cifar10_train  # pylint: disable=g-import-not-at-top
-  from cifar10_support import run_settings  # pylint: disable=g-import-not-at-top
+  from cifar10_support import run_flags  # pylint: disable=g-import-not-at-top
 
   real_inputs = cifar10.distorted_inputs
 
@@ -122,7 +122,7 @@ def train_fixture(data_dir, train_dir, max_steps, batch_size, **kwargs):
   cifar10.INITIAL_LEARNING_RATE = FIXTURE_LEARNING_RATE
   cifar10.distorted_inputs = seeded_inputs
   try:
-    return cifar10_train.train(run_settings.TrainSettings(
+    return cifar10_train.train(run_flags.TrainSettings(
         data_dir, train_dir, max_steps=max_steps, batch_size=batch_size,
         input_threads=1, **kwargs))
   finally:
