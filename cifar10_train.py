@@ -10,8 +10,9 @@ and it writes checkpoints and TensorBoard summaries to --train_dir. Unlike
 the original tutorial, a second run resumes from the newest checkpoint in
 --train_dir instead of deleting it; --fresh_start deletes it on purpose.
 
-The original's figures (theirs, not measured here): about 86 percent precision @ 1 after
-100K steps, 0.25-0.35 sec/batch on a Tesla K40m. Ours are in README.md.
+The original's figures (theirs, not measured here): about 86 percent
+precision @ 1 after 100K steps, 0.25-0.35 sec/batch on a Tesla K40m. Ours
+are in README.md.
 """
 
 from cifar10_support import startup

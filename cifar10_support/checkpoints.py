@@ -60,14 +60,10 @@ def verified_reader(checkpoint):
 
 
 def listed(directory, report=None):
-  """The checkpoints of a directory, oldest first, as its index lists them;
-  without a readable index, the model.ckpt-N files there by N (`report`
-  gets one line saying so).
-
-  An index of absolute paths (the original's; ours are relative) names the
-  old place once the directory is moved: a listed checkpoint whose file is
-  here is taken from here.
-  """
+  """The checkpoints of a directory, oldest first, as its index lists them
+  (one whose file is here is taken from here: an index of absolute paths,
+  the original's, names the old place of a moved directory); without a
+  readable index, the model.ckpt-N files by N, `report` saying so."""
   try:
     state = tf.train.get_checkpoint_state(directory)
   except (tf.errors.OpError, ValueError):

@@ -45,8 +45,7 @@ class _DownloadFailed(Exception):
 
 
 def batches_problem(batches_dir, names=ALL_FILES):
-  """Why `batches_dir` lacks a file of `names` holding whole records, or None
-  (the label bytes are left to the input checks)."""
+  """Why `batches_dir` lacks a file of `names` of whole records, or None."""
   try:
     data_files.check_data_files(
         [os.path.join(batches_dir, name) for name in names],
@@ -57,8 +56,8 @@ def batches_problem(batches_dir, names=ALL_FILES):
 
 
 def writable_dir_problem(path):
-  """Creates directory `path` if needed; returns why no file can be made in
-  it, or None."""
+  """Creates directory `path` if needed; why no file can be made there, or
+  None."""
   try:
     os.makedirs(path, exist_ok=True)
     tempfile.TemporaryFile(dir=path).close()

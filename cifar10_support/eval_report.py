@@ -32,8 +32,7 @@ class EvalReport(object):
   (bool, the top prediction is the label), `predictions` and `labels` (int).
 
   Attributes:
-    class_names: tuple of str, the name of each label 0..n-1; n classes.
-    per_class: list over classes of dicts with 'name', 'examples',
+    per_class: list over the n classes of dicts with 'name', 'examples',
       'correct', 'precision' (None for a class without examples).
     confusion: int64 array [n, n]; rows are true classes, columns predicted.
   """

@@ -34,12 +34,7 @@ evaluated; None follows for ever)."""
 def from_flags_checked(flag_values):
   """The EvalSettings of cifar10_eval.py's flags, its data fetched if
   missing, checked and said ('Data: ...') before TensorFlow is asked about
-  the machine.
-
-  Raises:
-    ValueError: naming the flag or file at fault (data_files.DataError for a
-      file).
-  """
+  the machine; ValueError (DataError for a file) names what is at fault."""
   settings = EvalSettings(
       data_dir=flag_values.data_dir, eval_data=flag_values.eval_data,
       num_examples=flag_values.num_examples,
@@ -58,12 +53,9 @@ def from_flags_checked(flag_values):
 
 
 def check_settings(settings):
-  """Checks an EvalSettings and its data files; returns their records' count.
-
-  Raises:
-    ValueError: naming the setting or file at fault and what it should be
-      (data_files.DataError for a file).
-  """
+  """The records' count of an EvalSettings' data files, once they and the
+  settings are checked; ValueError (DataError for a file) names the setting
+  or file at fault and what it should be."""
   filenames = [os.path.join(settings.data_dir, download.BATCHES_DIR, name)
                for name in data_files.eval_files(settings.eval_data)]
   num_examples = settings.num_examples
@@ -137,15 +129,10 @@ def check_averages_restorable(reader, var_map, checkpoint):
 
 def new_checkpoints(checkpoint_dir, run_once, interval_secs,
                     sleep=time.sleep):
-  """Yields the newest checkpoint in checkpoint_dir: once with run_once, else
-  each time a new one appears (the newest only, if several did meanwhile).
-
-  Looks every interval_secs (sleep waits), saying on the console what it
-  waits for. A checkpoint rewritten under the same name counts as new.
-
-  Raises:
-    checkpoints.CheckpointError: no checkpoint with run_once.
-  """
+  """Yields the newest checkpoint in checkpoint_dir: once with run_once (no
+  checkpoint: checkpoints.CheckpointError), else each time a new one appears
+  (rewritten under the same name too; the newest only, if several did
+  meanwhile), looking every interval_secs and saying what it waits for."""
   last_seen = None
   waiting = False
   while True:

@@ -1,11 +1,8 @@
-"""Drop-in replacements for standard ops, each equal to the op it replaces.
-
-The tutorial's code calls these where the original calls TensorFlow's own
-ops; each docstring begins with the op it replaces. Each computes the same
-thing (tests/test_model.py and tests/test_input.py compare them with the
-standard op) and was measured faster on the CPU (the change rows of
-benchmarks/README.md named below), or, for `loss_average`, fixes what the
-original's charts showed.
+"""Drop-in replacements for standard ops, each equal to the op it replaces
+(the tests compare them), where the original calls TensorFlow's own; each
+docstring begins with that op. Each was measured faster on the CPU (the
+change rows of benchmarks/README.md named below), or, for `loss_average`,
+fixes what the original's charts showed.
 """
 
 import numpy as np
@@ -111,9 +108,8 @@ def histogram_summary(name, values):
   (plugin 'histograms', a [k, 3] float64 tensor of left edge, right edge,
   count), so it shows in the same dashboards.
 
-  Its tag, like tf.summary.histogram's, is the op name `name` gets; values
-  is a non-empty float tensor. Returns the summary op (a scalar string
-  tensor), added to the SUMMARIES collection.
+  Its tag is the op name `name` gets; values is a non-empty float tensor.
+  Returns the summary op, added to the SUMMARIES collection.
   """
   with tf.name_scope(name + '_buckets'):
     flat = tf.cast(tf.reshape(values, [-1]), tf.float32)  # no-op for float32
@@ -174,12 +170,9 @@ def distort(planes, offsets, flips, deltas, factors, image_size):
   random_brightness, random_contrast and per_image_standardization.
 
   The same arithmetic as those ops applied one image at a time, with their
-  random draws given, over a whole chunk of images in a few ops
-  (benchmarks/README.md, changes 3 and 16). It works on colour planes, as
-  the records store them, and makes the finished crop channels-last at the
-  end: per-channel means run several times faster over contiguous planes,
-  and a float32 transpose of the crop costs a fifth of a uint8 one of the
-  whole image.
+  random draws given, over a whole chunk in a few ops (benchmarks/README.md,
+  changes 3 and 16), on colour planes, as the records store them, making
+  the finished float32 crop channels-last only at the end.
 
   Args:
     planes: uint8 or float32 tensor of [n, 3, 32, 32], values 0-255: each

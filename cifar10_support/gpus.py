@@ -1,8 +1,6 @@
-"""--split_gpus: the visible GPUs split into one virtual GPU per tower.
-
-Each virtual GPU has its own memory limit, so that every tower runs on a GPU:
-on one card, `--num_gpus=4 --split_gpus` runs four towers where three would
-fall back to the CPU. Several cards share the towers evenly.
+"""--split_gpus: the visible GPUs split into one virtual GPU per tower, each
+with its own memory limit, spread evenly over the cards: on one card,
+`--num_gpus=4 --split_gpus` runs four towers where three would use the CPU.
 """
 
 import ctypes

@@ -15,24 +15,19 @@ LOG_FORMAT = '%s: step %d, loss = %.2f (%.1f examples/sec; %.3f sec/batch)'
 class StepLogger(tf.train.SessionRunHook):
   """Prints LOG_FORMAT every `log_frequency` steps (the original's _LoggerHook).
 
-  examples/sec and sec/batch are averaged since the previous line; the first
-  window also counts session start-up and the queue filling, as in the
-  original. A run trains on batches_per_step batches of batch_size (towers):
-  examples/sec counts them all, sec/batch is per batch. A NaN loss is never
-  printed. Two ways to count:
-    step None: this process makes every step; the global step is read when a
-      session is created, then counted, and printed at each multiple of
-      log_frequency.
-    step an int64 tensor: other processes move the global step too (a
-      cluster worker); the tensor is fetched with each run and printed at
-      this process's own steps 1, log_frequency + 1, ...
+  examples/sec and sec/batch are averaged since the previous line (the first
+  window counts session start-up and the queue filling, as in the original)
+  over batches_per_step batches of batch_size a run (towers); a NaN loss is
+  never printed. With step None this process makes every step: the global
+  step is read when a session is created, then counted, and printed at its
+  multiples of log_frequency. A cluster worker passes the int64 tensor to
+  print instead, fetched each run, at its own steps 1, log_frequency + 1...
 
   Attributes:
     step: int, the global step of the next run (counted), or of the last run
       (fetched; once the session ends, the global step then).
-    own_steps: int, runs of this process.
-    last_loss: float, the last step's loss, or None.
-    last_examples_per_sec: float of the last printed window, or None.
+    own_steps, last_loss, last_examples_per_sec: this process's runs, the
+      last loss, examples/sec of the last line (None before one).
   """
 
   def __init__(self, loss, batch_size, log_frequency, step=None,

@@ -1,13 +1,8 @@
-"""The flags every script has beyond the original's, the checks absl's
-bounds and validators cannot make, and the settings of a training run: a
-trainer's main() builds them from the flags (`from_flags`), tests and the
-benchmark directly, naming what they change:
-run_flags.TrainSettings(data_dir, train_dir, max_steps=20).
-
-The original's shared flags (--batch_size, --data_dir, --use_fp16) are
-cifar10.py's; these are ours, defined when this module is first imported
-and read only in the scripts' main(). The checks raise app.UsageError,
-which absl prints as one usage line with exit status 1.
+"""The flags every script has beyond the original's (which are cifar10.py's),
+read only in the scripts' main(); the checks absl's bounds and validators
+cannot make, raising app.UsageError (one line, exit status 1); and the
+settings of a training run, from the flags or named by tests and the
+benchmark: run_flags.TrainSettings(data_dir, train_dir, max_steps=20).
 """
 
 import collections
@@ -47,11 +42,8 @@ flags.DEFINE_integer('num_inter_threads', None,
 
 
 def define_checkpoint_dir_flag():
-  """Defines --checkpoint_dir, for the scripts that read a run's checkpoints.
-
-  cifar10_eval.py and cifar10_classify.py both take it; one process may
-  import both (the tests do), and absl refuses a flag defined twice.
-  """
+  """Defines --checkpoint_dir once, though cifar10_eval.py and
+  cifar10_classify.py both take it and one process may import both."""
   if 'checkpoint_dir' not in flags.FLAGS:
     flags.DEFINE_string('checkpoint_dir', '/tmp/cifar10_train',
                         'Directory where to read model checkpoints: the '
@@ -71,14 +63,9 @@ def check_no_arguments(argv):
 
 
 def check_flag_writable_dir(name, path):
-  """Creates directory `path` if needed; raises app.UsageError if unwritable.
-
-  Remote paths ('gs://...') are left to TensorFlow's file system.
-
-  Args:
-    name: the flag's name, without dashes.
-    path: the directory it gives.
-  """
+  """Creates directory `path`, flag --`name`, if needed; raises
+  app.UsageError if it is unwritable. Remote paths ('gs://...') are left to
+  TensorFlow's file system."""
   if not path:
     raise app.UsageError('--%s must name a directory' % name)
   if '://' in path:

@@ -1,11 +1,7 @@
-"""A training session's restoring scaffold and saving hooks, built as one.
-
-The scaffold restores the newest checkpoint that fits (from any trainer of
-this model), also into a session re-created after an error; the hooks write
-summaries and checkpoints after the NaN check, so that a diverged step is
-never saved; `session_args` turn MonitoredTrainingSession's own savers off,
-which would run before every other hook.
-"""
+"""A training session's restoring scaffold and saving hooks, built as one:
+the hooks write summaries and checkpoints after the NaN check, so that a
+diverged step is never saved, and MonitoredTrainingSession's own savers,
+which would run before every other hook, are off."""
 
 import collections
 
@@ -45,13 +41,9 @@ def restore_then_save(start, settings, summary_op=None):
 def saving_hooks(scaffold, train_dir, settings, summary_op=None,
                  own_steps=True, label=''):
   """[summaries.SummaryHook, tf.train.CheckpointSaverHook] of a run in
-  train_dir, to put after the NaN check.
-
-  Args:
-    scaffold: the session's scaffold (its saver writes the checkpoints).
-    own_steps: False where other processes move the global step too.
-    label: what the checkpoint lines begin with ('Chief'); none by default.
-  """
+  train_dir, to put after the NaN check: the scaffold's saver writes the
+  checkpoints; own_steps False where other processes move the global step
+  too; label begins the checkpoint lines ('Chief')."""
   steps = settings.save_checkpoint_steps
   return [
       summaries.SummaryHook(train_dir, settings.save_summaries_steps,

@@ -1,9 +1,6 @@
-"""What training writes to TensorBoard, and when: every N steps and the last.
-
-MonitoredTrainingSession's own summary hook writes at steps 1, N + 1, 2N + 1
-and so on, never at the last step (a 400-step run's curves stopped at 301).
-`SummaryHook` writes after the first step of each session, whenever the
-global step reaches a multiple of N, and after the run's last step.
+"""What training writes to TensorBoard, and when: after the first step of
+each session, at every multiple of N and after the last step, which
+MonitoredTrainingSession's own hook (steps 1, N + 1, ...) never writes.
 """
 
 import tensorflow.compat.v1 as tf
@@ -22,13 +19,10 @@ def are_due(step, every_steps, last_step, previous):
 
 
 class SummaryHook(tf.train.SessionRunHook):
-  """Writes the summary op's values to `summary_dir`, at steps `are_due` picks.
-
-  Each is written at the global step after its run, as TensorFlow's hook
-  does, and the first one of a session also tells TensorBoard that the run
-  (re)started there, so points a killed run wrote after its last checkpoint
-  are dropped from the charts.
-  """
+  """Writes the summary op's values to `summary_dir` at the steps `are_due`
+  picks, at the global step after the run, as TensorFlow's hook does; the
+  first of a session tells TensorBoard the run (re)started there, dropping
+  what a killed run wrote after its last checkpoint from the charts."""
 
   def __init__(self, summary_dir, every_steps, last_step, summary_op=None,
                own_steps=True):

@@ -6,11 +6,9 @@ import tensorflow.compat.v1 as tf
 def prefetch_queue(tensors, capacity):
   """Replaces slim.prefetch_queue.prefetch_queue (tf.contrib, gone in TF 2):
   a tf.FIFOQueue of `capacity` whole batches (`tensors`, fully defined
-  shapes), kept full by one thread on /cpu:0.
-
-  Every tower dequeues its own batch, so one input pipeline serves them all;
-  one pipeline per tower filled its shuffling queue once per tower and made
-  several GPUs slower than one (tensorflow#4272).
+  shapes), kept full by one thread on /cpu:0, from which every tower
+  dequeues its own: one pipeline per tower made several GPUs slower than
+  one (tensorflow#4272).
   """
   with tf.device('/cpu:0'), tf.name_scope('prefetch_queue'):
     queue = tf.FIFOQueue(capacity, dtypes=[t.dtype for t in tensors],

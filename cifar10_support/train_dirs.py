@@ -7,11 +7,9 @@
         ...train...          # a NaN: raise start.diverged_error(step)
     start.report_end(step, stop_signals)
 
-One trainer per train_dir: two would resume from the same checkpoint and
-then write `model.ckpt-N` files and the `checkpoint` index over each other.
-Each trainer (and the chief of a cluster) therefore holds a lock on
-`<train_dir>/.cifar10_train.lock` while it runs, and writes its process id
-and host into that file. Evaluation takes no lock and runs beside training.
+One trainer per train_dir (two would write checkpoints over each other):
+each, and a cluster's chief, locks `<train_dir>/.cifar10_train.lock` and
+writes its process id and host there; evaluation runs beside it unlocked.
 Training never deletes a checkpoint, except on --fresh_start.
 """
 
@@ -183,10 +181,9 @@ def run_errors_end_the_process():
 
 @contextlib.contextmanager
 def claim(train_dir, fresh_start):
-  """Locks train_dir for the block and yields its `StartPoint`, saying it.
-
-  With fresh_start, deletes everything in train_dir but the lock file.
-  Damaged checkpoints are skipped (one line each), never deleted.
+  """Locks train_dir for the block and yields its `StartPoint`, saying it;
+  fresh_start deletes everything there but the lock file first. Damaged
+  checkpoints are skipped (one line each), never deleted.
 
   Raises:
     TrainDirBusyError: another trainer holds train_dir.
