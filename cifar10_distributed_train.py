@@ -230,9 +230,8 @@ def train(settings, worker):
           train_dirs.claim(settings.train_dir, settings.fresh_start))
     with tf.Graph().as_default(), signals.stop_requests() as stop_signals:
       graph = build_worker_graph(settings, worker)
-      # The original's line, prefixed with the worker's label (as
-      # Inception's distributed trainer did); its step is the global step
-      # this worker's update started from (others' may land during the run).
+      # Prefixed with the worker's label, as Inception's distributed trainer
+      # did.
       logger = progress.StepLogger(graph['loss'], settings.batch_size,
                                    settings.log_frequency,
                                    step=graph['step_before_update'],

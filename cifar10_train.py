@@ -61,6 +61,7 @@ flags.DEFINE_integer('save_checkpoint_steps', 0,
                      'instead of every --save_checkpoint_secs.',
                      lower_bound=0)
 
+
 def train(settings):
   """Trains up to global step settings.max_steps, resuming from train_dir.
 

@@ -2,13 +2,10 @@
 
 With --mixed_precision=bf16 the convolutions, matrix products, bias adds,
 ReLUs and max pools run in bfloat16 (float16 with a dynamic loss scale on GPUs
-older than Ampere) while the variables, their moving averages, the LRN, the
-loss, the gradients as applied and the checkpoints stay float32; `choose`
-decides, once per run (docs/mixed_precision.md has the table).
-
-The loss scale is a local variable, never saved: a checkpoint trained with
-the flag is an ordinary float32 checkpoint (which is why this is not
-TensorFlow's DynamicLossScale: it keeps its variables in the checkpoint).
+older than Ampere); the variables, their moving averages, the LRN, the loss,
+the gradients as applied and the checkpoints stay float32 (the table:
+docs/mixed_precision.md). The loss scale is a local variable, never saved,
+which TensorFlow's DynamicLossScale is not.
 """
 
 import collections
@@ -65,12 +62,9 @@ def gpu_capability():
 
 
 def choose(requested, on_gpu, cpu_feature, capability):
-  """(dtype, line) for --mixed_precision=`requested` ('off' or 'bf16').
-
-  dtype is tf.bfloat16, tf.float16 or None (float32 throughout), line the one
-  to print, None when the flag is off. on_gpu: the model runs on GPUs;
-  cpu_feature and capability: `cpu_bf16_feature()`, `gpu_capability()`.
-  """
+  """(dtype, line) for --mixed_precision=`requested` ('off' or 'bf16'):
+  tf.bfloat16, tf.float16 or None (float32), and the line to print (None
+  when off), from `cpu_bf16_feature()` and `gpu_capability()`."""
   if requested == 'off':
     return None, None
   kept = 'variables, loss, gradients and checkpoints stay float32'

@@ -79,15 +79,19 @@ def train_dir_lock(train_dir):
         '--train_dir. (cifar10_eval.py may run beside it.)'
         % (train_dir, holder))
 
+  def unsupported(reason):
+    print('Warning: the file system of --train_dir=%s cannot lock files '
+          '(%s): nothing stops a second trainer on it.' % (train_dir, reason),
+          flush=True)
+
   with contextlib.ExitStack() as stack:
     try:
-      lock_file = stack.enter_context(locks.exclusive(path, busy))
+      lock_file = stack.enter_context(
+          locks.exclusive(path, busy, unsupported))
     except OSError as e:
       raise TrainDirLockError('cannot create the lock file %s (%s): %s'
                               % (path, e.strerror, _ADVICE)) from None
     if lock_file is None:
-      print('Warning: the file system of --train_dir=%s cannot lock files: '
-            'nothing stops a second trainer on it.' % train_dir, flush=True)
       yield None
       return
     try:

@@ -20,8 +20,8 @@ import cifar10_train
 from cifar10_support import checkpoints
 from cifar10_support import eval_run
 from cifar10_support import locks
-from cifar10_support import train_dirs
 from cifar10_support import run_flags
+from cifar10_support import train_dirs
 import testutil
 from test_reliability import STEP_LINE
 from test_reliability import assert_resumed, logged_steps, start_trainer, wait_for
@@ -337,6 +337,19 @@ def test_checkpoints_are_found_without_the_index_and_after_a_move(
       os.path.join(moved, 'model.ckpt-4'))
   assert lines == ['The checkpoint index of %s is missing or unreadable: '
                    'looking at the checkpoint files themselves.' % moved]
+
+
+def test_a_file_system_that_cannot_lock_is_named_and_training_goes_on(
+    tmp_path, monkeypatch, capsys):
+  def no_locks(file, operation):
+    raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+  monkeypatch.setattr(locks.fcntl, 'flock', no_locks)
+  with train_dirs.train_dir_lock(str(tmp_path)) as held:
+    assert held is None
+  assert capsys.readouterr().out == (
+      'Warning: the file system of --train_dir=%s cannot lock files (%s): '
+      'nothing stops a second trainer on it.\n'
+      % (tmp_path, os.strerror(errno.ENOLCK)))
 
 
 def test_lock_file_that_cannot_be_written_is_one_message(tmp_path,
