@@ -28,6 +28,7 @@ killed task can be started again with the same command. All this, and what
 each task prints: docs/distributed.md.
 """
 
+import collections
 import contextlib
 import os
 import sys
@@ -242,7 +243,8 @@ def train(settings, worker):
                   ReleaseTokensHook(graph['release_op'])]
       full_disk = (train_dirs.stop_on_full_disk(settings.train_dir) if is_chief
                    else contextlib.nullcontext())
-      lost_session_errors = []
+      # Only the last error is read, when a session is re-created.
+      lost_session_errors = collections.deque(maxlen=1)
       try:
         with full_disk, console.on_tensorflow_log(
             cluster_sessions.RECOVERED_ERROR_LOG, lost_session_errors.append

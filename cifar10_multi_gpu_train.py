@@ -28,6 +28,7 @@ the last tower's, with the same tags as single-device training.
 """
 
 import collections
+
 from cifar10_support import startup
 startup.before_tensorflow(__name__)
 

@@ -46,6 +46,7 @@ from cifar10_support import train_dirs
 from cifar10_support import run_flags
 import step_time
 import synthetic
+import testutil
 
 # Multiply-adds per 24x24 image in each conv and matmul layer of inference().
 CONV1_MACS = 24 * 24 * 5 * 5 * 3 * 64
@@ -123,9 +124,8 @@ def describe_threads(config):
   """A tf.ConfigProto's thread settings, in one line. A session runs its
   steps in its first session_inter_op_thread_pool, else in the process's
   inter-op pool."""
+  intra, inter = testutil.config_threads(config)
   pools = config.session_inter_op_thread_pool
-  intra = config.intra_op_parallelism_threads
-  inter = pools[0].num_threads if pools else config.inter_op_parallelism_threads
   if inter < 0:
     inter_text = "%d (ops run in the caller's thread)" % inter
   else:

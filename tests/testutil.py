@@ -24,7 +24,7 @@ def session_config(num_cpus=1):
 
 def config_threads(config):
   """(intra, inter) of a tf.ConfigProto, as sessions.thread_settings gives
-  them."""
+  them (benchmarks/benchmark.py prints them too)."""
   pools = config.session_inter_op_thread_pool
   inter = pools[0].num_threads if pools else config.inter_op_parallelism_threads
   return config.intra_op_parallelism_threads, inter
