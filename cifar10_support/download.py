@@ -282,19 +282,33 @@ def _refusal(member, root):
   return None
 
 
-def data_check_message(data_dir, files, records=None):
+def data_check_message(data_dir, files, records=None, data_set=None):
   """'Data: /d/cifar-10-batches-bin, 5 files, 50000 records (checked).': checks
-  `files` unless `records` counts them; DataError if one is malformed."""
-  batches_dir = os.path.join(data_dir, BATCHES_DIR)
+  `files` of data_set (CIFAR-10's in data_dir if None) unless `records`
+  counts them; DataError if one is malformed."""
+  if data_set is None:
+    data_set = data_files.describe(data_dir)
   if records is None:
-    records = data_files.check_data_files(
-        [os.path.join(batches_dir, name) for name in files])
+    records = data_set.check(files)
   return 'Data: %s, %d file%s, %d records (checked).' % (
-      batches_dir, len(files), 's' if len(files) > 1 else '', records)
+      data_set.directory, len(files), 's' if len(files) > 1 else '', records)
 
 
-def prepare(data_dir, data_url, data_md5, files):
-  """A trainer's data step: fetches `files` if needed, checks them and prints
-  the data line; DataError if one is malformed or cannot be fetched."""
-  maybe_download_and_extract(data_dir, data_url, data_md5, files=files)
-  print(data_check_message(data_dir, files))
+def prepare(data_dir, data_url=None, data_md5=None, dataset='cifar10',
+            split='train'):
+  """A script's data step: fetches --dataset's files if needed, checks those
+  of `split` ('train', or cifar10_eval.py's 'test' or 'train_eval'), prints
+  the data line (and the classes, unless CIFAR-10's) and returns the
+  data_files.DataSet; DataError if a file is malformed or cannot be fetched.
+  data_url, data_md5: None for the official archive's."""
+  maybe_download_and_extract(
+      data_dir, DATA_URL if data_url is None else data_url,
+      DATA_MD5 if data_md5 is None else data_md5,
+      files=data_files.describe(data_dir, dataset).eval_files(
+          'train_eval' if split == 'train' else split))
+  data_set = data_files.describe(data_dir, dataset)
+  files = data_set.eval_files('train_eval' if split == 'train' else split)
+  print(data_check_message(data_dir, files, data_set=data_set))
+  if data_set.class_names != data_files.CLASS_NAMES:
+    print('Classes: %s.' % data_set.describe_classes())
+  return data_set

@@ -14,6 +14,12 @@ from cifar10_support import data_files
 from cifar10_support import download
 from cifar10_support import sessions
 
+flags.DEFINE_enum('dataset', 'cifar10', list(data_files.DATASETS),
+                  'The data set in --data_dir: cifar10 (its layout, '
+                  'cifar-10-batches-bin/, also holds your own pictures as '
+                  'cifar10_make_dataset.py writes them), cifar100 (the 100 '
+                  'fine labels of cifar-100-binary/) or cifar100_coarse (its '
+                  '20 superclasses).')
 flags.DEFINE_string('data_url', download.DATA_URL,
                     'Where to get cifar-10-binary.tar.gz when '
                     '<data_dir>/cifar-10-batches-bin is missing or '
