@@ -26,7 +26,7 @@ from absl import flags
 import tensorflow.compat.v1 as tf
 
 import cifar10_input
-from cifar10_support import download
+from cifar10_support import data_files
 from cifar10_support import fast_ops
 from cifar10_support import precision
 
@@ -43,7 +43,8 @@ flags.DEFINE_string('data_dir', DEFAULT_DATA_DIR,
                     'Path to the CIFAR-10 data directory.')
 flags.DEFINE_boolean('use_fp16', False, 'Train the model using fp16.')
 
-# Global constants describing the CIFAR-10 data set.
+# Global constants describing the CIFAR-10 data set; the scripts take a data
+# set's own from its data_files.DataSet.
 NUM_CLASSES = cifar10_input.NUM_CLASSES
 NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN = cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN
 
@@ -117,8 +118,10 @@ def _maybe_fp16(images, labels, use_fp16):
 
 
 def distorted_inputs(data_dir=DEFAULT_DATA_DIR, batch_size=128, use_fp16=False,
-                     num_threads=cifar10_input.NUM_PREPROCESS_THREADS):
-  """Distorted training batches read from `<data_dir>/cifar-10-batches-bin`.
+                     num_threads=cifar10_input.NUM_PREPROCESS_THREADS,
+                     data_set=None):
+  """Distorted training batches read from `<data_dir>/cifar-10-batches-bin`,
+  or from the training files of data_set (a data_files.DataSet).
 
   Returns:
     images: 4-D tensor of [batch_size, 24, 24, 3], float32
@@ -130,17 +133,18 @@ def distorted_inputs(data_dir=DEFAULT_DATA_DIR, batch_size=128, use_fp16=False,
   """
   if not data_dir:
     raise ValueError('Please supply a data_dir')
+  data_set = data_set or data_files.describe(data_dir)
   images, labels = cifar10_input.distorted_inputs(
-      data_dir=os.path.join(data_dir, download.BATCHES_DIR),
-      batch_size=batch_size,
-      num_threads=num_threads)
+      data_dir=data_set.directory, batch_size=batch_size,
+      num_threads=num_threads, data_set=data_set)
   return _maybe_fp16(images, labels, use_fp16)
 
 
 def inputs(eval_data, data_dir=DEFAULT_DATA_DIR, batch_size=128,
            use_fp16=False, num_threads=cifar10_input.NUM_PREPROCESS_THREADS,
-           single_pass=False):
-  """Evaluation batches read from `<data_dir>/cifar-10-batches-bin`.
+           single_pass=False, data_set=None):
+  """Evaluation batches read from `<data_dir>/cifar-10-batches-bin`, or from
+  data_set (a data_files.DataSet).
 
   Args:
     eval_data: 'test' (or True) or 'train_eval' (or False).
@@ -151,14 +155,15 @@ def inputs(eval_data, data_dir=DEFAULT_DATA_DIR, batch_size=128,
   """
   if not data_dir:
     raise ValueError('Please supply a data_dir')
+  data_set = data_set or data_files.describe(data_dir)
   images, labels = cifar10_input.inputs(
-      eval_data=eval_data,
-      data_dir=os.path.join(data_dir, download.BATCHES_DIR),
-      batch_size=batch_size, num_threads=num_threads, single_pass=single_pass)
+      eval_data=eval_data, data_dir=data_set.directory,
+      batch_size=batch_size, num_threads=num_threads, single_pass=single_pass,
+      data_set=data_set)
   return _maybe_fp16(images, labels, use_fp16)
 
 
-def inference(images, compute_dtype=None):
+def inference(images, compute_dtype=None, num_classes=NUM_CLASSES):
   """Builds the CIFAR-10 model: two conv layers, two fully connected, linear.
 
   Variables are created with `tf.get_variable` on /cpu:0, so calling this again
@@ -172,9 +177,11 @@ def inference(images, compute_dtype=None):
       it is read, the layers compute in that dtype except the LRN (float32),
       and the logits come back as float32. The variables stay float32, so
       their gradients arrive as float32 through the casts.
+    num_classes: int, the classes of the data set (its DataSet's
+      num_classes); the last layer's shape.
 
   Returns:
-    logits: 2-D tensor of [batch, NUM_CLASSES], unscaled (no softmax), in
+    logits: 2-D tensor of [batch, num_classes], unscaled (no softmax), in
       the images' dtype.
   """
   dtype = images.dtype.base_dtype
@@ -246,10 +253,10 @@ def inference(images, compute_dtype=None):
   # The softmax itself is left to the loss, which fuses it with the
   # cross-entropy for numerical stability.
   with tf.variable_scope('softmax_linear') as scope:
-    weights = _variable_with_weight_decay('weights', [192, NUM_CLASSES],
+    weights = _variable_with_weight_decay('weights', [192, num_classes],
                                           stddev=1 / 192.0, wd=None,
                                           dtype=dtype)
-    biases = _variable_on_cpu('biases', [NUM_CLASSES],
+    biases = _variable_on_cpu('biases', [num_classes],
                               tf.constant_initializer(0.0), dtype)
     # In mixed precision the cast back takes the original's op name, and so
     # its summary tag.
@@ -266,7 +273,7 @@ def loss(logits, labels, scope=None):
   """Cross-entropy of `logits` against `labels`, plus all weight decay terms.
 
   Args:
-    logits: 2-D tensor of [batch, NUM_CLASSES] from `inference`.
+    logits: 2-D tensor of [batch, num_classes] from `inference`.
     labels: 1-D tensor of [batch], integer classes (any numeric dtype).
     scope: name scope (e.g. 'tower_1/') whose loss terms alone are summed;
       None sums the whole 'losses' collection. Each tower of a multi-tower
@@ -311,7 +318,8 @@ def add_loss_summaries(total_loss, losses=None):
   return tf.group(*updates)
 
 
-def learning_rate(global_step, batch_size, num_towers=1):
+def learning_rate(global_step, batch_size, num_towers=1,
+                  num_examples_per_epoch=NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN):
   """The staircase exponential-decay learning rate, with its summary.
 
   Args:
@@ -320,12 +328,15 @@ def learning_rate(global_step, batch_size, num_towers=1):
     num_towers: int, towers whose batches each update averages; one update
       then covers num_towers batches, so the decay comes that many updates
       sooner.
+    num_examples_per_epoch: int, the training records of the data set.
 
   Returns:
     Scalar float32 tensor `learning_rate`.
   """
-  num_batches_per_epoch = NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN / batch_size
-  decay_steps = int(num_batches_per_epoch / num_towers * NUM_EPOCHS_PER_DECAY)
+  num_batches_per_epoch = num_examples_per_epoch / batch_size
+  # At least one step: a tiny data set would otherwise divide by zero.
+  decay_steps = max(
+      1, int(num_batches_per_epoch / num_towers * NUM_EPOCHS_PER_DECAY))
   lr = tf.train.exponential_decay(INITIAL_LEARNING_RATE, global_step,
                                   decay_steps, LEARNING_RATE_DECAY_FACTOR,
                                   staircase=True)
@@ -359,7 +370,8 @@ def apply_moving_averages(global_step, after):
     return variable_averages.apply(tf.trainable_variables())
 
 
-def train(total_loss, global_step, batch_size=128, loss_scaling=False):
+def train(total_loss, global_step, batch_size=128, loss_scaling=False,
+          num_examples_per_epoch=NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN):
   """Builds one training step: SGD on `total_loss`, then weight averages.
 
   Args:
@@ -368,11 +380,13 @@ def train(total_loss, global_step, batch_size=128, loss_scaling=False):
     batch_size: int, images per batch (sets the learning-rate schedule).
     loss_scaling: bool, scale the loss for float16 gradients (see
       precision.apply_gradients).
+    num_examples_per_epoch: int, the training records (sets the schedule).
 
   Returns:
     The op to run for each training step.
   """
-  lr = learning_rate(global_step, batch_size)
+  lr = learning_rate(global_step, batch_size,
+                     num_examples_per_epoch=num_examples_per_epoch)
   loss_averages_op = add_loss_summaries(total_loss)
   loss_scale = (precision.dynamic_loss_scale() if loss_scaling
                 else None)

@@ -35,7 +35,8 @@ flags.DEFINE_string('checkpoint_path', '',
                     'One checkpoint to use instead, e.g. '
                     '/tmp/cifar10_train/model.ckpt-100000.')
 flags.DEFINE_integer('top_k', 3, 'Classes printed per picture, most likely '
-                     'first.', lower_bound=1, upper_bound=cifar10.NUM_CLASSES)
+                     'first (at most the model\'s classes; by default 3, or '
+                     'all of them if fewer).', lower_bound=1)
 flags.DEFINE_string('export_dir', '',
                     'Write a SavedModel of the model there (a new directory).')
 
@@ -60,17 +61,19 @@ def decode_batch(contents):
   return tf.map_fn(decode, contents, fn_output_signature=tf.uint8)
 
 
-def model(pixels, dtype=tf.float32):
-  """(probabilities float32 [N, 10], classes string [N]) of uint8 pixels
-  [N, 32, 32, 3], as evaluation sees them; dtype: the checkpoint's weights'.
-  Call it once per graph, or under a reusing variable scope."""
+def model(pixels, dtype=tf.float32, class_names=cifar10_input.CLASS_NAMES):
+  """(probabilities float32 [N, C], classes string [N]) of uint8 pixels
+  [N, 32, 32, 3], as evaluation sees them; dtype: the checkpoint's weights';
+  class_names: its C classes' (UTF-8 in `classes`). Call it once per graph,
+  or under a reusing variable scope."""
   # As the records hold them; transposed as float32 (the same whole numbers),
   # for which oneDNN has a kernel on every CPU.
   planes = tf.transpose(tf.cast(pixels, tf.float32), [0, 3, 1, 2])
   images = cifar10_input.eval_preprocess(planes)
-  logits = cifar10.inference(tf.cast(images, dtype))
+  logits = cifar10.inference(tf.cast(images, dtype),
+                             num_classes=len(class_names))
   probabilities = tf.nn.softmax(tf.cast(logits, tf.float32))
-  classes = tf.gather(tf.constant(cifar10_input.CLASS_NAMES),
+  classes = tf.gather(tf.constant(list(class_names)),
                       tf.argmax(probabilities, axis=1))
   return probabilities, classes
 
@@ -82,8 +85,9 @@ def _averages_saver():
 
 
 def find_checkpoint(checkpoint_dir, checkpoint_path=''):
-  """The checkpoint to use and its weights' dtype; raises ClassifyError for
-  none, a damaged one, or one of another model."""
+  """The checkpoint to use, its weights' dtype and its class names (those
+  recorded beside it: see checkpoints.class_names_for); raises ClassifyError
+  for none, a damaged one, or one of another model."""
   path = checkpoint_path or checkpoints.newest(checkpoint_dir)
   if not path:
     raise ClassifyError(
@@ -96,7 +100,13 @@ def find_checkpoint(checkpoint_dir, checkpoint_path=''):
   if missing:
     raise ClassifyError('checkpoint %s holds no CIFAR-10 model with moving '
                         'averages (no %s)' % (path, missing))
-  return path, reader.get_variable_to_dtype_map()[checkpoints.MODEL_PROBE]
+  try:
+    class_names = checkpoints.class_names_for(
+        *checkpoints.checkpoint_classes(path, reader))
+  except ValueError as e:  # The names file beside it is unreadable.
+    raise ClassifyError(str(e))
+  return (path, reader.get_variable_to_dtype_map()[checkpoints.MODEL_PROBE],
+          class_names)
 
 
 def image_files(arguments):
@@ -140,19 +150,20 @@ def _tf_error_reason(message):
 
 
 def classify(files, checkpoint, dtype=tf.float32, batch_size=128,
-             session_config=None):
+             session_config=None, class_names=cifar10_input.CLASS_NAMES):
   """Classifies files with a checkpoint's averaged weights (dtype: its
-  weights'), batch_size at a time, each batch when its result is asked for.
+  weights'; class_names: its classes'), batch_size at a time, each batch
+  when its result is asked for.
 
   Yields:
     (path, probabilities, problem) for each file, in order: probabilities
-    float32 [10] and problem None for a picture; probabilities None and
+    float32 [number of classes] and problem None for a picture; probabilities None and
     problem a 'path: reason' string for a file that is not one.
   """
   with tf.Graph().as_default() as graph:
     encoded = tf.placeholder(tf.string, [None])
     pixels = decode_batch(encoded)
-    probabilities, _ = model(pixels, dtype)
+    probabilities, _ = model(pixels, dtype, class_names)
     saver = _averages_saver()
     graph.finalize()
   # Yields outside any `with`: the caller's default graph stays its own
@@ -189,18 +200,19 @@ def classify(files, checkpoint, dtype=tf.float32, batch_size=128,
     sess.close()
 
 
-def format_top_classes(path, probabilities, top_k=3):
+def format_top_classes(path, probabilities, top_k=3,
+                       class_names=cifar10_input.CLASS_NAMES):
   """The line printed for a picture: its top_k classes, most likely first."""
   best = np.argsort(-probabilities, kind='stable')[:top_k]
   return '%s: %s' % (path, ', '.join(
-      '%s %.3f' % (cifar10_input.CLASS_NAMES[c], probabilities[c])
-      for c in best))
+      '%s %.3f' % (class_names[c], probabilities[c]) for c in best))
 
 
-def export(checkpoint, export_dir, dtype=tf.float32):
+def export(checkpoint, export_dir, dtype=tf.float32,
+           class_names=cifar10_input.CLASS_NAMES):
   """Writes a SavedModel of the averaged weights, with the signatures
-  docs/classify.md describes, to export_dir: a new directory, else
-  ClassifyError."""
+  docs/classify.md describes (`classes` names class_names), to export_dir:
+  a new directory, else ClassifyError."""
   if tf.io.gfile.exists(export_dir):
     raise ClassifyError('--export_dir=%s exists already: give a new directory '
                         '(a SavedModel is never written over another)'
@@ -213,7 +225,7 @@ def export(checkpoint, export_dir, dtype=tf.float32):
       for key, name, tensor, source in (
           ('serving_default', 'images', images, decode_batch(images)),
           ('pixels', 'pixels', pixels, pixels)):
-        probabilities, classes = model(source, dtype)
+        probabilities, classes = model(source, dtype, class_names)
         signatures[key] = (
             tf.saved_model.signature_def_utils.predict_signature_def(
                 inputs={name: tensor},
@@ -228,6 +240,19 @@ def export(checkpoint, export_dir, dtype=tf.float32):
       builder.save()
 
 
+def top_classes(top_k, given, class_names, checkpoint):
+  """The classes to print per picture: top_k, at most the model's class
+  count (by default; given on the command line, more is a ClassifyError)."""
+  if top_k > len(class_names):
+    if given:
+      raise ClassifyError(
+          '--top_k=%d is more than the %d classes of checkpoint %s; give '
+          '--top_k=%d or fewer' % (top_k, len(class_names), checkpoint,
+                                   len(class_names)))
+    return len(class_names)
+  return top_k
+
+
 def main(argv):
   console.quiet_python_logs()
   if len(argv) < 2 and not FLAGS.export_dir:
@@ -235,10 +260,12 @@ def main(argv):
                          'directories), or --export_dir')
   name = os.path.basename(sys.argv[0])
   try:
-    checkpoint, dtype = find_checkpoint(FLAGS.checkpoint_dir,
-                                        FLAGS.checkpoint_path)
+    checkpoint, dtype, class_names = find_checkpoint(FLAGS.checkpoint_dir,
+                                                     FLAGS.checkpoint_path)
+    top_k = top_classes(FLAGS.top_k, FLAGS['top_k'].present, class_names,
+                        checkpoint)
     if FLAGS.export_dir:
-      export(checkpoint, FLAGS.export_dir, dtype)
+      export(checkpoint, FLAGS.export_dir, dtype, class_names)
       print('Wrote a SavedModel of %s to %s (signatures serving_default: '
             'images, pixels: pixels).' % (checkpoint, FLAGS.export_dir),
             flush=True)
@@ -251,12 +278,13 @@ def main(argv):
     for path, probabilities, problem in classify(
         files, checkpoint, dtype=dtype, batch_size=FLAGS.batch_size,
         session_config=sessions.session_config(
-            optimize_graph=False, threads=run_flags.threads(FLAGS))):
+            optimize_graph=False, threads=run_flags.threads(FLAGS)),
+        class_names=class_names):
       if problem:
         problems.append(problem)
         print('%s: %s' % (name, problem), file=sys.stderr, flush=True)
       else:
-        print(format_top_classes(path, probabilities, FLAGS.top_k),
+        print(format_top_classes(path, probabilities, top_k, class_names),
               flush=True)
   if problems:
     sys.exit(1)

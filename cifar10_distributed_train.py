@@ -44,11 +44,12 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 import cifar10_eval  # its flags and evaluation, for the evaluator task
-import cifar10_input
 import cifar10_train  # its flags
+from cifar10_support import checkpoints
 from cifar10_support import cluster_sessions
 from cifar10_support import clusters
 from cifar10_support import console
+from cifar10_support import data_files
 from cifar10_support import download
 from cifar10_support import precision
 from cifar10_support import progress
@@ -123,19 +124,24 @@ class ReleaseTokensHook(tf.train.SessionRunHook):
       pass  # The chief has closed the queue, which ends every wait too.
 
 
-def build_worker_graph(settings, worker):
+def build_worker_graph(settings, worker, data_set=None):
   """Builds one worker's training graph in the default graph.
 
   Variables go round-robin to the ps tasks (float32 whatever
   settings.compute_dtype); every other op, the checkpoint saver included, to
-  this worker's CPU, so the chief saves on its own disk.
+  this worker's CPU, so the chief saves on its own disk. data_set: the
+  data_files.DataSet this worker reads (None: settings.dataset's in
+  settings.data_dir).
 
   Returns:
-    A dict of 'global_step', 'step_before_update' (the global step read
+    A dict of 'global_step', 'chief_classes' (the chief's class names, for
+    cluster_sessions.check_chief_classes), 'step_before_update' (the global step read
     before this worker's gradients are computed), 'loss', 'train_op', and,
     when synchronous (else None), 'sync_optimizer' and 'release_op' (hands a
     token to every worker, so none stays blocked at the end).
   """
+  data_set = data_set or data_files.describe(settings.data_dir,
+                                             settings.dataset)
   num_workers = len(clusters.training_tasks(worker.cluster))
   setter = tf.train.replica_device_setter(
       worker_device=worker.device,
@@ -143,11 +149,13 @@ def build_worker_graph(settings, worker):
   # tf.device rejects device functions in TF 2; the v1 form takes them.
   with tf.compat.v1.device(setter):
     global_step = tf.train.get_or_create_global_step()
+    chief_classes = cluster_sessions.chief_classes_variable(data_set)
     images, labels = cifar10.distorted_inputs(
         settings.data_dir, settings.batch_size, use_fp16=settings.use_fp16,
-        num_threads=settings.input_threads)
-    loss = cifar10.loss(cifar10.inference(images, settings.compute_dtype),
-                        labels)
+        num_threads=settings.input_threads, data_set=data_set)
+    loss = cifar10.loss(cifar10.inference(images, settings.compute_dtype,
+                                          data_set.num_classes), labels)
+    num_examples_per_epoch = data_set.records(data_set.train_files)
     # The step the logger prints: read in the same run as the update, but
     # ordered before it, so that the read never sees this worker's own update
     # (other workers' may land in between; they show in the next line).
@@ -160,7 +168,8 @@ def build_worker_graph(settings, worker):
       # restores them).
       replicas = worker.replicas_to_aggregate or num_workers
       lr = cifar10.learning_rate(global_step, settings.batch_size,
-                                 num_towers=replicas)
+                                 num_towers=replicas,
+                                 num_examples_per_epoch=num_examples_per_epoch)
       loss_averages_op = cifar10.add_loss_summaries(loss)
       sync_optimizer = tf.train.SyncReplicasOptimizer(
           tf.train.GradientDescentOptimizer(lr),
@@ -181,12 +190,15 @@ def build_worker_graph(settings, worker):
           tf.errors.OutOfRangeError, tf.errors.CancelledError)
     else:
       with tf.control_dependencies([step_before_update]):
-        train_op = cifar10.train(loss, global_step, settings.batch_size)
+        train_op = cifar10.train(
+            loss, global_step, settings.batch_size,
+            num_examples_per_epoch=num_examples_per_epoch)
   with tf.device(worker.device):
     tf.add_to_collection(tf.GraphKeys.SAVERS,
-                         tf.train.Saver(sharded=False, allow_empty=True,
+                         tf.train.Saver(checkpoints.saved_variables(),
+                                        sharded=False, allow_empty=True,
                                         save_relative_paths=True))
-  return {'global_step': global_step,
+  return {'global_step': global_step, 'chief_classes': chief_classes,
           'step_before_update': step_before_update, 'loss': loss,
           'train_op': train_op,
           'sync_optimizer': sync_optimizer, 'release_op': release_op}
@@ -224,13 +236,15 @@ def train(settings, worker):
       disk).
   """
   label, is_chief = worker.label, worker.is_chief
+  data_set = data_files.describe(settings.data_dir, settings.dataset)
   start = None
   with contextlib.ExitStack() as claimed:
     if is_chief:  # Only the chief reads and writes train_dir.
       start = claimed.enter_context(
           train_dirs.claim(settings.train_dir, settings.fresh_start))
+      train_dirs.check_then_record_classes(start, data_set)
     with tf.Graph().as_default(), signals.stop_requests() as stop_signals:
-      graph = build_worker_graph(settings, worker)
+      graph = build_worker_graph(settings, worker, data_set)
       # Prefixed with the worker's label, as Inception's distributed trainer
       # did.
       logger = progress.StepLogger(graph['loss'], settings.batch_size,
@@ -250,7 +264,9 @@ def train(settings, worker):
             cluster_sessions.RECOVERED_ERROR_LOG, lost_session_errors.append
         ), cluster_sessions.monitored_session(
             settings, worker, hooks, lost_session_errors,
-            global_step=graph['global_step'], start=start) as mon_sess:
+            global_step=graph['global_step'],
+            classes=(graph['chief_classes'], data_set),
+            start=start) as mon_sess:
           while not mon_sess.should_stop() and not stop_signals:
             mon_sess.run(graph['train_op'])
       except tf.errors.DeadlineExceededError:
@@ -363,7 +379,7 @@ def main(argv):
     cluster_sessions.watch_ps_tasks(label, clusters.tasks_of(cluster, 'ps'),
                                     FLAGS.startup_wait_secs)
     download.prepare(FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5,
-                     cifar10_input.TRAIN_FILES)
+                     FLAGS.dataset)
     stop_signal = train(settings, worker)
   except (TimeoutError, ClusterError) + train_dirs.RUN_ERRORS as e:
     sys.exit('%s: %s' % (label, e))

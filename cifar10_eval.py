@@ -25,9 +25,9 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 import cifar10
-import cifar10_input
 from cifar10_support import checkpoints
 from cifar10_support import console
+from cifar10_support import data_files
 from cifar10_support import eval_report
 from cifar10_support import eval_run
 from cifar10_support import run_flags
@@ -42,8 +42,9 @@ flags.DEFINE_enum('eval_data', 'test', ['test', 'train_eval'],
 run_flags.define_checkpoint_dir_flag()
 flags.DEFINE_integer('eval_interval_secs', 60 * 5, 'How often to run the eval.',
                      lower_bound=1)
-flags.DEFINE_integer('num_examples', 10000, 'Number of examples to run.',
-                     lower_bound=1)
+flags.DEFINE_integer('num_examples', None, 'Number of examples to run '
+                     '(default: every record of --eval_data, 10000 for '
+                     'CIFAR-10\'s test file).', lower_bound=1)
 flags.DEFINE_boolean('run_once', False, 'Whether to run eval only once.')
 
 EvalGraph = collections.namedtuple('EvalGraph', [
@@ -54,15 +55,20 @@ merged `summary_op`, and `var_map`: checkpoint key -> variable, restored from
 its moving average."""
 
 
-def build_eval_graph(settings, use_fp16=False):
+def build_eval_graph(settings, use_fp16=False, data_set=None):
   """The EvalGraph of an eval_run.EvalSettings, in the default graph;
-  use_fp16: the checkpoint holds float16 weights."""
+  use_fp16: the checkpoint holds float16 weights; data_set: the
+  data_files.DataSet read (None: settings.dataset's in settings.data_dir),
+  whose class count the model takes."""
+  data_set = data_set or data_files.describe(settings.data_dir,
+                                             settings.dataset)
   # The input is read once, in file order, so no example counts twice.
   images, labels = cifar10.inputs(settings.eval_data, settings.data_dir,
                                   settings.batch_size, use_fp16=use_fp16,
                                   num_threads=settings.input_threads,
-                                  single_pass=True)
-  logits = cifar10.inference(images, settings.compute_dtype)
+                                  single_pass=True, data_set=data_set)
+  logits = cifar10.inference(images, settings.compute_dtype,
+                             data_set.num_classes)
   # in_top_k takes float32 logits only; --use_fp16 labels arrive as float16.
   logits = tf.cast(logits, tf.float32)
   labels = tf.cast(labels, tf.int32)
@@ -120,11 +126,16 @@ def eval_once(checkpoint_path, settings, eval_dir=None):
 
   Raises:
     checkpoints.CheckpointError: it lacks the model or its moving averages.
+    checkpoints.ClassesMismatchError: it was trained on other classes than
+      the data's.
     checkpoints.CheckpointUnreadableError: its files are missing or
       incomplete.
   """
-  num_examples = settings.num_examples
+  data_set = data_files.describe(settings.data_dir, settings.dataset)
+  num_examples = settings.num_examples or data_set.records(
+      data_set.eval_files(settings.eval_data))
   reader, dtype, global_step = eval_run.open_model(checkpoint_path)
+  checkpoints.check_classes(checkpoint_path, data_set, reader)
   print('%s: evaluating %s (global step %d, %s weights) on %d %s examples'
         % (datetime.now(), checkpoint_path, global_step, dtype.name,
            num_examples, settings.eval_data), flush=True)
@@ -134,7 +145,8 @@ def eval_once(checkpoint_path, settings, eval_dir=None):
           % (checkpoint_path, dtype.name, dtype.name), flush=True)
     settings = settings._replace(compute_dtype=None)
   with tf.Graph().as_default() as graph:
-    eval_graph = build_eval_graph(settings, use_fp16=dtype == tf.float16)
+    eval_graph = build_eval_graph(settings, use_fp16=dtype == tf.float16,
+                                  data_set=data_set)
     eval_run.check_averages_restorable(reader, eval_graph.var_map,
                                        checkpoint_path)
     saver = tf.train.Saver(eval_graph.var_map)
@@ -165,7 +177,7 @@ def eval_once(checkpoint_path, settings, eval_dir=None):
   true_count = int(correct.sum())
   precision = true_count / num_examples
   print('%s: precision @ 1 = %.3f' % (datetime.now(), precision))
-  report = eval_report.EvalReport(cifar10_input.CLASS_NAMES, correct,
+  report = eval_report.EvalReport(data_set.class_names, correct,
                                   predictions, labels)
   print(report.table(), flush=True)
   if writer:

@@ -3,6 +3,11 @@
 The binary version of CIFAR-10 stores each example as one fixed-length record:
 one label byte (0-9) followed by 3072 pixel bytes, the 1024 red values, then the
 1024 green, then the 1024 blue, each plane row-major for a 32x32 image.
+CIFAR-100's records have two label bytes (coarse, fine) before the same
+pixels; a data set converted from your own pictures has CIFAR-10's layout with
+its own classes. Every reader takes the record layout, a data_files.Layout
+(CIFAR-10's by default), and the pipelines a data_files.DataSet, which names
+the files and the classes as the data directory holds them.
 
 Two readers return the same records (tests/test_input.py):
 
@@ -29,6 +34,7 @@ from cifar10_support import fast_ops
 # Images are cropped from 32x32 to this size; the model is built for it.
 IMAGE_SIZE = 24
 
+# CIFAR-10's; a data set's own are its DataSet's (the scripts read those).
 NUM_CLASSES = 10
 NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN = 50000
 
@@ -40,6 +46,7 @@ HEIGHT, WIDTH, DEPTH = data_files.HEIGHT, data_files.WIDTH, data_files.DEPTH
 RECORD_BYTES = data_files.RECORD_BYTES  # 3073
 CLASS_NAMES = data_files.CLASS_NAMES
 TRAIN_FILES = data_files.TRAIN_FILES
+CIFAR10 = data_files.CIFAR10
 DataError = data_files.DataError
 check_data_files = data_files.check_data_files
 check_batch_size = data_files.check_batch_size
@@ -66,7 +73,7 @@ class CIFAR10Record(object):
     self.uint8image = uint8image
 
 
-def read_cifar10(filename_queue):
+def read_cifar10(filename_queue, layout=CIFAR10):
   """Reads the next example from a queue of CIFAR-10 files: the original's
   reader, one record per call (the pipelines use `read_cifar10_chunk`).
 
@@ -74,50 +81,56 @@ def read_cifar10(filename_queue):
 
   Args:
     filename_queue: a queue of strings with the filenames to read from.
+    layout: the files' data_files.Layout.
 
   Returns:
     A `CIFAR10Record` with:
       height, width, depth: Python ints, 32, 32, 3.
       key: scalar string tensor, "<filename>:<record index>".
-      label: int32 tensor of shape [1], the class in 0..9.
+      label: int32 tensor of shape [1], the class (0..9 for CIFAR-10).
       uint8image: uint8 tensor of shape [32, 32, 3] (height, width, RGB).
   """
-  reader = tf.FixedLengthRecordReader(record_bytes=RECORD_BYTES)
+  reader = tf.FixedLengthRecordReader(record_bytes=layout.record_bytes)
   key, value = reader.read(filename_queue)
-  labels, planes = _decode(tf.reshape(value, [1]))
+  labels, planes = _decode(tf.reshape(value, [1]), layout)
   return CIFAR10Record(key, labels[0], tf.transpose(planes[0], [1, 2, 0]))
 
 
-def _decode(values):
-  """Splits 1-D string tensor `values` of records into labels and images.
+def _decode(values, layout):
+  """Splits 1-D string tensor `values` of `layout`'s records into labels and
+  images.
 
   Returns:
     labels: int32 tensor of [n, 1].
     planes: uint8 tensor of [n, 3, 32, 32], the images as stored: the red,
       green and blue planes, each [row, column].
   """
-  records = tf.reshape(tf.io.decode_raw(values, tf.uint8), [-1, RECORD_BYTES])
-  labels = tf.cast(records[:, :LABEL_BYTES], tf.int32)
-  planes = tf.reshape(records[:, LABEL_BYTES:], [-1, DEPTH, HEIGHT, WIDTH])
+  records = tf.reshape(tf.io.decode_raw(values, tf.uint8),
+                       [-1, layout.record_bytes])
+  labels = tf.cast(
+      records[:, layout.label_index:layout.label_index + 1], tf.int32)
+  planes = tf.reshape(records[:, layout.label_bytes:],
+                      [-1, DEPTH, HEIGHT, WIDTH])
   return labels, planes
 
 
-def read_cifar10_chunk(filename_queue):
+def read_cifar10_chunk(filename_queue, layout=CIFAR10):
   """Replaces `read_cifar10` in the pipelines: up to READ_CHUNK records per
   call (tf.FixedLengthRecordReader's read_up_to, not read), as the colour
   planes the files store.
 
   Args:
     filename_queue: a queue of strings with the filenames to read from.
+    layout: the files' data_files.Layout.
 
   Returns:
-    labels: int32 tensor of [n, 1], the classes in 0..9, n <= READ_CHUNK.
+    labels: int32 tensor of [n, 1], the classes, n <= READ_CHUNK.
     planes: uint8 tensor of [n, 3, 32, 32], the images as stored: the red,
       green and blue planes, each [row, column].
   """
-  reader = tf.FixedLengthRecordReader(record_bytes=RECORD_BYTES)
+  reader = tf.FixedLengthRecordReader(record_bytes=layout.record_bytes)
   _, values = reader.read_up_to(filename_queue, READ_CHUNK)
-  return _decode(values)
+  return _decode(values, layout)
 
 
 def _random_distort(planes):
@@ -173,7 +186,8 @@ def _generate_image_and_label_batch(examples, min_queue_examples, batch_size,
       label_batch, [-1 if allow_smaller_final_batch else batch_size])
 
 
-def distorted_inputs(data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS):
+def distorted_inputs(data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS,
+                     data_set=None):
   """Training input: randomly distorted, shuffled batches, built on /cpu:0.
 
   Preprocessing, in this order: random 24x24 crop, random left-right flip,
@@ -181,9 +195,12 @@ def distorted_inputs(data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS):
   (factor 0.2-1.8), per-image standardization.
 
   Args:
-    data_dir: path to the folder holding data_batch_1.bin .. data_batch_5.bin.
+    data_dir: path to the folder holding data_batch_1.bin .. data_batch_5.bin
+      (ignored with data_set).
     batch_size: int, images per batch.
     num_threads: int, threads that read and preprocess.
+    data_set: the data_files.DataSet to read its training files; None for
+      the CIFAR-10 layout in data_dir.
 
   Returns:
     images: 4-D float32 tensor of [batch_size, IMAGE_SIZE, IMAGE_SIZE, 3].
@@ -193,15 +210,16 @@ def distorted_inputs(data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS):
     ValueError: if a data file is missing or malformed, or batch_size < 1.
   """
   check_batch_size(batch_size)
-  filenames = [os.path.join(data_dir, f) for f in TRAIN_FILES]
-  num_records = check_data_files(filenames)
+  data_set = data_set or data_files.describe_directory(data_dir)
+  filenames = data_set.paths(data_set.train_files)
+  num_records = data_set.check(data_set.train_files)
 
   # The reader and the preprocessing run on the CPU so that an accelerator
   # only ever sees ready batches.
   with tf.device('/cpu:0'):
     filename_queue = tf.train.string_input_producer(filenames)
     with tf.name_scope('data_augmentation'):
-      labels, planes = read_cifar10_chunk(filename_queue)
+      labels, planes = read_cifar10_chunk(filename_queue, data_set.layout)
       # Standardization undoes much of the brightness and contrast changes
       # (tensorflow#1458); they stay because the original trains with them.
       images = _random_distort(planes)
@@ -241,13 +259,14 @@ def eval_preprocess(planes):
 
 
 def inputs(eval_data, data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS,
-           single_pass=False):
+           single_pass=False, data_set=None):
   """Evaluation input: centrally cropped, standardized, unshuffled batches.
 
   Args:
     eval_data: 'test' or True for test_batch.bin; 'train_eval' or False for
-      the five training files.
-    data_dir: path to the folder holding the CIFAR-10 binary files.
+      the training files.
+    data_dir: path to the folder holding the CIFAR-10 binary files (ignored
+      with data_set).
     batch_size: int, images per batch.
     num_threads: int, threads that read and preprocess. With more than one the
       order of examples is not deterministic.
@@ -257,6 +276,8 @@ def inputs(eval_data, data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS,
       batch dimension is None. This counts each example once when
       evaluating, and needs tf.local_variables_initializer() (the epoch
       counter is a local variable).
+    data_set: the data_files.DataSet to read; None for the CIFAR-10 layout
+      in data_dir.
 
   Returns:
     images: 4-D float32 tensor of [batch_size, IMAGE_SIZE, IMAGE_SIZE, 3].
@@ -267,8 +288,10 @@ def inputs(eval_data, data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS,
       data file.
   """
   check_batch_size(batch_size)
-  filenames = [os.path.join(data_dir, f) for f in eval_files(eval_data)]
-  num_records = check_data_files(filenames)
+  data_set = data_set or data_files.describe_directory(data_dir)
+  names = data_set.eval_files(eval_data)
+  filenames = data_set.paths(names)
+  num_records = data_set.check(names)
 
   with tf.device('/cpu:0'):
     with tf.name_scope('input'):
@@ -277,9 +300,10 @@ def inputs(eval_data, data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS,
             filenames, num_epochs=1, shuffle=False)
       else:
         filename_queue = tf.train.string_input_producer(filenames)
-      labels, planes = read_cifar10_chunk(filename_queue)
+      labels, planes = read_cifar10_chunk(filename_queue, data_set.layout)
       images = eval_preprocess(planes)
       min_queue_examples = int(num_records * MIN_FRACTION_OF_EXAMPLES_IN_QUEUE)
     return _generate_image_and_label_batch(
         (images, labels), min_queue_examples, batch_size, shuffle=False,
         num_threads=num_threads, allow_smaller_final_batch=single_pass)
+

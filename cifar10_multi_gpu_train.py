@@ -41,6 +41,7 @@ import cifar10
 import cifar10_input
 import cifar10_train  # its flags
 from cifar10_support import console
+from cifar10_support import data_files
 from cifar10_support import download
 from cifar10_support import gpus
 from cifar10_support import precision
@@ -111,7 +112,7 @@ def average_gradients(tower_grads):
 
 
 def build_towers(opt, tower_batches, tower_device, compute_dtype=None,
-                 loss_scale=None):
+                 loss_scale=None, num_classes=cifar10.NUM_CLASSES):
   """Builds one model replica per batch, each on its own device.
 
   Args:
@@ -122,6 +123,7 @@ def build_towers(opt, tower_batches, tower_device, compute_dtype=None,
     compute_dtype: None, or cifar10.inference's mixed-precision dtype.
     loss_scale: a precision.LossScale for float16, or None; the
       towers' gradients are then of the scaled loss.
+    num_classes: int, the data set's classes.
 
   Returns:
     tower_grads: one list of (gradient, variable) per tower.
@@ -137,7 +139,7 @@ def build_towers(opt, tower_batches, tower_device, compute_dtype=None,
     for i, (images, labels) in enumerate(tower_batches):
       with tf.device('/%s:%d' % (tower_device, i)), \
           tf.name_scope('%s_%d' % (cifar10.TOWER_NAME, i)) as scope:
-        logits = cifar10.inference(images, compute_dtype)
+        logits = cifar10.inference(images, compute_dtype, num_classes)
         tower_losses.append(cifar10.loss(logits, labels, scope=scope))
         tf.get_variable_scope().reuse_variables()
         tower_grads.append(precision.compute_gradients(
@@ -146,7 +148,8 @@ def build_towers(opt, tower_batches, tower_device, compute_dtype=None,
 
 
 def tower_input_batches(data_dir, num_towers, batch_size, use_fp16=False,
-                        num_threads=cifar10_input.NUM_PREPROCESS_THREADS):
+                        num_threads=cifar10_input.NUM_PREPROCESS_THREADS,
+                        data_set=None):
   """One training input pipeline on /cpu:0 and a batch for each tower.
 
   Args:
@@ -155,6 +158,7 @@ def tower_input_batches(data_dir, num_towers, batch_size, use_fp16=False,
     batch_size: int, images in each tower's batch.
     use_fp16: bool, float16 images (and labels, as `cifar10.distorted_inputs`).
     num_threads: int, input preprocessing threads.
+    data_set: the data_files.DataSet to read (None: CIFAR-10's in data_dir).
 
   Returns:
     A list of num_towers (images, labels) pairs: images [batch_size, 24, 24,
@@ -162,7 +166,8 @@ def tower_input_batches(data_dir, num_towers, batch_size, use_fp16=False,
     each pair a different batch.
   """
   images, labels = cifar10.distorted_inputs(
-      data_dir, batch_size, use_fp16=use_fp16, num_threads=num_threads)
+      data_dir, batch_size, use_fp16=use_fp16, num_threads=num_threads,
+      data_set=data_set)
   # Two batches per tower: the next step's batches are ready while this
   # step's gradients are computed.
   queue = towers.prefetch_queue([images, labels], capacity=2 * num_towers)
@@ -173,7 +178,10 @@ def tower_input_batches(data_dir, num_towers, batch_size, use_fp16=False,
 
 
 def build_train_step(tower_batches, global_step, batch_size,
-                     tower_device='gpu', compute_dtype=None):
+                     tower_device='gpu', compute_dtype=None,
+                     num_classes=cifar10.NUM_CLASSES,
+                     num_examples_per_epoch=(
+                         cifar10.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN)):
   """Builds the towers and one synchronous update of the shared variables.
 
   Args:
@@ -183,18 +191,21 @@ def build_train_step(tower_batches, global_step, batch_size,
     tower_device: 'gpu' or 'cpu'; tower i runs on /<tower_device>:i.
     compute_dtype: None, or cifar10.inference's mixed-precision dtype
       (float16 adds a loss scale); the averaging is float32 either way.
+    num_classes, num_examples_per_epoch: the data set's classes and
+      training records.
 
   Returns:
     A `TrainStep`.
   """
   num_towers = len(tower_batches)
-  lr = cifar10.learning_rate(global_step, batch_size, num_towers)
+  lr = cifar10.learning_rate(global_step, batch_size, num_towers,
+                            num_examples_per_epoch)
   opt = tf.train.GradientDescentOptimizer(lr)
   loss_scale = (precision.dynamic_loss_scale()
                 if precision.needs_loss_scale(compute_dtype) else None)
   tower_grads, tower_losses, last_scope = build_towers(
       opt, tower_batches, tower_device, compute_dtype=compute_dtype,
-      loss_scale=loss_scale)
+      loss_scale=loss_scale, num_classes=num_classes)
 
   with tf.device('/cpu:0'):
     # Built once, outside the reused variable scope, for the last tower; in
@@ -246,7 +257,9 @@ def train(settings, num_towers=1, tower_device='gpu', config=None):
     visible = len(tf.config.list_physical_devices('GPU'))
     if visible < num_towers:
       print(gpus.fallback_message(num_towers, visible))
+  data_set = data_files.describe(settings.data_dir, settings.dataset)
   with train_dirs.claim(settings.train_dir, settings.fresh_start) as start:
+    train_dirs.check_then_record_classes(start, data_set)
     if start.nothing_to_train(settings.max_steps):
       return {'global_step': start.step, 'loss': None,
               'examples_per_sec': None, 'signal': None}
@@ -255,10 +268,13 @@ def train(settings, num_towers=1, tower_device='gpu', config=None):
         global_step = tf.train.get_or_create_global_step()
       tower_batches = tower_input_batches(
           settings.data_dir, num_towers, settings.batch_size,
-          use_fp16=settings.use_fp16, num_threads=settings.input_threads)
+          use_fp16=settings.use_fp16, num_threads=settings.input_threads,
+          data_set=data_set)
       step = build_train_step(
           tower_batches, global_step, settings.batch_size,
-          tower_device=tower_device, compute_dtype=settings.compute_dtype)
+          tower_device=tower_device, compute_dtype=settings.compute_dtype,
+          num_classes=data_set.num_classes,
+          num_examples_per_epoch=data_set.records(data_set.train_files))
 
       save = saving.restore_then_save(start, settings,
                                       tf.summary.merge(step.summaries))
@@ -310,7 +326,7 @@ def main(argv):
   settings = run_flags.from_flags(FLAGS, compute_dtype)
   with train_dirs.run_errors_end_the_process():
     download.prepare(FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5,
-                     cifar10_input.TRAIN_FILES)
+                     FLAGS.dataset)
     result = train(settings, FLAGS.num_gpus, FLAGS.tower_device, config)
   signals.exit_if_stopped(result['signal'])
 

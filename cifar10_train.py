@@ -24,8 +24,8 @@ from absl import flags
 import tensorflow.compat.v1 as tf
 
 import cifar10
-import cifar10_input
 from cifar10_support import console
+from cifar10_support import data_files
 from cifar10_support import download
 from cifar10_support import precision
 from cifar10_support import progress
@@ -82,9 +82,12 @@ def train(settings):
       checkpoints.ResumeError (the newest checkpoint is of another model;
       train_dir is left as it was).
   """
+  # The data set as its files describe it: classes, training records.
+  data_set = data_files.describe(settings.data_dir, settings.dataset)
   # Lock train_dir and find where training starts: the newest checkpoint that
   # restores, or step 0 (--fresh_start empties it first).
   with train_dirs.claim(settings.train_dir, settings.fresh_start) as start:
+    train_dirs.check_then_record_classes(start, data_set)
     if start.nothing_to_train(settings.max_steps):
       return {'global_step': start.step, 'loss': None,
               'examples_per_sec': None, 'signal': None}
@@ -95,17 +98,19 @@ def train(settings):
       # Get images and labels for CIFAR-10.
       images, labels = cifar10.distorted_inputs(
           settings.data_dir, settings.batch_size, use_fp16=settings.use_fp16,
-          num_threads=settings.input_threads)
+          num_threads=settings.input_threads, data_set=data_set)
       # Build a Graph that computes the logits predictions from the
       # inference model.
-      logits = cifar10.inference(images, settings.compute_dtype)
+      logits = cifar10.inference(images, settings.compute_dtype,
+                                 num_classes=data_set.num_classes)
       # Calculate loss.
       loss = cifar10.loss(logits, labels)
       # Build a Graph that trains the model with one batch of examples and
       # updates the model parameters.
       train_op = cifar10.train(
           loss, global_step, settings.batch_size,
-          loss_scaling=precision.needs_loss_scale(settings.compute_dtype))
+          loss_scaling=precision.needs_loss_scale(settings.compute_dtype),
+          num_examples_per_epoch=data_set.records(data_set.train_files))
 
       logger = progress.StepLogger(loss, settings.batch_size,
                                    settings.log_frequency)
@@ -145,7 +150,7 @@ def main(argv):
   # A bad data file, a NaN loss, a full disk: one line, exit status 1.
   with train_dirs.run_errors_end_the_process():
     download.prepare(FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5,
-                     cifar10_input.TRAIN_FILES)
+                     FLAGS.dataset)
     result = train(settings)
   # Stopped by Ctrl-C or SIGTERM: the final checkpoint is written.
   signals.exit_if_stopped(result['signal'])

@@ -12,10 +12,21 @@ import os
 
 import tensorflow.compat.v1 as tf
 
+from cifar10_support import data_files
+
 # What tf.train.ExponentialMovingAverage appends to a variable's name.
 AVERAGE_SUFFIX = '/ExponentialMovingAverage'
 # A variable every checkpoint of the CIFAR-10 model holds: the one looked for.
 MODEL_PROBE = 'conv1/weights'
+# The last layer's biases: their length is the model's class count.
+CLASSES_PROBE = 'softmax_linear/biases'
+# The class names of the checkpoints in a directory, as a names file
+# (data_files.read_class_names): every trainer writes it beside its
+# checkpoints, so that a copied train_dir still names its classes. A file,
+# not a variable: the checkpoints keep the original's variables.
+CLASSES_FILE = 'class_names.txt'
+# Variables no checkpoint holds (a cluster's record of the chief's classes).
+NOT_SAVED = 'not_saved'
 
 
 class CheckpointError(ValueError):
@@ -36,6 +47,10 @@ class CheckpointMismatchError(ResumeError):
 
 class NoRestorableCheckpointError(ResumeError):
   """Every checkpoint listed is damaged or missing."""
+
+
+class ClassesMismatchError(CheckpointError, ResumeError):
+  """The data's classes are not those a checkpoint was trained on."""
 
 
 def step_of(path):
@@ -129,6 +144,54 @@ def missing_model(reader, averaged=False):
   return None
 
 
+def checkpoint_classes(checkpoint, reader=None):
+  """(count, names) of the classes `checkpoint` was trained on: count from
+  its last layer, names from CLASSES_FILE beside it (None without one, or
+  one of another count). reader: its tf.train.load_checkpoint, if open."""
+  reader = reader or tf.train.load_checkpoint(checkpoint)
+  count = reader.get_variable_to_shape_map()[CLASSES_PROBE][0]
+  names = data_files.read_class_names(
+      os.path.join(os.path.dirname(checkpoint), CLASSES_FILE))
+  return count, names if names and len(names) == count else None
+
+
+def class_names_for(count, names):
+  """The names to show for a checkpoint's classes (`checkpoint_classes`):
+  its own, else CIFAR-10's for a checkpoint of ten classes written without
+  them (the original's, or before the file), else class_0, class_1, ..."""
+  if names:
+    return names
+  if count == len(data_files.CLASS_NAMES):
+    return data_files.CLASS_NAMES
+  return tuple('class_%d' % i for i in range(count))
+
+
+def check_classes(checkpoint, data_set, reader=None):
+  """Raises ClassesMismatchError, one message naming both, unless data_set
+  (a data_files.DataSet) has the classes `checkpoint` was trained on: their
+  count, and their names where the checkpoint records them."""
+  count, names = checkpoint_classes(checkpoint, reader)
+  if count == data_set.num_classes and names in (None, data_set.class_names):
+    return
+  raise ClassesMismatchError(
+      'the data in %s has %s, but checkpoint %s was trained on %s: use the '
+      'data it was trained on (--data_dir, --dataset), or train this data '
+      'in another --train_dir'
+      % (data_set.directory, data_set.describe_classes(), checkpoint,
+         data_files.describe_classes(names) if names else
+         '%d classes' % count))
+
+
+def record_classes(directory, data_set):
+  """Writes data_set's class names to CLASSES_FILE in `directory`
+  (replacing it whole, never half-written)."""
+  path = os.path.join(directory, CLASSES_FILE)
+  partial = path + '.tmp'
+  with tf.io.gfile.GFile(partial, 'wb') as f:
+    f.write(data_files.class_names_text(data_set.class_names))
+  tf.io.gfile.rename(partial, path, overwrite=True)
+
+
 # What `plan_restore` returns: the checkpoint's path prefix; a dict,
 # checkpoint name -> variable of this graph to restore; the sorted names of
 # this graph's variables that the checkpoint lacks (trainer-only state, which
@@ -157,7 +220,7 @@ def plan_restore(checkpoint):
   required = weights | {name + AVERAGE_SUFFIX for name in weights} | {
       'global_step'}
   restore, missing = {}, []
-  for var in sorted(tf.global_variables(), key=lambda v: v.op.name):
+  for var in sorted(saved_variables(), key=lambda v: v.op.name):
     name = var.op.name
     here = _describe(var.shape.as_list(), var.dtype.base_dtype)
     if name not in shapes:
@@ -181,6 +244,13 @@ def plan_restore(checkpoint):
                                                  hint))
     restore[name] = var
   return RestorePlan(checkpoint, restore, missing)
+
+
+def saved_variables():
+  """The default graph's global variables that checkpoints hold: all but
+  those of the NOT_SAVED collection."""
+  unsaved = set(tf.get_collection(NOT_SAVED))
+  return [var for var in tf.global_variables() if var not in unsaved]
 
 
 def not_in_checkpoint_message(plan):

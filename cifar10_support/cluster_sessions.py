@@ -12,6 +12,7 @@ import tensorflow.compat.v1 as tf
 
 from cifar10_support import checkpoints
 from cifar10_support import clusters
+from cifar10_support import data_files
 from cifar10_support import saving
 from cifar10_support import sessions
 
@@ -99,8 +100,9 @@ class _SessionCreator(tf.train.SessionCreator):
   for ever while a ps task is down; this bounds that wait (why_lost) and
   says what the new session starts from."""
 
-  def __init__(self, worker, config, start, global_step, errors):
+  def __init__(self, worker, config, start, global_step, errors, classes):
     self._worker = worker
+    self._classes = classes
     self._config = config
     self._global_step = global_step
     self._errors = errors
@@ -150,6 +152,8 @@ class _SessionCreator(tf.train.SessionCreator):
             'The variables were still not initialised after %s s: is %s '
             'running? (--startup_wait_secs sets the wait)'
             % (worker.startup_wait_secs, _chief(worker.cluster)))
+      if not self._sessions:
+        check_chief_classes(session, *self._classes)
       if self._sessions:
         self._say_lost('rejoined at global step %d'
                        % session.run(self._global_step))
@@ -197,14 +201,41 @@ class ChiefWatch(tf.train.SessionRunHook):
                'the chief again, then this evaluator.')
 
 
+def chief_classes_variable(data_set):
+  """A variable on the ps tasks that the chief initialises with its data's
+  class names (one string, a name a line); never saved (the checkpoints
+  keep the original's variables). Build it in the worker graph, under its
+  replica device setter."""
+  return tf.get_variable(
+      'chief_class_names', trainable=False,
+      initializer=tf.constant('\n'.join(data_set.class_names)),
+      collections=[tf.GraphKeys.GLOBAL_VARIABLES, checkpoints.NOT_SAVED])
+
+
+def check_chief_classes(session, variable, data_set):
+  """Raises checkpoints.ClassesMismatchError, naming both, unless the
+  chief's class names (`chief_classes_variable`, read in `session`) are
+  data_set's."""
+  chief = tuple(session.run(variable).decode('utf-8').split('\n'))
+  if chief != data_set.class_names:
+    raise checkpoints.ClassesMismatchError(
+        'the data in %s has %s, but the chief\'s has %s: every worker must '
+        'read the same data set (--data_dir, --dataset)'
+        % (data_set.directory, data_set.describe_classes(),
+           data_files.describe_classes(chief)))
+
+
 def monitored_session(settings, worker, hooks, errors, global_step,
-                      start=None):
+                      classes, start=None):
   """A worker's tf.train.MonitoredSession, not yet entered, in its graph
   once built: the chief's (`start` is its train_dirs.StartPoint) saves too.
-  `errors` gets TF's log lines for the errors that lose sessions."""
+  `errors` gets TF's log lines for the errors that lose sessions; classes:
+  (chief_classes_variable, this worker's data_files.DataSet), checked by
+  the other workers as they join."""
   config = sessions.worker_config(worker.task, worker.operation_timeout_secs,
                                   settings.log_device_placement)
-  creator = _SessionCreator(worker, config, start, global_step, errors)
+  creator = _SessionCreator(worker, config, start, global_step, errors,
+                            classes)
   if worker.is_chief:
     hooks = hooks + saving.saving_hooks(
         creator.scaffold, start.train_dir, settings, own_steps=False,

@@ -141,7 +141,12 @@ def describe(data_dir, dataset='cifar10'):
   the names file (`check` the records); missing files keep the official
   names, so that the check names what is missing."""
   layout = LAYOUTS[dataset]
-  directory = os.path.join(data_dir, layout.batches_dir)
+  return describe_directory(os.path.join(data_dir, layout.batches_dir), layout)
+
+
+def describe_directory(directory, layout=CIFAR10):
+  """The DataSet of `layout`'s files in `directory` itself (see
+  `describe`)."""
   train_files = layout.train_files
   if layout is CIFAR10:
     numbers = []

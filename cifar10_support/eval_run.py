@@ -4,7 +4,6 @@
 """
 
 import collections
-import os
 import time
 
 import tensorflow.compat.v1 as tf
@@ -21,10 +20,11 @@ EvalSettings = collections.namedtuple(
     'EvalSettings',
     ['data_dir', 'eval_data', 'num_examples', 'batch_size', 'run_once',
      'eval_interval_secs', 'session_config', 'input_threads', 'compute_dtype',
-     'until_step'],
-    defaults=('test', 10000, 128, False, 300, None, 1, None, None))
+     'until_step', 'dataset'],
+    defaults=('test', None, 128, False, 300, None, 1, None, None, 'cifar10'))
 EvalSettings.__doc__ = """An evaluation's settings: cifar10_eval.py's flags
-of the same names, with their defaults; session_config (None:
+of the same names, with their defaults (num_examples None: every record of
+eval_data); session_config (None:
 sessions.eval_config()); input_threads (1 reads the records in file order);
 compute_dtype (None, or the forward pass's dtype from float32 weights);
 until_step (following training, stop once a checkpoint at or past it is
@@ -39,13 +39,12 @@ def from_flags_checked(flag_values):
       data_dir=flag_values.data_dir, eval_data=flag_values.eval_data,
       num_examples=flag_values.num_examples,
       batch_size=flag_values.batch_size, run_once=flag_values.run_once,
-      eval_interval_secs=flag_values.eval_interval_secs)
-  files = data_files.eval_files(settings.eval_data)
-  download.maybe_download_and_extract(
-      flag_values.data_dir, flag_values.data_url, flag_values.data_md5,
-      files=files)
-  records = check_settings(settings)
-  print(download.data_check_message(flag_values.data_dir, files, records))
+      eval_interval_secs=flag_values.eval_interval_secs,
+      dataset=flag_values.dataset)
+  download.prepare(flag_values.data_dir, flag_values.data_url,
+                   flag_values.data_md5, settings.dataset,
+                   split=settings.eval_data)
+  check_settings(settings)
   return settings._replace(
       compute_dtype=precision.compute_dtype_for_this_machine(
           flag_values.mixed_precision, sessions.has_gpu()),
@@ -56,15 +55,17 @@ def check_settings(settings):
   """The records' count of an EvalSettings' data files, once they and the
   settings are checked; ValueError (DataError for a file) names the setting
   or file at fault and what it should be."""
-  filenames = [os.path.join(settings.data_dir, download.BATCHES_DIR, name)
-               for name in data_files.eval_files(settings.eval_data)]
+  data_set = data_files.describe(settings.data_dir, settings.dataset)
+  names = data_set.eval_files(settings.eval_data)
+  filenames = data_set.paths(names)
   num_examples = settings.num_examples
-  if not isinstance(num_examples, int) or num_examples < 1:
+  if num_examples is not None and (not isinstance(num_examples, int) or
+                                   num_examples < 1):
     raise ValueError('num_examples must be a positive integer, got %r'
                      % (num_examples,))
   data_files.check_batch_size(settings.batch_size)
-  num_records = data_files.check_data_files(filenames)
-  if num_examples > num_records:
+  num_records = data_set.check(names)
+  if num_examples is not None and num_examples > num_records:
     raise ValueError(
         'num_examples=%d is more than the %d records in %s; each example is '
         'counted once, so use num_examples=%d or fewer'

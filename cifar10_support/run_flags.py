@@ -86,15 +86,15 @@ TrainSettings = collections.namedtuple('TrainSettings', [
     'data_dir', 'train_dir', 'max_steps', 'batch_size', 'use_fp16',
     'log_frequency', 'log_device_placement', 'fresh_start',
     'save_checkpoint_secs', 'save_checkpoint_steps', 'save_summaries_steps',
-    'threads', 'input_threads', 'compute_dtype'], defaults=(
+    'threads', 'input_threads', 'compute_dtype', 'dataset'], defaults=(
         100000, 128, False, 10, False, False, 600, None, 100,
-        sessions.BY_RULE, data_files.NUM_PREPROCESS_THREADS, None))
+        sessions.BY_RULE, data_files.NUM_PREPROCESS_THREADS, None, 'cifar10'))
 TrainSettings.__doc__ = """The settings of one training run: the flag of the
 same name where there is one (the defaults are the flags'), batch_size per
 tower and per worker; save_checkpoint_steps None for none (then
 save_checkpoint_secs); threads a sessions.ThreadCounts; input_threads the
 input pipeline's; compute_dtype None (float32), tf.bfloat16 or tf.float16
-(precision.py)."""
+(precision.py); dataset --dataset's (data_files.DATASETS)."""
 
 
 def from_flags(flag_values, compute_dtype=None):
@@ -110,4 +110,4 @@ def from_flags(flag_values, compute_dtype=None):
       save_checkpoint_steps=flag_values.save_checkpoint_steps or None,
       save_summaries_steps=flag_values.save_summaries_steps,
       threads=threads(flag_values),
-      compute_dtype=compute_dtype)
+      compute_dtype=compute_dtype, dataset=flag_values.dataset)

@@ -214,6 +214,16 @@ def claim(train_dir, fresh_start):
     yield start
 
 
+def check_then_record_classes(start, data_set):
+  """Raises checkpoints.ClassesMismatchError, naming both, unless
+  data_set's classes are those of the checkpoint `start` resumes from; then
+  writes them beside the checkpoints (checkpoints.CLASSES_FILE), so that
+  evaluation and classify name them."""
+  if start.checkpoint:
+    checkpoints.check_classes(start.checkpoint, data_set)
+  checkpoints.record_classes(start.train_dir, data_set)
+
+
 def _remove_interrupted_saves(train_dir):
   """Removes the temporary directories of saves cut short (a kill, a full
   disk): the index only ever names complete checkpoints, so none is read."""

@@ -104,7 +104,7 @@ def pngs(trained, tmp_path_factory):
 def test_png_of_each_test_record_gets_the_eval_graphs_class(trained, pngs):
   data_dir, train_dir = trained
   expected = _eval_graph_classes(data_dir, train_dir)
-  checkpoint, dtype = cifar10_classify.find_checkpoint(train_dir)
+  checkpoint, dtype, _ = cifar10_classify.find_checkpoint(train_dir)
 
   classified = list(cifar10_classify.classify(
       pngs, checkpoint, dtype, batch_size=64,
@@ -127,7 +127,7 @@ def test_each_batch_is_classified_before_the_next_is_read(trained, pngs,
                                                           tmp_path):
   # The script prints each picture's line as it comes: a batch's results
   # come before the next batch's files are even opened.
-  checkpoint, dtype = cifar10_classify.find_checkpoint(trained[1])
+  checkpoint, dtype, _ = cifar10_classify.find_checkpoint(trained[1])
   later = str(tmp_path / 'later.png')
   results = cifar10_classify.classify(
       [pngs[0], later, pngs[1]], checkpoint, dtype, batch_size=1,
@@ -148,7 +148,7 @@ def test_a_file_that_does_not_decode_leaves_its_batchs_pictures_as_they_are(
     trained, pngs, tmp_path):
   # The batch fails as a whole; its pictures are classified without the bad
   # file, exactly as in a batch of their own.
-  checkpoint, dtype = cifar10_classify.find_checkpoint(trained[1])
+  checkpoint, dtype, _ = cifar10_classify.find_checkpoint(trained[1])
   text = _write(str(tmp_path / 'notes.png'), b'not a picture at all\n')
   alone = list(cifar10_classify.classify(
       pngs[:3], checkpoint, dtype, session_config=testutil.session_config()))
@@ -257,7 +257,7 @@ def test_savedmodel_serves_what_the_script_prints(trained, pngs, tmp_path):
                   json.dumps(files), out], check=True, env=env, timeout=120)
   served = np.load(out)
 
-  checkpoint, dtype = cifar10_classify.find_checkpoint(train_dir)
+  checkpoint, dtype, _ = cifar10_classify.find_checkpoint(train_dir)
   expected = np.stack([p for _, p, _ in cifar10_classify.classify(
       files, checkpoint, dtype, session_config=testutil.session_config())])
   np.testing.assert_allclose(served['probabilities'], expected, atol=1e-5)

@@ -19,6 +19,7 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 import cifar10_distributed_train as dist
+from cifar10_support import checkpoints
 from cifar10_support import cluster_sessions
 from cifar10_support import clusters
 from cifar10_support import progress
@@ -251,7 +252,12 @@ def test_worker_graph_placement_and_checkpoint_names(data_dir, compute_dtype):
     # Run by the session hooks in training; unused here, which TF would
     # report at exit.
     built['sync_optimizer'].ready_for_local_init_op.mark_used()
-    saved = set(v.op.name for v in variables)
+    saved_variables = checkpoints.saved_variables()
+    saved = set(v.op.name for v in saved_variables)
+  # The chief's class names, for the other workers to check their data
+  # against, live on the ps tasks and in no checkpoint.
+  assert built['chief_classes'] in variables
+  assert built['chief_classes'] not in saved_variables
   # Variables round-robin over both ps tasks; everything else on worker 1.
   tasks = set(v.device[:len('/job:ps/task:0')] for v in variables)
   assert tasks == {'/job:ps/task:0', '/job:ps/task:1'}
@@ -265,7 +271,8 @@ def test_worker_graph_placement_and_checkpoint_names(data_dir, compute_dtype):
   convs = [op for op in graph.get_operations() if op.type == 'Conv2D']
   assert len(convs) == 2
   assert {op.get_attr('T') for op in convs} == {compute_dtype or tf.float32}
-  assert {v.dtype.base_dtype for v in variables} == {tf.float32, tf.int64}
+  assert {v.dtype.base_dtype for v in saved_variables} == {tf.float32,
+                                                           tf.int64}
   # The chief's checkpoint holds each weight's moving average under the name
   # cifar10_eval.py restores from.
   with tf.Graph().as_default():
