@@ -178,10 +178,7 @@ def tower_input_batches(data_dir, num_towers, batch_size, use_fp16=False,
 
 
 def build_train_step(tower_batches, global_step, batch_size,
-                     tower_device='gpu', compute_dtype=None,
-                     num_classes=cifar10.NUM_CLASSES,
-                     num_examples_per_epoch=(
-                         cifar10.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN)):
+                     tower_device='gpu', compute_dtype=None, data_set=None):
   """Builds the towers and one synchronous update of the shared variables.
 
   Args:
@@ -191,13 +188,19 @@ def build_train_step(tower_batches, global_step, batch_size,
     tower_device: 'gpu' or 'cpu'; tower i runs on /<tower_device>:i.
     compute_dtype: None, or cifar10.inference's mixed-precision dtype
       (float16 adds a loss scale); the averaging is float32 either way.
-    num_classes, num_examples_per_epoch: the data set's classes and
-      training records.
+    data_set: the data_files.DataSet trained on, whose classes and
+      training records shape the model and its learning rate (None:
+      CIFAR-10's).
 
   Returns:
     A `TrainStep`.
   """
   num_towers = len(tower_batches)
+  num_classes, num_examples_per_epoch = cifar10.NUM_CLASSES, (
+      cifar10.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN)
+  if data_set:
+    num_classes = data_set.num_classes
+    num_examples_per_epoch = data_set.records(data_set.train_files)
   lr = cifar10.learning_rate(global_step, batch_size, num_towers,
                             num_examples_per_epoch)
   opt = tf.train.GradientDescentOptimizer(lr)
@@ -273,8 +276,7 @@ def train(settings, num_towers=1, tower_device='gpu', config=None):
       step = build_train_step(
           tower_batches, global_step, settings.batch_size,
           tower_device=tower_device, compute_dtype=settings.compute_dtype,
-          num_classes=data_set.num_classes,
-          num_examples_per_epoch=data_set.records(data_set.train_files))
+          data_set=data_set)
 
       save = saving.restore_then_save(start, settings,
                                       tf.summary.merge(step.summaries))

@@ -123,16 +123,16 @@ class DataSet(collections.namedtuple('DataSet', [
                             num_classes=self.num_classes)
 
   def describe_classes(self):
-    """'3 classes: cat, dog, seven' (the first ten, for many)."""
     return describe_classes(self.class_names)
 
 
 def describe_classes(class_names):
+  """'3 classes (cat, dog, seven)': the first ten names, for many."""
   names = ', '.join(class_names[:10])
   if len(class_names) > 10:
     names += ', ...'
-  return '%d class%s: %s' % (len(class_names),
-                             'es' if len(class_names) != 1 else '', names)
+  return '%d class%s (%s)' % (len(class_names),
+                              'es' if len(class_names) != 1 else '', names)
 
 
 def describe(data_dir, dataset='cifar10'):

@@ -310,5 +310,7 @@ def prepare(data_dir, data_url=None, data_md5=None, dataset='cifar10',
   files = data_set.eval_files('train_eval' if split == 'train' else split)
   print(data_check_message(data_dir, files, data_set=data_set))
   if data_set.class_names != data_files.CLASS_NAMES:
-    print('Classes: %s.' % data_set.describe_classes())
+    print('Classes: %s, from %s.' % (
+        data_set.describe_classes(),
+        os.path.join(data_set.directory, data_set.layout.names_file)))
   return data_set

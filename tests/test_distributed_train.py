@@ -24,6 +24,7 @@ from cifar10_support import cluster_sessions
 from cifar10_support import clusters
 from cifar10_support import progress
 from cifar10_support import run_flags
+import synthetic
 import testutil
 
 # Worker lines: the original format behind the worker's index.
@@ -256,8 +257,8 @@ def test_worker_graph_placement_and_checkpoint_names(data_dir, compute_dtype):
     saved = set(v.op.name for v in saved_variables)
   # The chief's class names, for the other workers to check their data
   # against, live on the ps tasks and in no checkpoint.
-  assert built['chief_classes'] in variables
-  assert built['chief_classes'] not in saved_variables
+  chief_classes = built['chief_classes'].op.name
+  assert chief_classes in set(v.op.name for v in variables) - saved
   # Variables round-robin over both ps tasks; everything else on worker 1.
   tasks = set(v.device[:len('/job:ps/task:0')] for v in variables)
   assert tasks == {'/job:ps/task:0', '/job:ps/task:1'}
@@ -573,3 +574,46 @@ def test_a_lost_session_whose_ps_task_stays_away_stops_naming_it():
   assert str(raised.value).startswith(
       'ps task 0 at %s did not come back within 1 s (--startup_wait_secs): '
       'stopping.' % address)
+
+
+def test_a_worker_whose_data_has_other_classes_than_the_chiefs_stops(
+    data_dir, tmp_path):
+  # Worker 1 reads a data set of three classes of its own; the chief,
+  # CIFAR-10's ten: the worker names both and stops, the chief trains on.
+  own_data = synthetic.make_own_data_dir(str(tmp_path / 'own'),
+                                         ('red cat', 'зелёный', '青/blue'))
+
+  def run(ports):
+    cluster_flags = ['--ps_hosts=127.0.0.1:%d' % ports[0],
+                     '--worker_hosts=127.0.0.1:%d,127.0.0.1:%d' % ports[1:]]
+    common = cluster_flags + ['--max_steps=20', '--batch_size=8',
+                              '--startup_wait_secs=120']
+    logs = [str(tmp_path / name) for name in ('ps.log', 'w0.log', 'w1.log')]
+    processes = [start_task(['--job_name=ps'] + cluster_flags, logs[0])]
+    try:
+      processes.append(start_task(
+          ['--job_name=worker', '--task_index=0', '--data_dir=' + data_dir,
+           '--train_dir=%s' % (tmp_path / 'train')] + common, logs[1]))
+      processes.append(start_task(
+          ['--job_name=worker', '--task_index=1', '--data_dir=' + own_data]
+          + common, logs[2]))
+      codes = [p.wait(timeout=CLUSTER_TIMEOUT_SECS) for p in processes[1:]]
+    finally:
+      for p in processes:
+        p.terminate()
+        p.wait(timeout=30)
+    outputs = [open(path).read() for path in logs]
+    if any(testutil.PORT_TAKEN in output for output in outputs):
+      raise testutil.PortTaken()
+    return codes, outputs
+
+  codes, outputs = testutil.retry_port_taken(
+      lambda: run(tuple(testutil.free_ports(3))))
+  assert codes == [0, 1], outputs
+  assert re.search(
+      r'^Worker 1: the data in .*own/cifar-10-batches-bin has 3 classes '
+      r'\(red cat, зелёный, 青/blue\), but the chief\'s has 10 classes '
+      r'\(airplane, .*\): every worker must read the same data set',
+      outputs[2], re.M), outputs[2]
+  assert 'Traceback' not in outputs[2]
+  assert DONE_LINE.search(outputs[1]), outputs[1]

@@ -1,0 +1,293 @@
+"""A data set is described by its data: class names from the names file,
+training files and records as found; the model, the learning rate, eval and
+classify follow it, and a checkpoint keeps its classes (issue #43)."""
+
+import os
+import re
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import cifar10
+import cifar10_classify
+import cifar10_eval
+from cifar10_support import checkpoints
+from cifar10_support import data_files
+from cifar10_support import eval_run
+from cifar10_support import train_dirs
+import synthetic
+import testutil
+
+# Names as users write them: a space, Cyrillic, CJK with a '/'.
+OWN_CLASSES = ('red cat', 'зелёный', '青/blue')
+
+
+@pytest.fixture
+def own_data(tmp_path):
+  return synthetic.make_own_data_dir(str(tmp_path / 'own'), OWN_CLASSES,
+                                     train_records=(40, 20, 10))
+
+
+def _batches(data_dir):
+  return os.path.join(data_dir, 'cifar-10-batches-bin')
+
+
+def _write_names(data_dir, content):
+  path = os.path.join(_batches(data_dir), 'batches.meta.txt')
+  with open(path, 'wb') as f:
+    f.write(content)
+  return path
+
+
+# --- The description -----------------------------------------------------------
+
+
+def test_describe_reads_the_names_and_every_numbered_training_file(own_data):
+  data_set = data_files.describe(own_data)
+  assert data_set.class_names == OWN_CLASSES
+  assert data_set.num_classes == 3
+  assert data_set.train_files == ('data_batch_1.bin', 'data_batch_2.bin',
+                                  'data_batch_3.bin')
+  assert data_set.records(data_set.train_files) == 70
+  assert data_set.check(data_set.train_files) == 70
+  assert data_set.check(data_set.eval_files('test')) == 30
+
+
+def test_cifar10_copies_describe_as_before(data_dir):
+  data_set = data_files.describe(data_dir)
+  assert data_set.class_names == data_files.CLASS_NAMES
+  assert list(data_set.train_files) == data_files.TRAIN_FILES
+  os.remove(os.path.join(_batches(data_dir), 'batches.meta.txt')) if (
+      os.path.exists(os.path.join(_batches(data_dir), 'batches.meta.txt'))
+  ) else None
+  # An old copy without batches.meta.txt has CIFAR-10's names.
+  assert data_files.describe(data_dir).class_names == data_files.CLASS_NAMES
+
+
+def test_a_gap_in_the_numbered_files_is_named(own_data):
+  os.remove(os.path.join(_batches(own_data), 'data_batch_2.bin'))
+  data_set = data_files.describe(own_data)
+  with pytest.raises(data_files.DataError,
+                     match=r'Failed to find file: .*data_batch_2\.bin'):
+    data_set.check(data_set.train_files)
+
+
+@pytest.mark.parametrize('content,names', [
+    (b'\xef\xbb\xbfa b\r\nc\r\n\r\n\n', ('a b', 'c')),  # BOM, CRLF, blanks
+    ('  кот \nчай\n'.encode('utf-8'), ('кот', 'чай')),
+])
+def test_names_files_as_editors_write_them(own_data, content, names):
+  _write_names(own_data, content)
+  assert data_files.describe(own_data).class_names == names
+
+
+@pytest.mark.parametrize('content,message', [
+    (b'a\n\nb\n', r'has an empty line 2 among its names'),
+    (b'a\nb\na\n', r"names 'a' more than once"),
+    (b'\n\n', r'names no class'),
+    (b'\xff\xfe\x00a', r'is not UTF-8 text'),
+    (''.join('c%d\n' % i for i in range(257)).encode(), r'names 257 classes'),
+])
+def test_a_bad_names_file_is_named(own_data, content, message):
+  path = _write_names(own_data, content)
+  with pytest.raises(data_files.DataError,
+                     match=re.escape(path) + '.*' + message):
+    data_files.describe(own_data)
+
+
+def test_a_label_beyond_the_classes_is_named(own_data):
+  path = os.path.join(_batches(own_data), 'data_batch_2.bin')
+  records = np.fromfile(path, np.uint8).reshape(-1, 3073)
+  records[5, 0] = 3  # Three classes: labels 0-2.
+  records.tofile(path)
+  data_set = data_files.describe(own_data)
+  with pytest.raises(data_files.DataError,
+                     match=r'%s, record 5 .*label byte is 3, expected 0-2'
+                     % re.escape(path)):
+    data_set.check(data_set.train_files)
+
+
+# --- The model and its schedule follow the data --------------------------------
+
+
+def _learning_rates(num_examples_per_epoch, batch_size, steps):
+  with tf.Graph().as_default():
+    step = tf.placeholder(tf.int64, [])
+    lr = cifar10.learning_rate(step, batch_size,
+                               num_examples_per_epoch=num_examples_per_epoch)
+    with tf.Session(config=testutil.session_config()) as sess:
+      return [sess.run(lr, {step: s}) for s in steps]
+
+
+def test_the_learning_rate_decays_after_350_epochs_of_the_data():
+  # CIFAR-10: int(50000 / 128 * 350) = 136718 steps, as the original.
+  assert _learning_rates(50000, 128, [136717, 136718]) == pytest.approx(
+      [0.1, 0.01])
+  # 70 records, batches of 32: int(70 / 32 * 350) = 765 steps.
+  assert _learning_rates(70, 32, [764, 765]) == pytest.approx([0.1, 0.01])
+  # One record, batches of 128: int(0.0078 * 350) = 2 steps.
+  assert _learning_rates(1, 128, [1, 2]) == pytest.approx([0.1, 0.01])
+
+
+def test_the_decay_interval_is_never_zero():
+  # int(1 / 1000 * 350) is 0: a staircase over zero steps would be 0/0.
+  rates = _learning_rates(1, 1000, [0, 1, 2])
+  assert rates == pytest.approx([0.1, 0.01, 0.001])
+
+
+def test_the_last_layer_has_the_data_sets_classes():
+  with tf.Graph().as_default():
+    logits = cifar10.inference(tf.zeros([2, 24, 24, 3]), num_classes=3)
+    shapes = {v.op.name: v.shape.as_list() for v in tf.global_variables()}
+  assert logits.shape.as_list() == [2, 3]
+  assert shapes['softmax_linear/weights'] == [192, 3]
+  assert shapes['softmax_linear/biases'] == [3]
+
+
+# --- A checkpoint knows its classes --------------------------------------------
+
+
+def _checkpoint(directory, num_classes, class_names=None):
+  """A checkpoint of an untrained model of num_classes classes; class_names
+  are recorded beside it if given."""
+  os.makedirs(directory, exist_ok=True)
+  with tf.Graph().as_default():
+    cifar10.inference(tf.zeros([1, 24, 24, 3]), num_classes=num_classes)
+    saver = tf.train.Saver()
+    with tf.Session(config=testutil.session_config()) as sess:
+      sess.run(tf.global_variables_initializer())
+      path = saver.save(sess, os.path.join(directory, 'model.ckpt'),
+                        global_step=1)
+  if class_names:
+    with open(os.path.join(directory, checkpoints.CLASSES_FILE), 'wb') as f:
+      f.write(data_files.class_names_text(class_names))
+  return path
+
+
+def test_classes_recorded_beside_a_checkpoint_are_its(tmp_path, own_data):
+  path = _checkpoint(str(tmp_path / 'train'), 3, OWN_CLASSES)
+  assert checkpoints.checkpoint_classes(path) == (3, OWN_CLASSES)
+  checkpoints.check_classes(path, data_files.describe(own_data))
+
+
+def test_a_checkpoint_copied_elsewhere_keeps_its_names(tmp_path):
+  path = _checkpoint(str(tmp_path / 'train'), 3, OWN_CLASSES)
+  copy = str(tmp_path / 'copy')
+  os.makedirs(copy)
+  for name in os.listdir(str(tmp_path / 'train')):
+    with open(os.path.join(str(tmp_path / 'train'), name), 'rb') as f:
+      data = f.read()
+    with open(os.path.join(copy, name), 'wb') as f:
+      f.write(data)
+  moved = os.path.join(copy, os.path.basename(path))
+  assert checkpoints.checkpoint_classes(moved) == (3, OWN_CLASSES)
+
+
+def test_a_checkpoint_without_names_is_shown_with_what_is_known(tmp_path):
+  ten = _checkpoint(str(tmp_path / 'ten'), 10)
+  three = _checkpoint(str(tmp_path / 'three'), 3)
+  assert checkpoints.class_names_for(
+      *checkpoints.checkpoint_classes(ten)) == data_files.CLASS_NAMES
+  assert checkpoints.class_names_for(
+      *checkpoints.checkpoint_classes(three)) == ('class_0', 'class_1',
+                                                  'class_2')
+
+
+def test_other_classes_than_the_checkpoints_are_refused_naming_both(
+    tmp_path, own_data, data_dir):
+  own = data_files.describe(own_data)
+  cifar = data_files.describe(data_dir)
+  named = _checkpoint(str(tmp_path / 'named'), 3, OWN_CLASSES)
+  with pytest.raises(checkpoints.ClassesMismatchError,
+                     match=r'has 10 classes \(airplane, .*\), but checkpoint '
+                     r'.*was trained on 3 classes \(red cat, зелёный, '
+                     r'青/blue\)'):
+    checkpoints.check_classes(named, cifar)
+  renamed = own._replace(class_names=('red cat', 'green', 'blue'))
+  with pytest.raises(checkpoints.ClassesMismatchError,
+                     match=r'3 classes \(red cat, green, blue\), but .*3 '
+                     r'classes \(red cat, зелёный'):
+    checkpoints.check_classes(named, renamed)
+  # Without recorded names (the original's, or older ones) only the count
+  # can be compared.
+  unnamed = _checkpoint(str(tmp_path / 'unnamed'), 3)
+  checkpoints.check_classes(unnamed, renamed)
+  with pytest.raises(checkpoints.ClassesMismatchError,
+                     match=r'was trained on 3 classes:'):
+    checkpoints.check_classes(unnamed, cifar)
+
+
+def test_training_records_the_classes_and_refuses_others_on_resume(
+    tmp_path, own_data, data_dir):
+  train_dir = str(tmp_path / 'train')
+  path = _checkpoint(train_dir, 3)  # An older run: no names recorded.
+  own = data_files.describe(own_data)
+  with train_dirs.claim(train_dir, fresh_start=False) as start:
+    assert start.checkpoint == path
+    train_dirs.check_then_record_classes(start, own)
+  assert checkpoints.checkpoint_classes(path) == (3, OWN_CLASSES)
+  with train_dirs.claim(train_dir, fresh_start=False) as start:
+    with pytest.raises(checkpoints.ClassesMismatchError):
+      train_dirs.check_then_record_classes(
+          start, own._replace(class_names=('a', 'b', 'c')))
+  # Refused, the record stays as it was.
+  assert checkpoints.checkpoint_classes(path) == (3, OWN_CLASSES)
+  assert issubclass(checkpoints.ClassesMismatchError,
+                    train_dirs.RUN_ERRORS)
+
+
+# --- Eval and classify ---------------------------------------------------------
+
+
+def test_eval_counts_every_record_by_default(own_data):
+  settings = eval_run.EvalSettings(own_data, batch_size=8)
+  assert settings.num_examples is None
+  assert eval_run.check_settings(settings) == 30
+
+
+def test_eval_refuses_a_checkpoint_of_other_classes(tmp_path, own_data):
+  path = _checkpoint(str(tmp_path / 'train'), 10)
+  with pytest.raises(checkpoints.ClassesMismatchError,
+                     match='has 3 classes .* was trained on 10 classes'):
+    cifar10_eval.eval_once(path, eval_run.EvalSettings(own_data, batch_size=8))
+
+
+@pytest.mark.parametrize('top_k,given,expected', [
+    (3, False, 2), (2, True, 2), (1, True, 1), (3, True, None)])
+def test_top_k_is_at_most_the_class_count(top_k, given, expected):
+  names = ('cat', 'dog')
+  if expected is None:
+    with pytest.raises(cifar10_classify.ClassifyError,
+                       match=r'--top_k=3 is more than the 2 classes of '
+                       r'checkpoint ck; give --top_k=2 or fewer'):
+      cifar10_classify.top_classes(top_k, given, names, 'ck')
+  else:
+    assert cifar10_classify.top_classes(top_k, given, names, 'ck') == expected
+
+
+def test_a_picture_is_named_with_the_checkpoints_classes():
+  line = cifar10_classify.format_top_classes(
+      'x.png', np.array([0.1, 0.2, 0.7], np.float32), 2, OWN_CLASSES)
+  assert line == 'x.png: 青/blue 0.700, зелёный 0.200'
+
+
+@pytest.mark.parametrize('script,flag', [
+    ('cifar10_train.py', '--train_dir'),
+    ('cifar10_multi_gpu_train.py', '--train_dir'),
+    ('cifar10_eval.py', '--checkpoint_dir')])
+def test_each_script_refuses_other_classes_in_one_line(tmp_path, data_dir,
+                                                       script, flag):
+  train_dir = str(tmp_path / 'train')
+  _checkpoint(train_dir, 3, OWN_CLASSES)
+  args = ['--data_dir=%s' % data_dir, '%s=%s' % (flag, train_dir)]
+  if script == 'cifar10_eval.py':
+    args += ['--eval_dir=%s' % (tmp_path / 'eval'), '--run_once']
+  result = testutil.run_script(script, args, timeout=120)
+  assert result.returncode == 1, result.stderr[-3000:]
+  assert result.stderr.count('\n') == 1, result.stderr
+  assert re.match(
+      r'%s: (error: )?the data in .*cifar-10-batches-bin has 10 classes '
+      r'\(airplane, .*\), but checkpoint .*model\.ckpt-1 was trained on 3 '
+      r'classes \(red cat, зелёный, 青/blue\): use the data it was trained '
+      r'on' % script, result.stderr), result.stderr
