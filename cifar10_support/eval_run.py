@@ -4,7 +4,6 @@
 """
 
 import collections
-import os
 import time
 
 import tensorflow.compat.v1 as tf
@@ -40,30 +39,31 @@ def from_flags_checked(flag_values):
       num_examples=flag_values.num_examples,
       batch_size=flag_values.batch_size, run_once=flag_values.run_once,
       eval_interval_secs=flag_values.eval_interval_secs)
-  files = data_files.eval_files(settings.eval_data)
-  download.maybe_download_and_extract(
+  data_set = download.prepare(
       flag_values.data_dir, flag_values.data_url, flag_values.data_md5,
-      files=files)
-  records = check_settings(settings)
-  print(download.data_check_message(flag_values.data_dir, files, records))
+      dataset=flag_values.dataset, split=settings.eval_data)
+  check_settings(settings, data_set)
   return settings._replace(
       compute_dtype=precision.compute_dtype_for_this_machine(
           flag_values.mixed_precision, sessions.has_gpu()),
       session_config=sessions.eval_config(run_flags.threads(flag_values)))
 
 
-def check_settings(settings):
-  """The records' count of an EvalSettings' data files, once they and the
-  settings are checked; ValueError (DataError for a file) names the setting
-  or file at fault and what it should be."""
-  filenames = [os.path.join(settings.data_dir, download.BATCHES_DIR, name)
-               for name in data_files.eval_files(settings.eval_data)]
+def check_settings(settings, data_set=None):
+  """The records' count of an EvalSettings' data files (those of data_set, a
+  data_files.DataSet; None: CIFAR-10's in settings.data_dir), once they and
+  the settings are checked; ValueError (DataError for a file) names the
+  setting or file at fault and what it should be."""
+  if data_set is None:
+    data_set = data_files.describe(settings.data_dir)
+  filenames = data_set.paths(data_set.eval_files(settings.eval_data))
   num_examples = settings.num_examples
   if not isinstance(num_examples, int) or num_examples < 1:
     raise ValueError('num_examples must be a positive integer, got %r'
                      % (num_examples,))
   data_files.check_batch_size(settings.batch_size)
-  num_records = data_files.check_data_files(filenames)
+  num_records = data_files.check_data_files(
+      filenames, layout=data_set.layout, num_classes=data_set.num_classes)
   if num_examples > num_records:
     raise ValueError(
         'num_examples=%d is more than the %d records in %s; each example is '
