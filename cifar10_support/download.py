@@ -156,19 +156,28 @@ def _converted(data_set):
 def _read_problem(data_dir, dataset, files):
   """(why a file of `files` (None: the data set's own) is missing or not of
   whole records, or None; the data_files.DataSet in data_dir). Raises
-  DataError, naming the file, if the files are a complete data set of its
-  own that lacks one of `files`: no download may replace it."""
+  DataError, naming the file, where a download must not replace the
+  directory: a data set that is not the download (`_converted`), or a
+  complete one that lacks one of `files`."""
   data_set = data_files.describe(data_dir, dataset)
   own = data_set.train_files + data_set.test_files
   problem = batches_problem(data_set.directory, files or own, dataset)
-  if problem is None or not files or set(files) <= set(own):
+  if problem is None:
     return problem, data_set
-  if batches_problem(data_set.directory, own, dataset) is None:
+  if (files and not set(files) <= set(own) and
+      batches_problem(data_set.directory, own, dataset) is None):
     raise DataError('%s; %s holds a complete data set of its own (%s), which '
                     'a download never replaces: read only its files, or move '
                     'it away to get %s' % (
                         problem, data_set.directory, _name_files(own),
                         ARCHIVES[dataset].title))
+  converted = os.path.isdir(data_set.directory) and _converted(data_set)
+  if converted:
+    raise DataError('%s; %s is not the %s download (%s), so it is never '
+                    'replaced by one: write it again (cifar10_make_'
+                    'dataset.py), or move it away to get %s'
+                    % (problem, data_set.directory, ARCHIVES[dataset].title,
+                       converted, ARCHIVES[dataset].title))
   return problem, data_set
 
 
@@ -212,13 +221,6 @@ def maybe_download_and_extract(data_dir, data_url=None, data_md5=None,
     batches_dir = data_set.directory
     incomplete = os.path.exists(batches_dir)
     if incomplete:
-      converted = _converted(data_set)
-      if converted:
-        raise DataError('%s; %s is not the %s download (%s), so it is never '
-                        'replaced by one: write it again (cifar10_make_'
-                        'dataset.py), or move it away to get %s'
-                        % (problem, batches_dir, archive.title, converted,
-                           archive.title))
       print('%s is incomplete (%s): extracting it again.'
             % (batches_dir, problem))
     else:
@@ -310,8 +312,8 @@ def _archive(data_url, data_md5, data_dir, attempts, retry_wait_secs,
 
 def _fetch(url, out, timeout_secs, name=ARCHIVE_NAME):
   """Copies url to the open file `out`, returning its size, or raises
-  _DownloadFailed; shows progress, as `name`, each 0.1% (MiB) on a terminal, each 10%
-  (16 MiB) in a log. Not urlretrieve: it has no timeout."""
+  _DownloadFailed; shows progress (as `name`) each 0.1% (MiB) on a terminal,
+  each 10% (16 MiB) in a log. Not urlretrieve: it has no timeout."""
   tty = sys.stdout.isatty()
   received = 0
   try:

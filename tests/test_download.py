@@ -249,8 +249,8 @@ def test_cifar10_missing_directory_line(tmp_path, printed):
                files=cifar10_input.TRAIN_FILES)
   assert ('%s does not exist yet (data_batch_1.bin, data_batch_2.bin, '
           'data_batch_3.bin, data_batch_4.bin, data_batch_5.bin are read from '
-          'it): getting CIFAR-10.' % (tmp_path / 'data' / 'cifar-10-batches-bin')
-          in printed.take())
+          'it): getting CIFAR-10.'
+          % (tmp_path / 'data' / 'cifar-10-batches-bin') in printed.take())
 
 
 @pytest.mark.parametrize('first_failure, reason', [
@@ -720,6 +720,7 @@ def test_broken_converted_set_is_named_not_replaced(tmp_path, train_files,
       'write it again (cifar10_make_dataset.py), or move it away to get '
       'CIFAR-10' % (batches, why))
   assert snapshot(batches) == before
+  assert os.listdir(str(tmp_path)) == ['cifar-10-batches-bin']  # No lock.
 
 
 def _cifar100_with(data_dir, byte, value):
