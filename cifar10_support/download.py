@@ -1,14 +1,20 @@
-"""Downloads, verifies and extracts the CIFAR-10 binary archive, safely.
+"""Downloads, verifies and extracts a data set's official binary archive
+(CIFAR-10's, or CIFAR-100's for --dataset=cifar100 and cifar100_coarse),
+safely.
 
-* A data_dir holding the files read is never touched, nor data_url read.
+* A data_dir holding the files read is never touched, nor data_url read; nor
+  is a complete data set of CIFAR-10's layout that is not the download (one
+  cifar10_make_dataset.py wrote): see `maybe_download_and_extract`.
 * The archive is downloaded to a temporary name and moved into place once
   complete (the length announced) and of data_md5 (unless ''); a timeout, a
   server error or a short or corrupt transfer is retried, nothing else.
 * Runs started together download and extract once (a lock file), and none
-  ever sees a half-extracted directory: it is renamed into place.
+  ever sees a half-extracted directory: it is renamed into place. Each
+  archive has its own directory, so one data set's never touches another's.
 * Links, special files and paths outside data_dir in the archive are refused.
 """
 
+import collections
 import hashlib
 import http.client
 import os
@@ -26,11 +32,33 @@ from cifar10_support import data_files
 from cifar10_support import locks
 from cifar10_support.data_files import DataError
 
-DATA_URL = 'https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz'
-DATA_MD5 = 'c32a1d4ab5d03f1284b67883e8d87530'
-DATA_BYTES = 170052171
-ARCHIVE_NAME = 'cifar-10-binary.tar.gz'
-BATCHES_DIR = 'cifar-10-batches-bin'
+
+class Archive(collections.namedtuple('Archive', [
+    'title', 'url', 'md5', 'bytes', 'name', 'directory'])):
+  """One official archive: its data set's `title` in messages, where it is
+  (`url`), its `md5` and size in `bytes`, its file `name` in data_dir, and
+  the `directory` it holds, extracted into data_dir."""
+
+
+ARCHIVES = collections.OrderedDict()
+ARCHIVES['cifar10'] = Archive(
+    'CIFAR-10', 'https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz',
+    'c32a1d4ab5d03f1284b67883e8d87530', 170052171, 'cifar-10-binary.tar.gz',
+    'cifar-10-batches-bin')
+ARCHIVES['cifar100'] = ARCHIVES['cifar100_coarse'] = Archive(
+    'CIFAR-100', 'https://www.cs.toronto.edu/~kriz/cifar-100-binary.tar.gz',
+    '03b5dce01913d631647c71ecec9e9cb8', 168513733, 'cifar-100-binary.tar.gz',
+    'cifar-100-binary')
+assert all(ARCHIVES[d].directory == data_files.LAYOUTS[d].batches_dir
+           for d in data_files.DATASETS), 'an archive per --dataset'
+
+# CIFAR-10's, by their names of old (other code and tests use them).
+DATA_URL = ARCHIVES['cifar10'].url
+DATA_MD5 = ARCHIVES['cifar10'].md5
+DATA_BYTES = ARCHIVES['cifar10'].bytes
+ARCHIVE_NAME = ARCHIVES['cifar10'].name
+BATCHES_DIR = ARCHIVES['cifar10'].directory
+# One lock in a data_dir, whatever the archive: downloads there take turns.
 LOCK_NAME = '.cifar10_download.lock'
 ALL_FILES = data_files.TRAIN_FILES + data_files.TEST_FILES
 
@@ -44,12 +72,22 @@ class _DownloadFailed(Exception):
   """A download attempt failed; args: reason, transient (another may work)."""
 
 
-def batches_problem(batches_dir, names=ALL_FILES):
-  """Why `batches_dir` lacks a file of `names` of whole records, or None."""
+def official_source(dataset='cifar10', data_url=None, data_md5=None):
+  """(url, md5) to fetch --dataset's archive from: data_url and data_md5 as
+  given, None (or an empty data_url) meaning the official archive's; an
+  empty data_md5 stays empty (no check)."""
+  archive = ARCHIVES[dataset]
+  return (data_url or archive.url,
+          archive.md5 if data_md5 is None else data_md5)
+
+
+def batches_problem(batches_dir, names=ALL_FILES, dataset='cifar10'):
+  """Why `batches_dir` lacks a file of `names` of whole records of
+  `dataset`'s layout, or None."""
   try:
     data_files.check_data_files(
         [os.path.join(batches_dir, name) for name in names],
-        check_labels=False)
+        check_labels=False, layout=data_files.LAYOUTS[dataset])
   except DataError as e:
     return str(e)
   return None
@@ -66,51 +104,134 @@ def writable_dir_problem(path):
   return None
 
 
-def offline_help(data_dir):
+def _name_files(names):
+  """'a.bin and b.bin'; 'a_1.bin ... a_5.bin and b.bin' for many."""
+  names = list(names)
+  if len(names) > 3:
+    names = ['%s ... %s' % (names[0], names[-2]), names[-1]]
+  return ' and '.join([', '.join(names[:-1]), names[-1]] if len(names) > 1
+                      else names)
+
+
+def _other_data_hint(data_dir, dataset):
+  """' (<dir> holds ...: --dataset=... reads it)' when data_dir holds
+  another archive's directory than `dataset`'s, else ''."""
+  archive = ARCHIVES[dataset]
+  for other, other_archive in ARCHIVES.items():
+    if (other_archive.directory != archive.directory and
+        os.path.isdir(os.path.join(data_dir, other_archive.directory))):
+      return (' (%s holds %s: --dataset=%s reads it)'
+              % (os.path.join(data_dir, other_archive.directory),
+                 other_archive.title, other))
+  return ''
+
+
+def offline_help(data_dir, dataset='cifar10'):
+  archive = ARCHIVES[dataset]
+  layout = data_files.LAYOUTS[dataset]
   return ('To use a copy you already have, put %s (the binary version, %d '
           'bytes) in %s, or point --data_url at it, e.g. '
           '--data_url=file:///path/to/%s (with --data_md5= if it is not the '
-          'official file); or extract it yourself so that %s holds '
-          'data_batch_1.bin ... data_batch_5.bin and test_batch.bin.'
-          % (ARCHIVE_NAME, DATA_BYTES, data_dir, ARCHIVE_NAME,
-             os.path.join(data_dir, BATCHES_DIR)))
+          'official file); or extract it yourself so that %s holds %s.%s'
+          % (archive.name, archive.bytes, data_dir, archive.name,
+             os.path.join(data_dir, archive.directory),
+             _name_files(layout.train_files + layout.test_files),
+             _other_data_hint(data_dir, dataset)))
 
 
-def maybe_download_and_extract(data_dir, data_url=DATA_URL, data_md5=DATA_MD5,
+def _converted(data_set):
+  """Why data_set (CIFAR-10's layout) is not the download but a data set of
+  its own (cifar10_make_dataset.py's), which a download must never replace;
+  None if it may be the download."""
+  if data_set.layout is not data_files.CIFAR10:
+    return None
+  if len(data_set.train_files) > len(data_files.TRAIN_FILES):
+    return 'it has %d training files' % len(data_set.train_files)
+  if data_set.class_names != data_files.CLASS_NAMES:
+    return 'its %s names %s' % (data_set.layout.names_file,
+                                data_set.describe_classes())
+  return None
+
+
+def _read_problem(data_dir, dataset, files):
+  """(why a file of `files` (None: the data set's own) is missing or not of
+  whole records, or None; the data_files.DataSet in data_dir). Raises
+  DataError, naming the file, where a download must not replace the
+  directory: a data set that is not the download (`_converted`), or a
+  complete one that lacks one of `files`."""
+  data_set = data_files.describe(data_dir, dataset)
+  own = data_set.train_files + data_set.test_files
+  problem = batches_problem(data_set.directory, files or own, dataset)
+  if problem is None:
+    return problem, data_set
+  if (files and not set(files) <= set(own) and
+      batches_problem(data_set.directory, own, dataset) is None):
+    raise DataError('%s; %s holds a complete data set of its own (%s), which '
+                    'a download never replaces: read only its files, or move '
+                    'it away to get %s' % (
+                        problem, data_set.directory, _name_files(own),
+                        ARCHIVES[dataset].title))
+  converted = os.path.isdir(data_set.directory) and _converted(data_set)
+  if converted:
+    raise DataError('%s; %s is not the %s download (%s), so it is never '
+                    'replaced by one: write it again (cifar10_make_'
+                    'dataset.py), or move it away to get %s'
+                    % (problem, data_set.directory, ARCHIVES[dataset].title,
+                       converted, ARCHIVES[dataset].title))
+  return problem, data_set
+
+
+def maybe_download_and_extract(data_dir, data_url=None, data_md5=None,
                                attempts=DOWNLOAD_ATTEMPTS,
                                retry_wait_secs=RETRY_WAIT_SECS,
-                               timeout_secs=TIMEOUT_SECS, files=ALL_FILES):
-  """Makes `files` usable in `<data_dir>/cifar-10-batches-bin`, fetching them
-  from data_url (http(s), or a file:// URL or path of a copy, used in place);
-  DataError with one message naming the problem and the fix."""
-  batches_dir = os.path.join(data_dir, BATCHES_DIR)
-  if batches_problem(batches_dir, files) is None:
+                               timeout_secs=TIMEOUT_SECS, files=None,
+                               dataset='cifar10'):
+  """Makes `files` (None: the data set's training and test files) usable in
+  `dataset`'s directory of data_dir (cifar-10-batches-bin/, or
+  cifar-100-binary/ for cifar100 and cifar100_coarse), fetching them from
+  data_url (http(s), or a file:// URL or path of a copy, used in place;
+  None: the official archive; data_md5 None: its MD5, '': no check);
+  DataError with one message naming the problem and the fix.
+
+  A directory whose files are whole is left alone: for CIFAR-10's layout,
+  data_batch_1.bin ... data_batch_N.bin (as many as data_files.describe
+  finds) and test_batch.bin; only a missing or broken file has the archive
+  extracted again, never over a data set that is not the download."""
+  archive = ARCHIVES[dataset]
+  data_url, data_md5 = official_source(dataset, data_url, data_md5)
+  problem, _ = _read_problem(data_dir, dataset, files)
+  if problem is None:
     return
-  problem = writable_dir_problem(data_dir)
-  if problem:
-    raise DataError('Cannot write to data directory %s (%s), so CIFAR-10 '
-                    'cannot be downloaded or extracted there; point '
-                    '--data_dir at a writable directory. %s'
-                    % (data_dir, problem, offline_help(data_dir)))
+  writable = writable_dir_problem(data_dir)
+  if writable:
+    raise DataError('Cannot write to data directory %s (%s), so %s cannot be '
+                    'downloaded or extracted there; point --data_dir at a '
+                    'writable directory. %s'
+                    % (data_dir, writable, archive.title,
+                       offline_help(data_dir, dataset)))
   def wait(unused_lock_file):
     print('Waiting for another process to finish downloading into %s ...'
           % data_dir, flush=True)
 
   with locks.exclusive(os.path.join(data_dir, LOCK_NAME), wait):
     # Another process may have finished while this one waited for the lock.
-    problem = batches_problem(batches_dir, files)
+    problem, data_set = _read_problem(data_dir, dataset, files)
     if problem is None:
       return
+    batches_dir = data_set.directory
     incomplete = os.path.exists(batches_dir)
     if incomplete:
       print('%s is incomplete (%s): extracting it again.'
             % (batches_dir, problem))
     else:
-      print('%s does not exist yet (%s are read from it): getting CIFAR-10.'
-            % (batches_dir, ', '.join(files)), flush=True)
+      print('%s does not exist yet (%s are read from it): getting %s.'
+            % (batches_dir, ', '.join(
+                files or data_set.train_files + data_set.test_files),
+               archive.title), flush=True)
     try:
       _extract(_archive(data_url, data_md5, data_dir, attempts,
-                        retry_wait_secs, timeout_secs), data_dir)
+                        retry_wait_secs, timeout_secs, dataset), data_dir,
+               dataset)
     except DataError as e:
       if not incomplete:
         raise
@@ -136,23 +257,25 @@ def _md5_problem(path, data_md5):
 
 
 def _archive(data_url, data_md5, data_dir, attempts, retry_wait_secs,
-             timeout_secs):
+             timeout_secs, dataset='cifar10'):
   """The verified archive to extract: the file a file:// URL or plain path
-  data_url names, else <data_dir>/ARCHIVE_NAME, downloaded unless it is there
-  with the right MD5 (one without it is moved aside)."""
+  data_url names, else <data_dir>/<the archive's name>, downloaded unless it
+  is there with the right MD5 (one without it is moved aside)."""
+  archive = ARCHIVES[dataset]
   parsed = urllib.parse.urlparse(data_url)
   if parsed.scheme in ('', 'file'):
     path = (urllib.request.url2pathname(parsed.path) if parsed.scheme
             else data_url)
     if not os.path.isfile(path):
-      raise DataError('CIFAR-10 is not in %s and --data_url=%s names no file. '
-                      '%s' % (data_dir, data_url, offline_help(data_dir)))
+      raise DataError('%s is not in %s and --data_url=%s names no file. %s'
+                      % (archive.title, data_dir, data_url,
+                         offline_help(data_dir, dataset)))
     problem = _md5_problem(path, data_md5)
     if problem:
       raise DataError('%s %s: it is corrupt, truncated or another file; give '
                       '--data_md5= (empty) to use it anyway.' % (path, problem))
     return path
-  path = os.path.join(data_dir, ARCHIVE_NAME)
+  path = os.path.join(data_dir, archive.name)
   if os.path.isfile(path):
     problem = _md5_problem(path, data_md5)
     if not problem:
@@ -161,16 +284,16 @@ def _archive(data_url, data_md5, data_dir, attempts, retry_wait_secs,
     print('%s %s: moved it to %s.bad; downloading it again.'
           % (path, problem, path))
   for attempt in range(1, attempts + 1):
-    fd, partial = tempfile.mkstemp(dir=data_dir, prefix=ARCHIVE_NAME + '.',
+    fd, partial = tempfile.mkstemp(dir=data_dir, prefix=archive.name + '.',
                                    suffix='.part')
     try:
       with os.fdopen(fd, 'wb') as out:
-        size = _fetch(data_url, out, timeout_secs)
+        size = _fetch(data_url, out, timeout_secs, archive.name)
       problem = _md5_problem(partial, data_md5)
       if problem:
         raise _DownloadFailed('the download ' + problem, True)
       os.replace(partial, path)
-      print('Successfully downloaded', ARCHIVE_NAME, size, 'bytes.')
+      print('Successfully downloaded', archive.name, size, 'bytes.')
       return path
     except _DownloadFailed as e:
       reason, transient = e.args
@@ -178,7 +301,7 @@ def _archive(data_url, data_md5, data_dir, attempts, retry_wait_secs,
         raise DataError('Could not download %s: %s%s. %s'
                         % (data_url, reason,
                            ' (%d attempts)' % attempt if attempt > 1 else '',
-                           offline_help(data_dir)))
+                           offline_help(data_dir, dataset)))
       print('Download attempt %d of %d failed: %s; retrying in %g s.'
             % (attempt, attempts, reason, retry_wait_secs), flush=True)
       time.sleep(retry_wait_secs)
@@ -187,10 +310,10 @@ def _archive(data_url, data_md5, data_dir, attempts, retry_wait_secs,
         os.remove(partial)
 
 
-def _fetch(url, out, timeout_secs):
+def _fetch(url, out, timeout_secs, name=ARCHIVE_NAME):
   """Copies url to the open file `out`, returning its size, or raises
-  _DownloadFailed; shows progress each 0.1% (MiB) on a terminal, each 10%
-  (16 MiB) in a log. Not urlretrieve: it has no timeout."""
+  _DownloadFailed; shows progress (as `name`) each 0.1% (MiB) on a terminal,
+  each 10% (16 MiB) in a log. Not urlretrieve: it has no timeout."""
   tty = sys.stdout.isatty()
   received = 0
   try:
@@ -208,8 +331,7 @@ def _fetch(url, out, timeout_secs):
           text = '%.1f MiB' % (received / 2.0**20)
         if mark != shown:
           shown = mark
-          print('%s>> Downloading %s %s' % ('\r' if tty else '', ARCHIVE_NAME,
-                                            text),
+          print('%s>> Downloading %s %s' % ('\r' if tty else '', name, text),
                 end='' if tty else '\n', flush=True)
   except urllib.error.HTTPError as e:
     raise _DownloadFailed('HTTP %d %s' % (e.code, e.reason),
@@ -231,9 +353,12 @@ def _fetch(url, out, timeout_secs):
   return received
 
 
-def _extract(archive, data_dir):
-  """Extracts archive's cifar-10-batches-bin into data_dir, atomically;
-  DataError if it is unreadable, holds a refused member or lacks data."""
+def _extract(archive, data_dir, dataset='cifar10'):
+  """Extracts `dataset`'s directory from the file `archive` into data_dir,
+  atomically, leaving every other directory there alone; DataError if the
+  archive is unreadable, holds a refused member or lacks the data."""
+  official = ARCHIVES[dataset]
+  layout = data_files.LAYOUTS[dataset]
   print('Extracting %s into %s' % (archive, data_dir), flush=True)
   with tempfile.TemporaryDirectory(dir=data_dir, prefix='.extracting-',
                                    ignore_cleanup_errors=True) as work_dir:
@@ -241,7 +366,8 @@ def _extract(archive, data_dir):
       with tarfile.open(archive, 'r:gz') as tar:
         members = tar.getmembers()  # Reads to the end: finds truncation.
         for member in members:
-          refusal = _refusal(member, os.path.realpath(work_dir))
+          refusal = _refusal(member, os.path.realpath(work_dir),
+                             official.title)
           if refusal:
             raise DataError('Refusing to extract %s: member %r %s.'
                             % (archive, member.name, refusal))
@@ -255,25 +381,42 @@ def _extract(archive, data_dir):
       raise DataError('Could not extract %s (%s: %s): it is truncated or '
                       'not a .tar.gz; delete it and run again to fetch it '
                       'afresh. %s' % (archive, type(e).__name__, e,
-                                      offline_help(data_dir)))
-    extracted = os.path.join(work_dir, BATCHES_DIR)
-    problem = batches_problem(extracted)
+                                      offline_help(data_dir, dataset)))
+    extracted = os.path.join(work_dir, official.directory)
+    problem = batches_problem(extracted, layout.train_files +
+                              layout.test_files, dataset)
     if problem:
-      raise DataError('%s does not hold the CIFAR-10 binary data: %s'
-                      % (archive, problem.replace(work_dir, '<archive>')))
-    target = os.path.join(data_dir, BATCHES_DIR)
+      raise DataError('%s does not hold the %s binary data: %s%s'
+                      % (archive, official.title,
+                         problem.replace(work_dir, '<archive>'),
+                         _other_archive_hint(work_dir, dataset)))
+    target = os.path.join(data_dir, official.directory)
     if os.path.exists(target):
       # Incomplete (complete ones return early): deleted with work_dir.
       os.rename(target, os.path.join(work_dir, 'incomplete'))
     os.rename(extracted, target)
 
 
-def _refusal(member, root):
+def _other_archive_hint(work_dir, dataset):
+  """'; it holds <dir>/, <title>'s: ...' when the extracted archive is
+  another data set's, else ''."""
+  official = ARCHIVES[dataset]
+  for other, archive in ARCHIVES.items():
+    if (archive.directory != official.directory and
+        os.path.isdir(os.path.join(work_dir, archive.directory))):
+      return ('; it holds %s/, %s\'s: use --dataset=%s, or point --data_url '
+              'at %s' % (archive.directory, archive.title, other,
+                         official.name))
+  return ''
+
+
+def _refusal(member, root, title='CIFAR-10'):
   """Why archive `member` must not be extracted into `root` (a real path), or
   None. Not tarfile's data filter alone: it takes links inside root, and
   strips the '/' of an absolute name instead of refusing it."""
   if member.issym() or member.islnk():
-    return 'is a link (to %r); the CIFAR-10 archive has none' % member.linkname
+    return 'is a link (to %r); the %s archive has none' % (member.linkname,
+                                                            title)
   if not (member.isfile() or member.isdir()):
     return 'is not a regular file or directory'
   if not os.path.realpath(os.path.join(root, member.name)).startswith(
@@ -282,12 +425,13 @@ def _refusal(member, root):
   return None
 
 
-def data_check_message(data_dir, files, records=None, data_set=None):
+def data_check_message(data_dir, files, records=None, data_set=None,
+                       dataset='cifar10'):
   """'Data: /d/cifar-10-batches-bin, 5 files, 50000 records (checked).': checks
-  `files` of data_set (CIFAR-10's in data_dir if None) unless `records`
+  `files` of data_set (`dataset`'s in data_dir if None) unless `records`
   counts them; DataError if one is malformed."""
   if data_set is None:
-    data_set = data_files.describe(data_dir)
+    data_set = data_files.describe(data_dir, dataset)
   if records is None:
     records = data_set.check(files)
   return 'Data: %s, %d file%s, %d records (checked).' % (
@@ -300,14 +444,14 @@ def prepare(data_dir, data_url=None, data_md5=None, dataset='cifar10',
   of `split` ('train', or cifar10_eval.py's 'test' or 'train_eval'), prints
   the data line (and the classes, unless CIFAR-10's) and returns the
   data_files.DataSet; DataError if a file is malformed or cannot be fetched.
-  data_url, data_md5: None for the official archive's."""
+  data_url, data_md5: None for the official archive of `dataset`'s (ARCHIVES);
+  data_md5 '' for no check."""
+  eval_data = 'train_eval' if split == 'train' else split
   maybe_download_and_extract(
-      data_dir, DATA_URL if data_url is None else data_url,
-      DATA_MD5 if data_md5 is None else data_md5,
-      files=data_files.describe(data_dir, dataset).eval_files(
-          'train_eval' if split == 'train' else split))
+      data_dir, data_url, data_md5, dataset=dataset,
+      files=data_files.describe(data_dir, dataset).eval_files(eval_data))
   data_set = data_files.describe(data_dir, dataset)
-  files = data_set.eval_files('train_eval' if split == 'train' else split)
+  files = data_set.eval_files(eval_data)
   print(data_check_message(data_dir, files, data_set=data_set))
   if data_set.class_names != data_files.CLASS_NAMES:
     print('Classes: %s, from %s.' % (

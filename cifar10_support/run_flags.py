@@ -20,14 +20,27 @@ flags.DEFINE_enum('dataset', 'cifar10', list(data_files.DATASETS),
                   'cifar10_make_dataset.py writes them), cifar100 (the 100 '
                   'fine labels of cifar-100-binary/) or cifar100_coarse (its '
                   '20 superclasses).')
-flags.DEFINE_string('data_url', download.DATA_URL,
-                    'Where to get cifar-10-binary.tar.gz when '
-                    '<data_dir>/cifar-10-batches-bin is missing or '
-                    'incomplete: an http(s) URL of a mirror, or a file:// '
-                    'URL or path of a copy you already have.')
-flags.DEFINE_string('data_md5', download.DATA_MD5,
-                    'MD5 of the archive at --data_url (default: the official '
-                    'archive\'s); empty to skip the check.')
+
+def _official(field):
+  """'<cifar10's> for cifar10, <cifar100's> for cifar100 and cifar100_coarse'
+  of an archive field (download.ARCHIVES), for --help."""
+  datasets = collections.OrderedDict()
+  for dataset, archive in download.ARCHIVES.items():
+    datasets.setdefault(getattr(archive, field), []).append(dataset)
+  return ', '.join('%s for %s' % (value, ' and '.join(names))
+                   for value, names in datasets.items())
+
+
+flags.DEFINE_string('data_url', None,
+                    'Where to get --dataset\'s archive when a file it reads '
+                    'in --data_dir is missing or incomplete: an http(s) URL '
+                    'of a mirror, or a file:// URL or path of a copy you '
+                    'already have. Default: the official archive of '
+                    '--dataset: %s.' % _official('url'))
+flags.DEFINE_string('data_md5', None,
+                    'MD5 of the archive at --data_url; empty (--data_md5=) '
+                    'to skip the check. Default: the official archive\'s of '
+                    '--dataset: %s.' % _official('md5'))
 flags.DEFINE_enum('mixed_precision', 'off', ['off', 'bf16'],
                   'bf16: compute convolutions and matrix products in '
                   'bfloat16, keeping variables, loss, gradients and '

@@ -1,28 +1,36 @@
-"""Writes small CIFAR-10 binary files for tests and benchmarks.
+"""Writes small CIFAR-10 and CIFAR-100 binary files (and archives shaped
+like the official ones) for tests and benchmarks.
 
 The real reader then runs on them exactly as on the download, without one.
 """
 
 import os
+import tarfile
 
 import numpy as np
 
 TRAIN_FILES = ['data_batch_%d.bin' % i for i in range(1, 6)]
 TEST_FILE = 'test_batch.bin'
+CIFAR100_DIR = 'cifar-100-binary'
+CIFAR100_FILES = ['train.bin', 'test.bin']
+CIFAR100_FINE_CLASSES, CIFAR100_COARSE_CLASSES = 100, 20
 
 
 def encode_records(labels, images):
-  """CIFAR-10 binary bytes for `labels` [N] and uint8 HWC `images` [N,32,32,3]."""
-  labels = np.asarray(labels, dtype=np.uint8).reshape(-1, 1)
+  """CIFAR binary bytes for `labels` [N] (CIFAR-10's) or [N, 2] (CIFAR-100's
+  coarse and fine label bytes) and uint8 HWC `images` [N,32,32,3]."""
   images = np.asarray(images, dtype=np.uint8)
-  planes = images.transpose(0, 3, 1, 2).reshape(len(labels), -1)  # HWC -> CHW
+  labels = np.asarray(labels, dtype=np.uint8).reshape(len(images), -1)
+  planes = images.transpose(0, 3, 1, 2).reshape(len(images), -1)  # HWC -> CHW
   return np.concatenate([labels, planes], axis=1).tobytes()
 
 
-def read_records(path):
-  """Labels uint8 [N] and HWC images uint8 [N,32,32,3] of a CIFAR-10 file."""
-  records = np.fromfile(path, np.uint8).reshape(-1, 3073)
-  return records[:, 0], records[:, 1:].reshape(-1, 3, 32, 32).transpose(
+def read_records(path, label_bytes=1):
+  """Labels uint8 [N] (or [N, label_bytes]) and HWC images uint8
+  [N,32,32,3] of a CIFAR-10 (or, label_bytes=2, a CIFAR-100) file."""
+  records = np.fromfile(path, np.uint8).reshape(-1, label_bytes + 3072)
+  labels = records[:, 0] if label_bytes == 1 else records[:, :label_bytes]
+  return labels, records[:, label_bytes:].reshape(-1, 3, 32, 32).transpose(
       0, 2, 3, 1)
 
 
@@ -31,22 +39,24 @@ def write_records(path, labels, images):
     f.write(encode_records(labels, images))
 
 
-def class_colors():
-  """Ten RGB colours whose channel profiles survive per-image standardization.
+def class_colors(num_classes=10):
+  """num_classes RGB colours whose channel profiles survive per-image
+  standardization.
 
   Standardization removes an image's mean and scale, so grey levels would all
   look alike; these colours differ in the *shape* of their (R, G, B) profile:
-  ten angles around the circle of zero-sum directions.
+  num_classes angles around the circle of zero-sum directions.
   """
   e1 = np.array([1.0, -1.0, 0.0]) / np.sqrt(2.0)
   e2 = np.array([1.0, 1.0, -2.0]) / np.sqrt(6.0)
-  angles = 2 * np.pi * np.arange(10) / 10
+  angles = 2 * np.pi * np.arange(num_classes) / num_classes
   return 128 + 100 * (np.outer(np.cos(angles), e1) + np.outer(np.sin(angles), e2))
 
 
-def visible_label_images(labels, rng, noise=12):
-  """uint8 [N,32,32,3] images whose colour tells their label."""
-  colors = class_colors()[np.asarray(labels)]
+def visible_label_images(labels, rng, noise=12, num_classes=10):
+  """uint8 [N,32,32,3] images whose colour tells their label (of
+  num_classes)."""
+  colors = class_colors(num_classes)[np.asarray(labels)]
   images = colors[:, None, None, :] + rng.normal(0, noise, (len(labels), 32, 32, 3))
   return np.clip(np.round(images), 0, 255).astype(np.uint8)
 
@@ -95,3 +105,56 @@ def make_data_dir(root, records_per_file=20, seed=0):
     write_records(os.path.join(batches, name), labels,
                   visible_label_images(labels, rng))
   return root
+
+
+def make_cifar100_dir(root, records=100, seed=0, test_records=None):
+  """Writes root/cifar-100-binary/{train,test}.bin (`records` and
+  `test_records`, default `records`, records of a coarse and a fine label
+  byte) and its fine_label_names.txt and coarse_label_names.txt.
+
+  Fine labels cycle through 0..99 (shuffled per file), the coarse label is
+  fine // 5; each image's colour shows its fine label (one of 100 colours),
+  so a model can learn them.
+
+  Returns:
+    root, the data_dir to pass to the scripts.
+  """
+  rng = np.random.RandomState(seed)
+  directory = os.path.join(root, CIFAR100_DIR)
+  os.makedirs(directory, exist_ok=True)
+  for name, count in zip(CIFAR100_FILES, (records, test_records or records)):
+    fine = rng.permutation(np.arange(count) % CIFAR100_FINE_CLASSES)
+    images = visible_label_images(fine, rng,
+                                  num_classes=CIFAR100_FINE_CLASSES)
+    write_records(os.path.join(directory, name),
+                  np.stack([fine // 5, fine], axis=1), images)
+  for name, prefix, count in (
+      ('fine_label_names.txt', 'fine', CIFAR100_FINE_CLASSES),
+      ('coarse_label_names.txt', 'coarse', CIFAR100_COARSE_CLASSES)):
+    with open(os.path.join(directory, name), 'w') as f:
+      f.write(''.join('%s_%d\n' % (prefix, i) for i in range(count)))
+  return root
+
+
+def make_archive(path, root, directory):
+  """Writes the .tar.gz `path` holding root/directory as `directory`/, the
+  official archives' shape; returns path."""
+  with tarfile.open(path, 'w:gz') as tar:
+    tar.add(os.path.join(root, directory), arcname=directory)
+  return path
+
+
+def make_cifar100_archive(root, records=20, seed=0):
+  """Writes root/cifar-100-binary/ (make_cifar100_dir) and
+  root/cifar-100-binary.tar.gz holding it; returns the archive's path."""
+  make_cifar100_dir(root, records=records, seed=seed)
+  return make_archive(os.path.join(root, 'cifar-100-binary.tar.gz'), root,
+                      CIFAR100_DIR)
+
+
+def make_cifar10_archive(root, records_per_file=20, seed=0):
+  """Writes root/cifar-10-batches-bin/ (make_data_dir) and
+  root/cifar-10-binary.tar.gz holding it; returns the archive's path."""
+  make_data_dir(root, records_per_file=records_per_file, seed=seed)
+  return make_archive(os.path.join(root, 'cifar-10-binary.tar.gz'), root,
+                      'cifar-10-batches-bin')

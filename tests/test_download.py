@@ -1,9 +1,15 @@
-"""Download and extraction faults: each injected, each with its exact outcome.
+"""Download and extraction faults: each injected, each with its exact outcome,
+for each official archive (CIFAR-10's and CIFAR-100's) where it applies.
 
 A local HTTP server on 127.0.0.1 serves a small synthetic archive shaped like
-cifar-10-binary.tar.gz, whole, cut short or corrupted on request.
+cifar-10-binary.tar.gz or cifar-100-binary.tar.gz, whole, cut short,
+corrupted or refused on request.
+
+Output is captured by `printed`, not capsys: conftest.py would take capsys's
+own _start() call for a slow test's and leave these out of the quick loop.
 """
 
+import collections
 import fcntl
 import hashlib
 import http.server
@@ -12,29 +18,80 @@ import os
 import shutil
 import tarfile
 import threading
+import types
+import urllib.error
+import urllib.request
 
+from absl import flags
+import numpy as np
 import pytest
 
 import cifar10_input
+from cifar10_support import data_files
 from cifar10_support import download
+from cifar10_support import eval_run
+from cifar10_support import run_flags  # pylint: disable=unused-import
 import synthetic
 import testutil
 
 NAMES = synthetic.TRAIN_FILES + [synthetic.TEST_FILE]
+DATASETS = ['cifar10', 'cifar100']
+OTHER = {'cifar10': 'cifar100', 'cifar100': 'cifar10'}
+
+Source = collections.namedtuple('Source', [
+    'dataset', 'path', 'body', 'md5', 'root', 'official', 'names'])
+Source.__doc__ = """A synthetic archive of `dataset` at `path` (its bytes
+`body` and their `md5`), extracted from root/<official.directory>, which
+holds the data files `names`."""
 
 
-@pytest.fixture(scope='module')
-def archive(tmp_path_factory):
-  """A synthetic cifar-10-binary.tar.gz: (path, bytes, md5, source dir)."""
-  root = str(tmp_path_factory.mktemp('archive_source'))
-  synthetic.make_data_dir(root, records_per_file=20, seed=1)
-  path = os.path.join(root, 'cifar-10-binary.tar.gz')
-  with tarfile.open(path, 'w:gz') as tar:
-    tar.add(os.path.join(root, 'cifar-10-batches-bin'),
-            arcname='cifar-10-batches-bin')
+def make_source(dataset, root):
+  """The Source of a synthetic archive of `dataset`, written in root."""
+  layout = data_files.LAYOUTS[dataset]
+  if dataset == 'cifar10':
+    path = synthetic.make_cifar10_archive(root, records_per_file=20, seed=1)
+  else:
+    path = synthetic.make_cifar100_archive(root, records=20, seed=1)
   with open(path, 'rb') as f:
     body = f.read()
-  return path, body, hashlib.md5(body).hexdigest(), root
+  return Source(dataset, path, body, hashlib.md5(body).hexdigest(), root,
+                download.ARCHIVES[dataset],
+                list(layout.train_files + layout.test_files))
+
+
+@pytest.fixture(scope='module', params=DATASETS)
+def archive(request, tmp_path_factory):
+  """A synthetic official archive of each data set: a Source."""
+  return make_source(request.param, str(tmp_path_factory.mktemp(
+      'archive_source_' + request.param)))
+
+
+class Printed:
+  """What the code under test prints, as capsys would take it."""
+
+  def __init__(self):
+    self.buffer = io.StringIO()
+
+  def take(self):
+    """All printed since the last take."""
+    text = self.buffer.getvalue()
+    self.buffer.seek(0)
+    self.buffer.truncate()
+    return text
+
+
+@pytest.fixture
+def printed(monkeypatch):
+  """What download.py prints (every line of the data step is its), taken
+  by a `print` of its own: pytest sets sys.stdout again for each test
+  phase, so a fixture cannot redirect it."""
+  out = Printed()
+
+  def to_buffer(*args, **kwargs):
+    kwargs['file'] = out.buffer
+    print(*args, **kwargs)
+  monkeypatch.setattr(download, 'print', to_buffer, raising=False)
+  return out
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -49,6 +106,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     server.requests += 1
     how = server.plan.pop(0) if server.plan else 'ok'
     body = server.body
+    if how.isdigit():  # An HTTP error status.
+      self.send_error(int(how))
+      return
     if how == 'corrupt':  # Same length, other bytes: only the MD5 tells.
       flipped = bytes(b ^ 0xff for b in body[1000:2000])
       body = body[:1000] + flipped + body[2000:]
@@ -72,11 +132,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def server(archive):
   httpd = http.server.ThreadingHTTPServer(('127.0.0.1', 0), _Handler)
-  httpd.body = archive[1]
+  httpd.body = archive.body
   httpd.plan = []
   httpd.requests = 0
   httpd.hold = None
-  httpd.url = 'http://127.0.0.1:%d/cifar-10-binary.tar.gz' % httpd.server_port
+  httpd.url = 'http://127.0.0.1:%d/%s' % (httpd.server_port,
+                                          archive.official.name)
   thread = threading.Thread(target=httpd.serve_forever, args=(0.05,),
                             daemon=True)
   thread.start()
@@ -91,16 +152,22 @@ def closed_port_url():
   return 'http://127.0.0.1:%d/cifar-10-binary.tar.gz' % port
 
 
-def fetch(data_dir, url, md5, **kwargs):
+def fetch(data_dir, url, md5, dataset='cifar10', **kwargs):
   kwargs.setdefault('retry_wait_secs', 0)
-  download.maybe_download_and_extract(str(data_dir), url, md5, **kwargs)
+  download.maybe_download_and_extract(str(data_dir), url, md5,
+                                      dataset=dataset, **kwargs)
 
 
-def assert_extracted_like(data_dir, source_root):
-  for name in NAMES:
-    with open(os.path.join(str(data_dir), 'cifar-10-batches-bin', name),
-              'rb') as f, open(os.path.join(source_root, 'cifar-10-batches-bin',
-                                            name), 'rb') as g:
+def fetch_source(data_dir, url, source, **kwargs):
+  """fetch() of `source`'s data set, checked against its MD5."""
+  fetch(data_dir, url, source.md5, source.dataset, **kwargs)
+
+
+def assert_extracted_like(data_dir, source):
+  directory = source.official.directory
+  for name in source.names:
+    with open(os.path.join(str(data_dir), directory, name), 'rb') as f, open(
+        os.path.join(source.root, directory, name), 'rb') as g:
       assert f.read() == g.read(), name
 
 
@@ -110,115 +177,215 @@ def leftovers(data_dir):
                 if n.endswith('.part') or n.startswith('.extracting-'))
 
 
+def snapshot(directory):
+  """{relative path: bytes} of every file under `directory`."""
+  files = {}
+  for parent, _, names in os.walk(str(directory)):
+    for name in names:
+      path = os.path.join(parent, name)
+      with open(path, 'rb') as f:
+        files[os.path.relpath(path, str(directory))] = f.read()
+  return files
+
+
 def test_http_download_verified_extracted_and_done_once(tmp_path, server,
-                                                        archive, capsys):
-  _, body, md5, source = archive
-  fetch(tmp_path, server.url, md5)
-  out = capsys.readouterr().out
-  assert '>> Downloading cifar-10-binary.tar.gz 100.0%' in out
-  assert ('Successfully downloaded cifar-10-binary.tar.gz %d bytes.'
-          % len(body)) in out
-  assert_extracted_like(tmp_path, source)
-  assert download.file_md5(
-      str(tmp_path / 'cifar-10-binary.tar.gz')) == md5
-  assert sorted(os.listdir(str(tmp_path))) == [
-      download.LOCK_NAME, 'cifar-10-batches-bin',
-      'cifar-10-binary.tar.gz']
+                                                        archive, printed):
+  fetch_source(tmp_path, server.url, archive)
+  out = printed.take()
+  name = archive.official.name
+  assert '>> Downloading %s 100.0%%' % name in out
+  assert ('Successfully downloaded %s %d bytes.' % (name, len(archive.body))
+          in out)
+  assert_extracted_like(tmp_path, archive)
+  assert download.file_md5(str(tmp_path / name)) == archive.md5
+  assert sorted(os.listdir(str(tmp_path))) == sorted([
+      download.LOCK_NAME, archive.official.directory, name])
   # Complete now: a second call neither downloads nor prints.
-  fetch(tmp_path, server.url, md5)
+  fetch_source(tmp_path, server.url, archive)
   assert server.requests == 1
-  assert capsys.readouterr().out == ''
+  assert printed.take() == ''
 
 
-@pytest.mark.parametrize('reads, fetched', [
-    (cifar10_input.eval_files('test'), False),
-    (cifar10_input.TRAIN_FILES, True),
-])
+@pytest.mark.parametrize('reads, fetched', [('test', False),
+                                            ('train_eval', True)])
 def test_only_a_missing_file_that_is_read_is_fetched(tmp_path, server, archive,
-                                                     capsys, reads, fetched):
-  _, _, md5, source = archive
-  batches = tmp_path / 'cifar-10-batches-bin'
+                                                     printed, reads, fetched):
+  layout = data_files.LAYOUTS[archive.dataset]
+  batches = tmp_path / archive.official.directory
   batches.mkdir()
-  shutil.copy(os.path.join(source, 'cifar-10-batches-bin', synthetic.TEST_FILE),
-              str(batches))
+  test_file, = layout.test_files
+  shutil.copy(os.path.join(archive.root, archive.official.directory,
+                           test_file), str(batches))
+  files = data_files.describe(str(tmp_path), archive.dataset).eval_files(reads)
 
-  fetch(tmp_path, server.url, md5, files=reads)
+  fetch_source(tmp_path, server.url, archive, files=files)
 
-  out = capsys.readouterr().out
+  out = printed.take()
   assert server.requests == int(fetched)
   if fetched:
     assert ('%s is incomplete (Failed to find file: %s ' % (
-        batches, batches / 'data_batch_1.bin')) in out
-    assert_extracted_like(tmp_path, source)
+        batches, batches / layout.train_files[0])) in out
+    assert_extracted_like(tmp_path, archive)
   else:
     assert out == ''
-    assert os.listdir(str(batches)) == [synthetic.TEST_FILE]
+    assert os.listdir(str(batches)) == [test_file]
 
 
 def test_missing_directory_line_names_the_files_read(tmp_path, server, archive,
-                                                     capsys):
-  fetch(tmp_path, server.url, archive[2], files=cifar10_input.TRAIN_FILES)
-  assert ('%s does not exist yet (data_batch_1.bin, data_batch_2.bin, '
-          'data_batch_3.bin, data_batch_4.bin, data_batch_5.bin are read from '
-          'it): getting CIFAR-10.' % (tmp_path / 'cifar-10-batches-bin')
-          in capsys.readouterr().out)
+                                                     printed):
+  layout = data_files.LAYOUTS[archive.dataset]
+  fetch_source(tmp_path, server.url, archive, files=layout.train_files)
+  assert ('%s does not exist yet (%s are read from it): getting %s.'
+          % (tmp_path / archive.official.directory,
+             ', '.join(layout.train_files), archive.official.title)
+          in printed.take())
   assert server.requests == 1
 
 
-def test_truncated_download_is_retried(tmp_path, server, archive, capsys):
-  _, body, md5, source = archive
-  server.plan = ['truncate', 'ok']
-  fetch(tmp_path, server.url, md5, attempts=3)
+def test_cifar10_missing_directory_line(tmp_path, printed):
+  # The line of old, word for word, with the files named by default.
+  source = make_source('cifar10', str(tmp_path / 'source'))
+  fetch_source(tmp_path / 'data', source.path, source,
+               files=cifar10_input.TRAIN_FILES)
+  assert ('%s does not exist yet (data_batch_1.bin, data_batch_2.bin, '
+          'data_batch_3.bin, data_batch_4.bin, data_batch_5.bin are read from '
+          'it): getting CIFAR-10.'
+          % (tmp_path / 'data' / 'cifar-10-batches-bin') in printed.take())
+
+
+@pytest.mark.parametrize('first_failure, reason', [
+    ('truncate', 'got %d of the %d bytes announced'),
+    ('503', 'HTTP 503 Service Unavailable'),
+])
+def test_transient_failure_is_retried(tmp_path, server, archive, printed,
+                                      first_failure, reason):
+  body = archive.body
+  server.plan = [first_failure, 'ok']
+  fetch_source(tmp_path, server.url, archive, attempts=3)
   assert server.requests == 2
-  assert ('Download attempt 1 of 3 failed: got %d of the %d bytes announced; '
-          'retrying' % (len(body) // 2, len(body))) in capsys.readouterr().out
-  assert_extracted_like(tmp_path, source)
+  if '%d' in reason:
+    reason %= (len(body) // 2, len(body))
+  assert ('Download attempt 1 of 3 failed: %s; retrying' % reason
+          in printed.take())
+  assert_extracted_like(tmp_path, archive)
   assert leftovers(tmp_path) == []
+
+
+def test_client_error_is_not_retried(tmp_path, server, archive, printed):
+  server.plan = ['404']
+  with pytest.raises(cifar10_input.DataError) as e:
+    fetch_source(tmp_path, server.url, archive, attempts=3)
+  assert str(e.value).startswith('Could not download %s: HTTP 404 Not Found. '
+                                 'To use a copy you already have, put %s '
+                                 % (server.url, archive.official.name))
+  assert server.requests == 1
+  assert 'Download attempt' not in printed.take()
+  assert sorted(os.listdir(str(tmp_path))) == [download.LOCK_NAME]
 
 
 @pytest.mark.parametrize('how,reason', [
     ('truncate', 'got %d of the %d bytes announced'),
     ('corrupt', 'the download has MD5 '),
+    ('500', 'HTTP 500 Internal Server Error'),
 ])
 def test_bad_download_is_never_taken_for_the_archive(tmp_path, server, archive,
                                                      how, reason):
-  body = archive[1]
+  body = archive.body
   server.plan = [how, how]
   if '%d' in reason:
     reason %= (len(body) // 2, len(body))
   with pytest.raises(cifar10_input.DataError) as e:
-    fetch(tmp_path, server.url, archive[2], attempts=2)
+    fetch_source(tmp_path, server.url, archive, attempts=2)
   message = str(e.value)
   assert message.startswith('Could not download %s: %s' % (server.url, reason))
   assert '(2 attempts)' in message
-  assert 'put cifar-10-binary.tar.gz' in message
+  assert 'put %s' % archive.official.name in message
   assert server.requests == 2
   assert sorted(os.listdir(str(tmp_path))) == [download.LOCK_NAME]
 
 
 def test_file_url_and_plain_path_are_used_in_place(tmp_path, archive):
-  path, _, md5, source = archive
-  fetch(tmp_path / 'a', 'file://' + path, md5)
-  fetch(tmp_path / 'b', path, '')
+  fetch_source(tmp_path / 'a', 'file://' + archive.path, archive)
+  fetch(tmp_path / 'b', archive.path, '', archive.dataset)
   for sub in ('a', 'b'):
-    assert_extracted_like(tmp_path / sub, source)
-    assert not (tmp_path / sub / 'cifar-10-binary.tar.gz').exists()
+    assert_extracted_like(tmp_path / sub, archive)
+    assert not (tmp_path / sub / archive.official.name).exists()
 
 
-def test_offline_without_archive_says_where_to_put_it(tmp_path, capsys):
+@pytest.mark.parametrize('dataset, expected', [
+    ('cifar10', 'put cifar-10-binary.tar.gz (the binary version, 170052171 '
+     'bytes) in {d}, or point --data_url at it, e.g. '
+     '--data_url=file:///path/to/cifar-10-binary.tar.gz (with --data_md5= if '
+     'it is not the official file); or extract it yourself so that '
+     '{d}/cifar-10-batches-bin holds data_batch_1.bin ... data_batch_5.bin '
+     'and test_batch.bin.'),
+    ('cifar100', 'put cifar-100-binary.tar.gz (the binary version, 168513733 '
+     'bytes) in {d}, or point --data_url at it, e.g. '
+     '--data_url=file:///path/to/cifar-100-binary.tar.gz (with --data_md5= if '
+     'it is not the official file); or extract it yourself so that '
+     '{d}/cifar-100-binary holds train.bin and test.bin.'),
+    ('cifar100_coarse', 'put cifar-100-binary.tar.gz (the binary version, '
+     '168513733 bytes) in {d}'),
+])
+def test_offline_without_archive_says_where_to_put_it(tmp_path, printed,
+                                                      dataset, expected):
   url = closed_port_url()
   with pytest.raises(cifar10_input.DataError) as e:
-    fetch(tmp_path, url, download.DATA_MD5, attempts=3)
+    fetch(tmp_path, url, None, dataset, attempts=3)
   message = str(e.value)
   assert message.startswith('Could not download %s: ' % url)
-  assert ('put cifar-10-binary.tar.gz (the binary version, 170052171 bytes) '
-          'in %s, or point --data_url at it, e.g. '
-          '--data_url=file:///path/to/cifar-10-binary.tar.gz' % tmp_path
-          in message)
+  assert expected.format(d=tmp_path) in message
   # No connection at all is not retried: one message, not three.
-  assert 'Download attempt' not in capsys.readouterr().out
+  assert 'Download attempt' not in printed.take()
   with pytest.raises(cifar10_input.DataError, match='names no file'):
-    fetch(tmp_path, 'file://' + str(tmp_path / 'nowhere.tar.gz'), '')
+    fetch(tmp_path, 'file://' + str(tmp_path / 'nowhere.tar.gz'), '', dataset)
+
+
+def test_offline_help_names_the_other_data_set_in_data_dir(tmp_path):
+  synthetic.make_cifar100_dir(str(tmp_path), records=4)
+  with pytest.raises(cifar10_input.DataError) as e:
+    fetch(tmp_path, closed_port_url(), '')
+  assert str(e.value).endswith(
+      'test_batch.bin. (%s holds CIFAR-100: --dataset=cifar100 reads it)'
+      % (tmp_path / 'cifar-100-binary'))
+
+
+@pytest.mark.parametrize('dataset', ['cifar10', 'cifar100', 'cifar100_coarse'])
+def test_official_archive_by_default(tmp_path, monkeypatch, dataset):
+  """prepare's data_url and data_md5 None (the flags' defaults) are the
+  official archive of --dataset; the MD5 checked is its own."""
+  official = download.ARCHIVES[dataset]
+  urls = []
+
+  def offline(url, **unused_kwargs):
+    urls.append(url)
+    raise urllib.error.URLError('no network here')
+  monkeypatch.setattr(urllib.request, 'urlopen', offline)
+  with pytest.raises(cifar10_input.DataError) as e:
+    download.prepare(str(tmp_path), dataset=dataset)
+  assert urls == [official.url]
+  assert str(e.value).startswith(
+      'Could not download %s: no network here (offline?). To use a copy you '
+      'already have, put %s ' % (official.url, official.name))
+  assert download.official_source(dataset) == (official.url, official.md5)
+  assert download.official_source(dataset, 'file:///a.tar.gz', '') == (
+      'file:///a.tar.gz', '')
+  assert download.official_source(dataset, '', None) == (official.url,
+                                                         official.md5)
+
+
+def test_data_flags_default_to_the_official_archive_of_dataset():
+  for name, field in (('data_url', 'url'), ('data_md5', 'md5')):
+    flag = flags.FLAGS[name]
+    assert flag.default is None
+    assert ('Default: the official archive' in flag.help)
+    assert ('%s for cifar10, %s for cifar100 and cifar100_coarse.' % (
+        getattr(download.ARCHIVES['cifar10'], field),
+        getattr(download.ARCHIVES['cifar100'], field))) in flag.help
+  assert "empty (--data_md5=) to skip the check" in flags.FLAGS['data_md5'].help
+  assert (download.DATA_URL, download.DATA_MD5, download.DATA_BYTES,
+          download.ARCHIVE_NAME, download.BATCHES_DIR) == tuple(
+              download.ARCHIVES['cifar10'][1:])
 
 
 def test_offline_script_exits_with_one_message(tmp_path):
@@ -236,28 +403,28 @@ def test_offline_script_exits_with_one_message(tmp_path):
 
 
 def test_incomplete_extraction_is_redone_from_the_archive(tmp_path, archive,
-                                                          capsys):
-  path, body, md5, source = archive
-  batches = tmp_path / 'cifar-10-batches-bin'
+                                                          printed):
+  batches = tmp_path / archive.official.directory
   batches.mkdir()
-  (batches / 'data_batch_1.bin').write_bytes(b'x' * 5000)  # Cut short.
-  (tmp_path / 'cifar-10-binary.tar.gz').write_bytes(body)
-  fetch(tmp_path, closed_port_url(), md5)  # Never contacted.
+  first = archive.names[0]
+  (batches / first).write_bytes(b'x' * 5000)  # Cut short.
+  (tmp_path / archive.official.name).write_bytes(archive.body)
+  fetch_source(tmp_path, closed_port_url(), archive)  # Never contacted.
   assert 'is incomplete (Data file %s has 5000 bytes' % (
-      batches / 'data_batch_1.bin') in capsys.readouterr().out
-  assert_extracted_like(tmp_path, source)
+      batches / first) in printed.take()
+  assert_extracted_like(tmp_path, archive)
   assert leftovers(tmp_path) == []
 
 
 def test_archive_with_wrong_md5_is_moved_aside(tmp_path, server, archive,
-                                               capsys):
-  (tmp_path / 'cifar-10-binary.tar.gz').write_bytes(b'half a download')
-  fetch(tmp_path, server.url, archive[2])
-  assert 'moved it to %s.bad; downloading it again' % (
-      tmp_path / 'cifar-10-binary.tar.gz') in capsys.readouterr().out
-  assert (tmp_path / 'cifar-10-binary.tar.gz.bad').read_bytes() == (
+                                               printed):
+  target = tmp_path / archive.official.name
+  target.write_bytes(b'half a download')
+  fetch_source(tmp_path, server.url, archive)
+  assert 'moved it to %s.bad; downloading it again' % target in printed.take()
+  assert (tmp_path / (archive.official.name + '.bad')).read_bytes() == (
       b'half a download')
-  assert_extracted_like(tmp_path, archive[3])
+  assert_extracted_like(tmp_path, archive)
 
 
 def _tar_with(path, add_member):
@@ -273,62 +440,150 @@ def _add_file(name):
   return add
 
 
-def _add_symlink(tar):
-  info = tarfile.TarInfo('cifar-10-batches-bin/test_batch.bin')
+def _add_symlink(tar, name):
+  info = tarfile.TarInfo(name)
   info.type = tarfile.SYMTYPE
   info.linkname = '/etc/passwd'
   tar.addfile(info)
 
 
-@pytest.mark.parametrize('add_member,expected', [
-    (_add_file('../escaped.bin'),
+def _add_hard_link(tar, name):
+  info = tarfile.TarInfo(name)
+  info.type = tarfile.LNKTYPE
+  info.linkname = 'elsewhere.bin'
+  tar.addfile(info)
+
+
+def _add_fifo(tar, name):
+  info = tarfile.TarInfo(name)
+  info.type = tarfile.FIFOTYPE
+  tar.addfile(info)
+
+
+@pytest.mark.parametrize('dataset', DATASETS)
+@pytest.mark.parametrize('member,expected', [
+    ('../escaped.bin',
      "member '../escaped.bin' would be written outside the directory it is "
-     'extracted into'),
-    (_add_file('cifar-10-batches-bin/../../../escaped.bin'),
-     "member 'cifar-10-batches-bin/../../../escaped.bin' would be written "
-     'outside the directory it is extracted into'),
+     'extracted into.'),
+    ('{dir}/../../../escaped.bin',
+     "member '{dir}/../../../escaped.bin' would be written outside the "
+     'directory it is extracted into.'),
+    ('/tmp/escaped.bin',
+     "member '/tmp/escaped.bin' would be written outside the directory it is "
+     'extracted into.'),
     (_add_symlink,
-     "member 'cifar-10-batches-bin/test_batch.bin' is a link (to "
-     "'/etc/passwd')"),
+     "member '{dir}/{file}' is a link (to '/etc/passwd'); the {title} archive "
+     'has none.'),
+    (_add_hard_link,
+     "member '{dir}/{file}' is a link (to 'elsewhere.bin'); the {title} "
+     'archive has none.'),
+    (_add_fifo, "member '{dir}/{file}' is not a regular file or directory."),
 ])
-def test_unsafe_members_are_refused(tmp_path, add_member, expected):
+def test_unsafe_members_are_refused(tmp_path, dataset, member, expected):
+  official = download.ARCHIVES[dataset]
+  names = dict(dir=official.directory, title=official.title,
+               file=data_files.LAYOUTS[dataset].test_files[0])
   bad = str(tmp_path / 'bad.tar.gz')
-  _tar_with(bad, add_member)
+  if callable(member):
+    _tar_with(bad, lambda tar: member(tar, '{dir}/{file}'.format(**names)))
+  else:
+    _tar_with(bad, _add_file(member.format(**names)))
   data_dir = tmp_path / 'data'
   with pytest.raises(cifar10_input.DataError) as e:
-    fetch(data_dir, bad, '')
-  assert str(e.value) == 'Refusing to extract %s: %s%s' % (
-      bad, expected, '; the CIFAR-10 archive has none.' if 'link' in expected
-      else '.')
+    fetch(data_dir, bad, '', dataset)
+  assert str(e.value) == 'Refusing to extract %s: %s' % (
+      bad, expected.format(**names))
   assert not (tmp_path / 'escaped.bin').exists()
-  assert not (data_dir / 'escaped.bin').exists()
+  assert not os.path.exists('/tmp/escaped.bin')
   assert sorted(os.listdir(str(data_dir))) == [download.LOCK_NAME]
 
 
 @pytest.mark.parametrize('cut', ['garbage', 'half'])
 def test_unreadable_archive_is_reported(tmp_path, archive, cut):
-  bad = tmp_path / 'cifar-10-binary.tar.gz'
-  body = archive[1]
+  bad = tmp_path / archive.official.name
+  body = archive.body
   bad.write_bytes(b'not a tar' * 100 if cut == 'garbage'
                   else body[:len(body) // 2])
   with pytest.raises(cifar10_input.DataError) as e:
-    fetch(tmp_path / 'data', str(bad), '')
+    fetch(tmp_path / 'data', str(bad), '', archive.dataset)
   assert str(e.value).startswith('Could not extract %s (' % bad)
   assert 'it is truncated or not a .tar.gz; delete it' in str(e.value)
-  assert not (tmp_path / 'data' / 'cifar-10-batches-bin').exists()
+  assert 'put %s' % archive.official.name in str(e.value)
+  assert not (tmp_path / 'data' / archive.official.directory).exists()
+
+
+def test_archive_lacking_the_data_is_reported(tmp_path, archive):
+  # The official directory, with the test file alone.
+  directory = archive.official.directory
+  partial = tmp_path / 'partial'
+  (partial / directory).mkdir(parents=True)
+  shutil.copy(os.path.join(archive.root, directory, archive.names[-1]),
+              str(partial / directory))
+  bad = synthetic.make_archive(str(tmp_path / 'partial.tar.gz'), str(partial),
+                               directory)
+  with pytest.raises(cifar10_input.DataError) as e:
+    fetch(tmp_path / 'data', bad, '', archive.dataset)
+  assert str(e.value) == (
+      '%s does not hold the %s binary data: Failed to find file: '
+      '<archive>/%s/%s (expected a %s binary file of %d-byte records; see '
+      'README.md, "Data")' % (
+          bad, archive.official.title, directory, archive.names[0],
+          data_files.LAYOUTS[archive.dataset].title,
+          data_files.LAYOUTS[archive.dataset].record_bytes))
+  assert sorted(os.listdir(str(tmp_path / 'data'))) == [download.LOCK_NAME]
+
+
+def test_other_data_sets_archive_is_named(tmp_path, archive):
+  wanted = OTHER[archive.dataset]
+  with pytest.raises(cifar10_input.DataError) as e:
+    fetch(tmp_path, archive.path, '', wanted)
+  message = str(e.value)
+  assert message.startswith('%s does not hold the %s binary data: Failed to '
+                            'find file: <archive>/%s/' % (
+                                archive.path, download.ARCHIVES[wanted].title,
+                                download.ARCHIVES[wanted].directory))
+  assert message.endswith(
+      "; it holds %s/, %s's: use --dataset=%s, or point --data_url at %s"
+      % (archive.official.directory, archive.official.title, archive.dataset,
+         download.ARCHIVES[wanted].name))
+  assert sorted(os.listdir(str(tmp_path))) == [download.LOCK_NAME]
+
+
+def test_extraction_beside_the_other_data_set_leaves_it_alone(tmp_path,
+                                                              archive):
+  other = download.ARCHIVES[OTHER[archive.dataset]].directory
+  if archive.dataset == 'cifar10':
+    synthetic.make_cifar100_dir(str(tmp_path), records=10, seed=5)
+  else:
+    synthetic.make_data_dir(str(tmp_path), records_per_file=10, seed=5)
+  before = snapshot(tmp_path / other)
+  mtimes = {name: os.stat(str(tmp_path / other / name)).st_mtime_ns
+            for name in before}
+  fetch_source(tmp_path, archive.path, archive)
+  assert_extracted_like(tmp_path, archive)
+  assert snapshot(tmp_path / other) == before
+  assert mtimes == {name: os.stat(str(tmp_path / other / name)).st_mtime_ns
+                    for name in before}
+  # And the other one is complete: fetching it touches nothing.
+  fetch(tmp_path, closed_port_url(), None, OTHER[archive.dataset])
+  assert snapshot(tmp_path / other) == before
 
 
 def test_unwritable_data_dir_is_reported(tmp_path):
   (tmp_path / 'file').write_text('a file, not a directory')
   data_dir = tmp_path / 'file' / 'data'
-  with pytest.raises(cifar10_input.DataError) as e:
-    fetch(data_dir, closed_port_url(), '')
-  assert str(e.value).startswith(
-      'Cannot write to data directory %s (NotADirectoryError' % data_dir)
+  for dataset in download.ARCHIVES:
+    with pytest.raises(cifar10_input.DataError) as e:
+      fetch(data_dir, closed_port_url(), '', dataset)
+    assert str(e.value).startswith(
+        'Cannot write to data directory %s (NotADirectoryError' % data_dir)
+    assert ('so %s cannot be downloaded' % download.ARCHIVES[dataset].title
+            in str(e.value))
+    assert 'put %s' % download.ARCHIVES[dataset].name in str(e.value)
 
 
 def test_concurrent_runs_download_once_and_never_see_partial_files(
-    tmp_path, server, archive, capsys, monkeypatch):
+    tmp_path, server, archive, printed, monkeypatch):
   # The download stays in flight until the other run waits for the lock: a
   # blocking LOCK_EX on the download lock, tried once LOCK_NB found it held.
   hold = server.hold = threading.Event()
@@ -341,19 +596,20 @@ def test_concurrent_runs_download_once_and_never_see_partial_files(
       waiting.set()
     return real_flock(file, operation)
   monkeypatch.setattr(fcntl, 'flock', flock)
-  batches = str(tmp_path / 'cifar-10-batches-bin')
+  batches = str(tmp_path / archive.official.directory)
   errors, seen_partial, done = [], [], threading.Event()
 
   def run():
     try:
-      fetch(tmp_path, server.url, archive[2])
+      fetch_source(tmp_path, server.url, archive)
     except Exception as e:  # pylint: disable=broad-except
       errors.append(e)
 
   def watch():
     while not done.is_set():
       if os.path.isdir(batches):
-        problem = download.batches_problem(batches)
+        problem = download.batches_problem(batches, archive.names,
+                                           archive.dataset)
         if problem:
           seen_partial.append(problem)
 
@@ -377,18 +633,190 @@ def test_concurrent_runs_download_once_and_never_see_partial_files(
   assert errors == [] and seen_partial == []
   assert server.requests == 1
   assert ('Waiting for another process to finish downloading into %s'
-          % tmp_path) in capsys.readouterr().out
-  assert_extracted_like(tmp_path, archive[3])
+          % tmp_path) in printed.take()
+  assert_extracted_like(tmp_path, archive)
 
 
-def test_incomplete_dir_without_archive_names_both_problems(tmp_path):
-  batches = tmp_path / 'cifar-10-batches-bin'
+@pytest.mark.parametrize('dataset', DATASETS)
+def test_incomplete_dir_without_archive_names_both_problems(tmp_path, dataset):
+  layout = data_files.LAYOUTS[dataset]
+  batches = tmp_path / layout.batches_dir
   batches.mkdir()
   url = closed_port_url()
   with pytest.raises(cifar10_input.DataError) as e:
-    fetch(tmp_path, url, '')
+    fetch(tmp_path, url, '', dataset)
   assert str(e.value).startswith(
-      'Failed to find file: %s (expected a CIFAR-10 binary file'
-      % (batches / 'data_batch_1.bin'))
+      'Failed to find file: %s (expected a %s binary file'
+      % (batches / layout.train_files[0], layout.title))
   assert ('(%s is incomplete), and it cannot be extracted again: Could not '
           'download %s: ' % (batches, url)) in str(e.value)
+
+
+def _converted_set(data_dir, train_files=2, classes=('cat', 'dog', 'seven')):
+  """A data set cifar10_make_dataset.py could write: `train_files` training
+  files and the test file of 7 records, its classes in batches.meta.txt."""
+  batches = os.path.join(str(data_dir), 'cifar-10-batches-bin')
+  os.makedirs(batches)
+  rng = np.random.RandomState(3)
+  names = ['data_batch_%d.bin' % i for i in range(1, train_files + 1)]
+  for name in names + ['test_batch.bin']:
+    labels = np.arange(7) % len(classes)
+    synthetic.write_records(os.path.join(batches, name), labels,
+                            synthetic.visible_label_images(labels, rng))
+  with open(os.path.join(batches, 'batches.meta.txt'), 'wb') as f:
+    f.write(data_files.class_names_text(classes))
+  return batches
+
+
+@pytest.mark.parametrize('train_files', [1, 2, 7])
+def test_converted_set_is_never_replaced_by_a_download(tmp_path, printed,
+                                                       train_files):
+  batches = _converted_set(tmp_path, train_files)
+  before = snapshot(batches)
+  url = closed_port_url()  # Nothing listens: any download attempt fails.
+
+  fetch(tmp_path, url, None)
+  for split in ('train', 'test', 'train_eval'):
+    data_set = download.prepare(str(tmp_path), url, None, split=split)
+    assert data_set.class_names == ('cat', 'dog', 'seven')
+  out = printed.take()
+  assert ('Data: %s, %d file%s, %d records (checked).\nClasses: 3 classes: '
+          'cat, dog, seven.\n' % (batches, train_files,
+                                   's' if train_files > 1 else '',
+                                   7 * train_files)) in out
+  assert 'Data: %s, 1 file, 7 records (checked).\n' % batches in out
+  assert 'getting' not in out and 'incomplete' not in out
+  # The five files of old, asked for explicitly: named, and still untouched.
+  if train_files < 5:
+    with pytest.raises(cifar10_input.DataError) as e:
+      fetch(tmp_path, url, None, files=download.ALL_FILES)
+    assert str(e.value).startswith(
+        'Failed to find file: %s (expected a CIFAR-10 binary file'
+        % os.path.join(batches, 'data_batch_%d.bin' % (train_files + 1)))
+    assert ('; %s holds a complete data set of its own (' % batches
+            in str(e.value))
+    assert str(e.value).endswith('which a download never replaces: read only '
+                                 'its files, or move it away to get CIFAR-10')
+  assert snapshot(batches) == before
+  assert sorted(os.listdir(str(tmp_path))) == ['cifar-10-batches-bin']
+
+
+@pytest.mark.parametrize('train_files, why', [
+    (2, 'its batches.meta.txt names 3 classes: cat, dog, seven'),
+    (7, 'it has 7 training files'),
+])
+def test_broken_converted_set_is_named_not_replaced(tmp_path, train_files,
+                                                    why):
+  batches = _converted_set(tmp_path, train_files)
+  with open(os.path.join(batches, 'data_batch_2.bin'), 'r+b') as f:
+    f.truncate(5000)
+  before = snapshot(batches)
+  with pytest.raises(cifar10_input.DataError) as e:
+    download.prepare(str(tmp_path), closed_port_url())
+  assert str(e.value).startswith('Data file %s has 5000 bytes' % os.path.join(
+      batches, 'data_batch_2.bin'))
+  assert str(e.value).endswith(
+      '; %s is not the CIFAR-10 download (%s), so it is never replaced by one: '
+      'write it again (cifar10_make_dataset.py), or move it away to get '
+      'CIFAR-10' % (batches, why))
+  assert snapshot(batches) == before
+  assert os.listdir(str(tmp_path)) == ['cifar-10-batches-bin']  # No lock.
+
+
+def _cifar100_with(data_dir, byte, value):
+  """A synthetic CIFAR-100 set whose train.bin record 3 has label byte
+  `byte` (0 coarse, 1 fine) set to value; returns train.bin's path."""
+  synthetic.make_cifar100_dir(str(data_dir), records=10)
+  path = os.path.join(str(data_dir), 'cifar-100-binary', 'train.bin')
+  with open(path, 'r+b') as f:
+    f.seek(3 * 3074 + byte)
+    f.write(bytes([value]))
+  return path
+
+
+@pytest.mark.parametrize('dataset', ['cifar100', 'cifar100_coarse'])
+@pytest.mark.parametrize('byte, value, expected', [
+    (0, 20, 'coarse label byte is 20, expected 0-19 (1 records in the file '
+     'have a bad label): the file is corrupt, or not CIFAR-100{coarse} binary '
+     'data of 20 classes'),
+    (1, 100, 'fine label byte is 100, expected 0-99 (1 records in the file '
+     'have a bad label): the file is corrupt, or not CIFAR-100{coarse} binary '
+     'data of 100 classes'),
+])
+def test_cifar100_label_bytes_are_checked(tmp_path, printed, dataset, byte,
+                                          value, expected):
+  path = _cifar100_with(tmp_path, byte, value)
+  with pytest.raises(cifar10_input.DataError) as e:
+    download.prepare(str(tmp_path), closed_port_url(), dataset=dataset)
+  coarse = ' (coarse labels)' if dataset == 'cifar100_coarse' else ''
+  assert str(e.value) == 'Data file %s, record 3 (byte offset 9222): %s' % (
+      path, expected.format(coarse=coarse))
+  assert printed.take() == ''  # Labels never trigger a download.
+
+
+@pytest.mark.parametrize('dataset', ['cifar100', 'cifar100_coarse'])
+def test_cifar100_data_line_and_classes(tmp_path, printed, dataset):
+  synthetic.make_cifar100_dir(str(tmp_path), records=30, test_records=10)
+  data_set = download.prepare(str(tmp_path), closed_port_url(),
+                              dataset=dataset)
+  count = 100 if dataset == 'cifar100' else 20
+  prefix = 'fine' if dataset == 'cifar100' else 'coarse'
+  assert data_set.num_classes == count
+  assert printed.take() == (
+      'Data: %s, 1 file, 30 records (checked).\nClasses: %d classes: %s, '
+      '...\n' % (tmp_path / 'cifar-100-binary', count, ', '.join(
+          '%s_%d' % (prefix, i) for i in range(10))))
+
+
+@pytest.mark.parametrize('written, read, expected', [
+    # Whole records of the other layout are not whole records of this one.
+    ('cifar10', 'cifar100', 'has 61460 bytes, which is not a whole number of '
+     '3074-byte records (19 records and 3054 bytes left over): the file is '
+     'truncated or not CIFAR-100 binary data'),
+    ('cifar100', 'cifar10', 'has 61480 bytes, which is not a whole number of '
+     '3073-byte records (20 records and 20 bytes left over): the file is '
+     'truncated or not CIFAR-10 binary data'),
+    # 3,074 CIFAR-10 records are 3,073 CIFAR-100 ones: the labels tell.
+    ('cifar10', 'cifar100', 'coarse label byte is 2'),
+    ('cifar100', 'cifar10', 'label byte is 1'),
+])
+def test_a_file_of_the_other_layout_is_named(tmp_path, written, read,
+                                             expected):
+  records = 20 if 'whole number' in expected else 3074 if (
+      written == 'cifar10') else 3073
+  rng = np.random.RandomState(0)
+  labels = np.arange(records) % 10 + 10 * (written == 'cifar100')
+  if written == 'cifar100':
+    labels = np.stack([labels, labels * 5], axis=1)
+  layout = data_files.LAYOUTS[read]
+  directory = tmp_path / layout.batches_dir
+  directory.mkdir()
+  path = str(directory / layout.train_files[0])
+  synthetic.write_records(path, labels, rng.randint(
+      200, 256, (records, 32, 32, 3)))
+  data_set = data_files.describe(str(tmp_path), read)
+  with pytest.raises(cifar10_input.DataError) as e:
+    data_set.check([layout.train_files[0]])
+  assert str(e.value).startswith('Data file %s' % path)
+  assert expected in str(e.value)
+  if expected.startswith('label byte'):
+    assert str(e.value).endswith(
+        '(CIFAR-100 has two label bytes: --dataset=cifar100)')
+
+
+def test_eval_flags_prepare_their_dataset(tmp_path, printed):
+  synthetic.make_cifar100_dir(str(tmp_path), records=30, test_records=10)
+  flag_values = types.SimpleNamespace(
+      data_dir=str(tmp_path), eval_data='test', num_examples=10,
+      batch_size=5, run_once=True, eval_interval_secs=0,
+      data_url=closed_port_url(), data_md5=None, dataset='cifar100',
+      mixed_precision='off', num_intra_threads=None, num_inter_threads=None)
+  settings = eval_run.from_flags_checked(flag_values)
+  assert settings.num_examples == 10
+  assert printed.take().startswith(
+      'Data: %s, 1 file, 10 records (checked).\nClasses: 100 classes: '
+      % (tmp_path / 'cifar-100-binary'))
+  with pytest.raises(ValueError, match='more than the 10 records in %s' % (
+      tmp_path / 'cifar-100-binary' / 'test.bin')):
+    eval_run.from_flags_checked(types.SimpleNamespace(
+        **dict(vars(flag_values), num_examples=11)))

@@ -25,8 +25,8 @@ ROOT_MODULES = ['cifar10.py', 'cifar10_input.py'] + SCRIPTS
 # cifar10/ folder). A renamed flag or a changed default fails here.
 FLAG_DEFAULTS = {
     'batch_size': 128, 'use_fp16': False,
-    'data_url': 'https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz',
-    'data_md5': 'c32a1d4ab5d03f1284b67883e8d87530', 'mixed_precision': 'off',
+    # None: the official archive of --dataset (download.ARCHIVES).
+    'data_url': None, 'data_md5': None, 'mixed_precision': 'off',
     'num_intra_threads': None, 'num_inter_threads': None,
     'train_dir': '/tmp/cifar10_train', 'max_steps': 100000,
     'log_device_placement': False, 'log_frequency': 10, 'fresh_start': False,
