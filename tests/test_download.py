@@ -680,10 +680,10 @@ def test_converted_set_is_never_replaced_by_a_download(tmp_path, printed,
     data_set = download.prepare(str(tmp_path), url, None, split=split)
     assert data_set.class_names == ('cat', 'dog', 'seven')
   out = printed.take()
-  assert ('Data: %s, %d file%s, %d records (checked).\nClasses: 3 classes: '
-          'cat, dog, seven.\n' % (batches, train_files,
-                                   's' if train_files > 1 else '',
-                                   7 * train_files)) in out
+  assert ('Data: %s, %d file%s, %d records (checked).\nClasses: 3 classes '
+          '(cat, dog, seven), from %s/batches.meta.txt.\n'
+          % (batches, train_files, 's' if train_files > 1 else '',
+             7 * train_files, batches)) in out
   assert 'Data: %s, 1 file, 7 records (checked).\n' % batches in out
   assert 'getting' not in out and 'incomplete' not in out
   # The five files of old, asked for explicitly: named, and still untouched.
@@ -702,7 +702,7 @@ def test_converted_set_is_never_replaced_by_a_download(tmp_path, printed,
 
 
 @pytest.mark.parametrize('train_files, why', [
-    (2, 'its batches.meta.txt names 3 classes: cat, dog, seven'),
+    (2, 'its batches.meta.txt names 3 classes (cat, dog, seven)'),
     (7, 'it has 7 training files'),
 ])
 def test_broken_converted_set_is_named_not_replaced(tmp_path, train_files,
@@ -763,9 +763,10 @@ def test_cifar100_data_line_and_classes(tmp_path, printed, dataset):
   prefix = 'fine' if dataset == 'cifar100' else 'coarse'
   assert data_set.num_classes == count
   assert printed.take() == (
-      'Data: %s, 1 file, 30 records (checked).\nClasses: %d classes: %s, '
-      '...\n' % (tmp_path / 'cifar-100-binary', count, ', '.join(
-          '%s_%d' % (prefix, i) for i in range(10))))
+      'Data: %s, 1 file, 30 records (checked).\nClasses: %d classes (%s, '
+      '...), from %s.\n' % (tmp_path / 'cifar-100-binary', count, ', '.join(
+          '%s_%d' % (prefix, i) for i in range(10)),
+          tmp_path / 'cifar-100-binary' / ('%s_label_names.txt' % prefix)))
 
 
 @pytest.mark.parametrize('written, read, expected', [
@@ -814,7 +815,7 @@ def test_eval_flags_prepare_their_dataset(tmp_path, printed):
   settings = eval_run.from_flags_checked(flag_values)
   assert settings.num_examples == 10
   assert printed.take().startswith(
-      'Data: %s, 1 file, 10 records (checked).\nClasses: 100 classes: '
+      'Data: %s, 1 file, 10 records (checked).\nClasses: 100 classes ('
       % (tmp_path / 'cifar-100-binary'))
   with pytest.raises(ValueError, match='more than the 10 records in %s' % (
       tmp_path / 'cifar-100-binary' / 'test.bin')):
