@@ -246,7 +246,9 @@ def confusion_image(confusion, class_names):
   # As wide left of the grid as high above it: title, gap, names, gap.
   margin = (pad + line + gap + gap +
             math.ceil(max(font.getlength(label) for label in labels)))
-  side = len(grid)
+  # The grid's side, or the longer title's, which extends right of (and
+  # below) a smaller grid.
+  side = max(len(grid), math.ceil(font.getlength('predicted' + title)))
   image = Image.new('RGB', (margin + side + pad,) * 2, 'white')
   image.paste(Image.fromarray(np.round(grid).astype(np.uint8)),
               (margin, margin))
