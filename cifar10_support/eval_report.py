@@ -29,7 +29,7 @@ TEXT_METADATA = tf.SummaryMetadata(
 # The confusion matrix's picture: pixels from one cell to the next, at most
 # (up to 45 classes); more classes share CONFUSION_GRID_PIXELS, down to cells
 # of CONFUSION_MIN_CELL_PIXELS, where a 10-pixel-high name still reads
-# (100 classes: a 1,101-pixel grid).
+# (from 92 classes; 100: a 1,101-pixel grid).
 CONFUSION_CELL_PIXELS = 24
 CONFUSION_GRID_PIXELS = 1100
 CONFUSION_MIN_CELL_PIXELS = 11
@@ -98,11 +98,12 @@ class EvalReport(object):
                                [(str(c),) + r for c, r in enumerate(rows)])
       return _markdown_table(TABLE_HEADER, rows)
     rows = self._rows(str)
-    width = max([12] + [_width(r[0]) for r in rows])
-    lines = lambda rows: [
-        _pad(cells[0], width) + ' %8s %8s %14s  %s' % cells[1:]
-        for cells in [TABLE_HEADER] + rows]
-    n = len(rows)
+    n, width = len(rows), max([12] + [_width(r[0]) for r in rows])
+
+    def lines(rows):
+      return [_pad(cells[0], width) + ' %8s %8s %14s  %s' % cells[1:]
+              for cells in [TABLE_HEADER] + rows]
+
     if n <= FULL_TABLE_CLASSES:
       return '\n'.join(lines(rows))
     # By precision, a tie in class order, either way; none shown twice.
@@ -183,7 +184,7 @@ def _pad(text, width):
 
 def _markdown_table(header, rows):
   """A markdown table (TensorBoard's Text dashboard renders it) of strings."""
-  lines = ['| %s |' % ' | '.join(cells) for cells in [header] + list(rows)]
+  lines = ['| %s |' % ' | '.join(cells) for cells in [header] + rows]
   lines.insert(1, '|---' * len(header) + '|')
   return '\n'.join(lines)
 
@@ -226,7 +227,7 @@ def confusion_image(confusion, class_names):
   Returns:
     uint8 array [1, height, width, 3]: the n * cell + 1 pixels square grid
     (cell, font size: confusion_layout(n); 24, 18 up to 45 classes, 11, 10
-    from 100) inside a white margin holding the text.
+    from 92) inside a white margin holding the text.
   """
   n = len(class_names)
   cell, font_size = confusion_layout(n)
