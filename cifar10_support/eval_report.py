@@ -5,6 +5,8 @@ from Pillow 10.1)."""
 
 import io
 import math
+import re
+import unicodedata
 
 import numpy as np
 from PIL import Image
@@ -14,17 +16,30 @@ import tensorflow.compat.v1 as tf
 
 TABLE_HEADER = ('class', 'examples', 'correct', 'precision @ 1',
                 'most confused with')
+# Up to this many classes (CIFAR-100's 20 coarse ones) the console shows the
+# whole table; above it, the SHOWN_CLASSES of lowest and of highest precision.
+FULL_TABLE_CLASSES = 20
+SHOWN_CLASSES = 10
+CLASS_TAG = 'Precision @ 1 by class/'
 
 # What makes a string tensor a text summary, as tf.summary.text writes it.
 TEXT_METADATA = tf.SummaryMetadata(
     plugin_data=tf.SummaryMetadata.PluginData(plugin_name='text'))
 
-# The confusion matrix's picture: pixels from one cell to the next.
+# The confusion matrix's picture: pixels from one cell to the next, at most
+# (up to 45 classes); more classes share CONFUSION_GRID_PIXELS, down to cells
+# of CONFUSION_MIN_CELL_PIXELS, where a 10-pixel-high name still reads
+# (from 92 classes; 100: a 1,101-pixel grid).
 CONFUSION_CELL_PIXELS = 24
+CONFUSION_GRID_PIXELS = 1100
+CONFUSION_MIN_CELL_PIXELS = 11
 # Colour of a cell holding a whole row (white is an empty cell).
 CONFUSION_FULL_RGB = np.array([8, 48, 107])
 # Pixels per em: lowercase letters are 10 pixels high, a line 23, within a cell.
 FONT_SIZE = 18
+
+# Markdown would read these in a name as formatting (| ends a table cell).
+_MARKDOWN_SPECIAL = re.compile(r'([\\`*_{}\[\]()#+\-.!|])')
 
 
 class EvalReport(object):
@@ -35,6 +50,8 @@ class EvalReport(object):
     per_class: list over the n classes of dicts with 'name', 'examples',
       'correct', 'precision' (None for a class without examples).
     confusion: int64 array [n, n]; rows are true classes, columns predicted.
+    numbered: the confusion image names classes by number, as the default
+      font cannot draw every name; the text tables then give the numbers.
   """
 
   def __init__(self, class_names, correct, predictions, labels):
@@ -48,42 +65,84 @@ class EvalReport(object):
         {'name': name, 'examples': int(examples[c]), 'correct': int(hits[c]),
          'precision': hits[c] / examples[c] if examples[c] else None}
         for c, name in enumerate(self.class_names)]
+    self.numbered = not font_draws(self.class_names)
 
-  def table(self, markdown=False):
-    """The per-class table printed after the precision line, as one string;
-    as a markdown table for TensorBoard's Text dashboard if markdown."""
+  def _rows(self, name):
+    """The table's rows, its cells strings, with each name as name(name)."""
     rows = []
     for c, row in enumerate(self.per_class):
       wrong = self.confusion[c].copy()
       wrong[c] = 0
-      confused = ('%s (%d)' % (self.class_names[wrong.argmax()], wrong.max())
-                  if wrong.max() else '-')
+      confused = ('%s (%d)' % (name(self.class_names[wrong.argmax()]),
+                               wrong.max()) if wrong.max() else '-')
       precision = ('%.3f' % row['precision'] if row['precision'] is not None
                    else '-')
-      rows.append((row['name'], str(row['examples']), str(row['correct']),
-                   precision, confused))
+      rows.append((name(row['name']), str(row['examples']),
+                   str(row['correct']), precision, confused))
+    return rows
+
+  def table(self, markdown=False):
+    """The per-class table printed after the precision line, as one string.
+
+    Up to FULL_TABLE_CLASSES classes, a row for each; with more, the
+    SHOWN_CLASSES classes with examples of lowest precision @ 1 (lowest
+    first), those of highest (highest first), and a line saying where the
+    whole table is. If markdown, the whole table for TensorBoard's Text
+    dashboard, names escaped, and first a column '#' of class numbers if
+    `numbered`.
+    """
     if markdown:
+      rows = self._rows(escape_markdown)
+      if self.numbered:
+        return _markdown_table(('#',) + TABLE_HEADER,
+                               [(str(c),) + r for c, r in enumerate(rows)])
       return _markdown_table(TABLE_HEADER, rows)
-    return '\n'.join('%-12s %8s %8s %14s  %s' % cells
-                     for cells in [TABLE_HEADER] + rows)
+    rows = self._rows(str)
+    n, width = len(rows), max([12] + [_width(r[0]) for r in rows])
+
+    def lines(rows):
+      return [_pad(cells[0], width) + ' %8s %8s %14s  %s' % cells[1:]
+              for cells in [TABLE_HEADER] + rows]
+
+    if n <= FULL_TABLE_CLASSES:
+      return '\n'.join(lines(rows))
+    # By precision, a tie in class order, either way; none shown twice.
+    ranked = sorted((r['precision'], c) for c, r in enumerate(self.per_class)
+                    if r['precision'] is not None)
+    worst = [rows[c] for _, c in ranked[:SHOWN_CLASSES]]
+    best = [rows[c] for _, c in sorted(
+        ranked[max(SHOWN_CLASSES, len(ranked) - SHOWN_CLASSES):],
+        key=lambda pc: (-pc[0], pc[1]))]
+    empty = n - len(ranked)
+    return '\n'.join(
+        ['The %d classes of lowest precision @ 1, of %d:' % (len(worst), n)] +
+        lines(worst) +
+        ['The %d of highest:' % len(best)] + lines(best) +
+        ['All %d classes%s: precision_by_class in TensorBoard\'s Text '
+         'dashboard.' % (n, ' (%d without examples)' % empty if empty else '')])
 
   def write_summaries(self, writer, summary, global_step):
     """Adds the report to `summary` (a tf.Summary: the eval graph's own) and
     writes it with a tf.summary.FileWriter at global_step; flushes."""
-    for row in self.per_class:
+    for tag, row in zip(class_tags(self.class_names), self.per_class):
       if row['precision'] is not None:
-        summary.value.add(tag='Precision @ 1 by class/' + row['name'],
-                          simple_value=row['precision'])
+        summary.value.add(tag=tag, simple_value=row['precision'])
     pixels = confusion_image(self.confusion, self.class_names)[0]
     png = io.BytesIO()
     Image.fromarray(pixels).save(png, format='PNG')
     summary.value.add(tag='confusion_matrix/image/0', image=tf.Summary.Image(
         height=pixels.shape[0], width=pixels.shape[1], colorspace=3,
         encoded_image_string=png.getvalue()))
+    names = [escape_markdown(name) for name in self.class_names]
+    if self.numbered:  # The image's numbers across, and what they stand for.
+      columns = [str(c) for c in range(len(names))]
+      names = ['%d %s' % (c, name) for c, name in enumerate(names)]
+    else:
+      columns = names
     counts = _markdown_table(
-        ('true \\ predicted',) + self.class_names,
+        ['true \\ predicted'] + columns,
         [['**%s**' % name] + [str(v) for v in row]
-         for name, row in zip(self.class_names, self.confusion)])
+         for name, row in zip(names, self.confusion)])
     for tag, text in (('confusion_matrix_counts', counts),
                       ('precision_by_class', self.table(markdown=True))):
       summary.value.add(tag=tag, metadata=TEXT_METADATA,
@@ -92,11 +151,64 @@ class EvalReport(object):
     writer.flush()
 
 
+def class_tags(class_names):
+  """The per-class scalar tags, CLASS_TAG + name, in class order.
+
+  A '/' in a name is written '\u2215' (division slash), as TensorBoard would
+  read it as one more level of grouping. If two classes would still share a
+  tag, every tag ends in ' (class <number>)', which makes them unique.
+  """
+  tags = [CLASS_TAG + name.replace('/', '\u2215') for name in class_names]
+  if len(set(tags)) < len(tags):
+    tags = ['%s (class %d)' % (tag, c) for c, tag in enumerate(tags)]
+  return tags
+
+
+def escape_markdown(text):
+  """`text` as markdown that renders as itself, in a table cell too."""
+  text = text.replace('&', '&amp;').replace('<', '&lt;').replace('>', '&gt;')
+  return _MARKDOWN_SPECIAL.sub(r'\\\1', text)
+
+
+def _width(text):
+  """Terminal columns of text: East Asian wide characters take two, combining
+  marks none."""
+  return sum(0 if unicodedata.combining(ch) else
+             2 if unicodedata.east_asian_width(ch) in 'WF' else 1
+             for ch in text)
+
+
+def _pad(text, width):
+  return text + ' ' * (width - _width(text))
+
+
 def _markdown_table(header, rows):
   """A markdown table (TensorBoard's Text dashboard renders it) of strings."""
   lines = ['| %s |' % ' | '.join(cells) for cells in [header] + rows]
   lines.insert(1, '|---' * len(header) + '|')
   return '\n'.join(lines)
+
+
+def font_draws(texts):
+  """Whether the default font has a glyph for every character of texts.
+
+  Pillow draws a character the font lacks as the font's box glyph, the same
+  for every such character; U+E000 (private use) is one of them.
+  """
+  font = ImageFont.load_default(size=FONT_SIZE)
+  def mask(ch):
+    m = font.getmask(ch)
+    return m.size, bytes(np.asarray(m))
+  missing = mask('\ue000')
+  return all(mask(ch) != missing for ch in set(''.join(texts)))
+
+
+def confusion_layout(n):
+  """(cell, font_size): pixels from one cell to the next for n classes, and
+  the font's pixels per em, whose lines of text fit in a cell."""
+  cell = min(CONFUSION_CELL_PIXELS,
+             max(CONFUSION_MIN_CELL_PIXELS, CONFUSION_GRID_PIXELS // n))
+  return cell, min(FONT_SIZE, cell - 1)
 
 
 def confusion_image(confusion, class_names):
@@ -107,13 +219,21 @@ def confusion_image(confusion, class_names):
   from white (none of that class) to CONFUSION_FULL_RGB (all of it); grey
   (200) lines frame the cells. The names stand right-aligned left of the
   rows, with 'true' (read bottom to top) left of them, and above the columns,
-  read bottom to top from the grid up, with 'predicted' on top.
+  read bottom to top from the grid up, with 'predicted' on top. If the font
+  cannot draw every name (font_draws), the class numbers 0 .. n - 1 stand in
+  their place and the titles are 'true class number' and 'predicted class
+  number'.
 
   Returns:
-    uint8 array [1, height, width, 3]: the n * CONFUSION_CELL_PIXELS + 1
-    pixels square grid inside a white margin holding the text.
+    uint8 array [1, height, width, 3]: the n * cell + 1 pixels square grid
+    (cell, font size: confusion_layout(n); 24, 18 up to 45 classes, 11, 10
+    from 92) inside a white margin holding the text.
   """
-  cell = CONFUSION_CELL_PIXELS
+  n = len(class_names)
+  cell, font_size = confusion_layout(n)
+  labels, title = list(class_names), ''
+  if not font_draws(class_names):
+    labels, title = [str(c) for c in range(n)], ' class number'
   totals = np.maximum(confusion.sum(axis=1, keepdims=True), 1)
   rgb = 255 - (confusion / totals)[..., None] * (255 - CONFUSION_FULL_RGB)
   grid = np.pad(np.kron(rgb, np.ones([cell, cell, 1])),
@@ -121,13 +241,15 @@ def confusion_image(confusion, class_names):
   grid[::cell, :, :] = 200
   grid[:, ::cell, :] = 200
 
-  font = ImageFont.load_default(size=FONT_SIZE)
+  font = ImageFont.load_default(size=font_size)
   line = sum(font.getmetrics())  # ascent + descent
-  pad, gap = FONT_SIZE // 4, FONT_SIZE // 3
+  pad, gap = font_size // 4, font_size // 3
   # As wide left of the grid as high above it: title, gap, names, gap.
   margin = (pad + line + gap + gap +
-            math.ceil(max(font.getlength(name) for name in class_names)))
-  side = len(grid)
+            math.ceil(max(font.getlength(label) for label in labels)))
+  # The grid's side, or the longer title's, which extends right of (and
+  # below) a smaller grid.
+  side = max(len(grid), math.ceil(font.getlength('predicted' + title)))
   image = Image.new('RGB', (margin + side + pad,) * 2, 'white')
   image.paste(Image.fromarray(np.round(grid).astype(np.uint8)),
               (margin, margin))
@@ -139,11 +261,11 @@ def confusion_image(confusion, class_names):
   # The names left of the rows; then, with the picture turned a quarter right,
   # the margin above the grid is right of it, and the names written across
   # there read bottom to top once it is turned back.
-  for i, name in enumerate(class_names):
-    write((margin - gap, margin + i * cell + cell // 2), name, 'rm')
-  write((margin + side // 2, pad), 'predicted', 'ma')
+  for i, label in enumerate(labels):
+    write((margin - gap, margin + i * cell + cell // 2), label, 'rm')
+  write((margin + side // 2, pad), 'predicted' + title, 'ma')
   image = image.transpose(Image.Transpose.ROTATE_270)
-  for j, name in enumerate(class_names):
-    write((side + pad + gap, margin + j * cell + cell // 2), name, 'lm')
-  write((side + pad - side // 2, pad), 'true', 'ma')
+  for j, label in enumerate(labels):
+    write((side + pad + gap, margin + j * cell + cell // 2), label, 'lm')
+  write((side + pad - side // 2, pad), 'true' + title, 'ma')
   return np.array(image.transpose(Image.Transpose.ROTATE_90))[None]

@@ -32,10 +32,10 @@ def _dark(image):
   return image.max(axis=-1) < 64
 
 
-def _text(text):
+def _text(text, size=eval_report.FONT_SIZE):
   """The dark pixels of `text` drawn alone in the picture's font, cut to its
   ink: what a name must look like in the picture to read as itself."""
-  font = ImageFont.load_default(size=eval_report.FONT_SIZE)
+  font = ImageFont.load_default(size=size)
   image = Image.new('RGB', (400, 100), 'white')
   ImageDraw.Draw(image).text((10, 50), text, fill='black', font=font,
                              anchor='lm')
@@ -120,3 +120,62 @@ def test_confusion_image_has_axis_titles():
   assert _contains(dark[:top, left:], predicted)
   assert _contains(dark[top:, :left], true)
   assert not _contains(dark[:top, left:], true)
+
+
+def _row_labels_read(image, cell, labels, size):
+  """Whether each row's strip, left of the grid, ends in its label."""
+  dark = _dark(image)
+  top, left = _grid(image, cell, len(labels))
+  for i, label in enumerate(labels):
+    strip = dark[top + i * cell + 1:top + (i + 1) * cell, :left]
+    expected = _text(label, size)
+    right = np.flatnonzero(strip.any(axis=0))[-1]
+    if not np.array_equal(
+        _ink_box(strip[:, right - expected.shape[1] + 1:right + 1]),
+        expected):
+      return False
+  return True
+
+
+def test_ten_classes_keep_the_picture_they_had():
+  # 10 cells of 24 pixels, names in 18-pixel Aileron: 377 pixels square with
+  # CIFAR-10's names, as before class counts changed the layout.
+  assert eval_report.confusion_layout(10) == (24, 18)
+  assert _diagonal_image().shape == (377, 377, 3)
+
+
+def test_hundred_classes_fit_in_1200_pixels_with_every_name():
+  n = 100
+  names = ['species_%02d' % i for i in range(n)]
+  confusion = np.diag(np.full(n, 5))
+  confusion[1::2, 0] = 5  # odd rows: half right, half taken for class 0
+  cell, size = eval_report.confusion_layout(n)
+
+  image = eval_report.confusion_image(confusion, names)[0]
+
+  assert (cell, size) == (11, 10)
+  assert image.shape[0] == image.shape[1] <= 1200
+  top, left = _grid(image, cell, n)
+  half = list(np.round(255 - 0.5 * (255 - eval_report.CONFUSION_FULL_RGB)))
+  for i in range(n):
+    centre = top + i * cell + cell // 2, left + i * cell + cell // 2
+    assert list(image[centre]) == (
+        half if i % 2 else list(eval_report.CONFUSION_FULL_RGB)), i
+  assert _row_labels_read(image, cell, names, size)
+
+
+def test_names_the_font_cannot_draw_become_class_numbers():
+  names = ['飛行機', 'Кириллица', 'plain', 'café']
+  assert not eval_report.font_draws(names)
+  assert eval_report.font_draws(NAMES + ('a/b', 'x | y'))
+
+  image = eval_report.confusion_image(np.diag([1, 2, 3, 4]), names)[0]
+
+  cell, size = eval_report.confusion_layout(4)
+  assert _row_labels_read(image, cell, ['0', '1', '2', '3'], size)
+  assert not _row_labels_read(image, cell, names, size)
+  # The titles say so; longer than the grid, they stand out beyond it.
+  top, left = _grid(image, cell, 4)
+  assert _contains(_dark(image)[:top], _text('predicted class number'))
+  assert _contains(_dark(image)[:, :left],
+                   np.rot90(_text('true class number')))
