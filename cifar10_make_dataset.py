@@ -43,9 +43,12 @@ from cifar10_support import pictures
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string('data_dir', None,
-                    'Write the data set here, as DATA_DIR/cifar-10-batches-bin/ '
-                    '(give the trainers the same --data_dir).')
+# cifar10.py's --data_dir where one process imports both (the tests do).
+if 'data_dir' not in FLAGS:
+  flags.DEFINE_string('data_dir', None,
+                      'Write the data set here, as DATA_DIR/cifar-10-batches-'
+                      'bin/ (give the trainers the same --data_dir).')
+  flags.mark_flag_as_required('data_dir')
 flags.DEFINE_float('test_fraction', 0.2,
                    'Without PICTURES/train and PICTURES/test, the share of '
                    'each class held out for the test records (rounded to '
@@ -56,7 +59,6 @@ flags.DEFINE_boolean('skip_bad_files', False,
 flags.DEFINE_boolean('overwrite', False,
                      'Replace a data set already in --data_dir (in one step, '
                      'once the new one is written).')
-flags.mark_flag_as_required('data_dir')
 flags.register_validator('test_fraction', lambda value: 0 < value < 1,
                          message='--test_fraction must be between 0 and 1 '
                          '(both excluded)')
