@@ -290,23 +290,23 @@ def test_bad_files_are_each_named_and_nothing_is_written(tmp_path):
          _save(str(tmp_path / 'pics' / 'test' / 'b' / 'empty.jpg'), b'')]
   data_dir = tmp_path / 'data'
   data_dir.mkdir()
-  lines = []
+  named = []
   with pytest.raises(make_dataset.DatasetError,
                      match=r'^2 files above are not a picture TensorFlow '
                      'can read; nothing written to '):
     make_dataset.convert(str(tmp_path / 'pics'), str(data_dir),
                          test_fraction=0.34, log=lambda line: None,
-                         report_bad=lines.append)
+                         report_bad=named.append)
   unknown = '%s: %s (Unknown image file format.' % (bad[0],
                                                    pictures.NOT_A_PICTURE)
-  assert len(lines) == 2
-  assert lines[0].startswith(unknown) or lines[1].startswith(unknown)
-  assert '%s: the file is empty' % bad[1] in lines
+  assert len(named) == 2
+  assert named[0].startswith(unknown) or named[1].startswith(unknown)
+  assert '%s: the file is empty' % bad[1] in named
   assert os.listdir(str(data_dir)) == []
 
   dataset, lines = _convert(tmp_path / 'pics', data_dir, test_fraction=0.34,
                             skip_bad_files=True)
-  assert sorted(lines['bad']) == sorted('skipped ' + line for line in lines)
+  assert sorted(lines['bad']) == sorted('skipped ' + line for line in named)
   assert dataset.records(dataset.train_files) == 6
   assert dataset.records(dataset.test_files) == 2
 
