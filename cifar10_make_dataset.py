@@ -68,7 +68,7 @@ SEED = 20261126
 RECORDS_PER_FILE = 10000
 # Pictures decoded in one session.run.
 DECODE_BATCH = 256
-PROGRESS_SECONDS = 10
+PROGRESS_SECONDS = 5
 LAYOUT = data_files.CIFAR10
 PARTIAL_PREFIX = '.%s.partial-' % LAYOUT.batches_dir
 
@@ -296,7 +296,7 @@ def convert(root, data_dir, test_fraction=0.2, skip_bad_files=False,
     raise DatasetError('%s exists already (a data set); expected a new '
                        '--data_dir, or --overwrite to replace it' % target)
   names, train, test, others, own_split = plan(root, test_fraction)
-  total, done, last = len(train) + len(test), [0], [time.time()]
+  total, done, last = len(train) + len(test), 0, time.time()
   log('Converting %d pictures in %s (%s; %s) into %s.' % (
       total, root, data_files.describe_classes(names),
       'train/ and test/ as given' if own_split else
@@ -309,10 +309,11 @@ def convert(root, data_dir, test_fraction=0.2, skip_bad_files=False,
             ', '.join(pictures.IMAGE_EXTENSIONS), others[0]))
 
   def progress(count):
-    done[0] += count
-    if time.time() - last[0] >= PROGRESS_SECONDS and done[0] < total:
-      last[0] = time.time()
-      log('Converted %d of %d pictures.' % (done[0], total))
+    nonlocal done, last
+    done += count
+    if time.time() - last >= PROGRESS_SECONDS and done < total:
+      last = time.time()
+      log('Converted %d of %d pictures.' % (done, total))
 
   bad = []
 
