@@ -68,7 +68,7 @@ SEED = 20261126
 RECORDS_PER_FILE = 10000
 # Pictures decoded in one session.run.
 DECODE_BATCH = 256
-PROGRESS_SECONDS = 5
+PROGRESS_SECONDS = 2
 LAYOUT = data_files.CIFAR10
 PARTIAL_PREFIX = '.%s.partial-' % LAYOUT.batches_dir
 

@@ -16,8 +16,6 @@ from cifar10_support import data_files
 from cifar10_support import pictures
 import testutil
 
-RNG = np.random.RandomState(7)
-
 
 def _pixels(height=32, width=32, channels=3, seed=0):
   return np.random.RandomState(seed).randint(
