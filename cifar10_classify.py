@@ -25,6 +25,7 @@ import cifar10
 import cifar10_input
 from cifar10_support import checkpoints
 from cifar10_support import console
+from cifar10_support import pictures
 from cifar10_support import run_flags
 from cifar10_support import sessions
 
@@ -40,25 +41,14 @@ flags.DEFINE_integer('top_k', 3, 'Classes printed per picture, most likely '
 flags.DEFINE_string('export_dir', '',
                     'Write a SavedModel of the model there (a new directory).')
 
-IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.gif')
+# The picture decoding, shared with cifar10_make_dataset.py, keeps its names
+# here.
+IMAGE_EXTENSIONS = pictures.IMAGE_EXTENSIONS
+decode_batch = pictures.decode_batch
 
 
 class ClassifyError(ValueError):
   """A file or checkpoint that cannot be used; the message says which."""
-
-
-def decode_batch(contents):
-  """uint8 [N, 32, 32, 3] RGB pixels of string [N] encoded PNG, JPEG, BMP or
-  GIF files; a 32x32 picture is left as it is."""
-  def decode(encoded):
-    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
-    # The TF 2 resize: the v1 one has no antialiasing, and a photo shrunk to
-    # 32x32 without it is mostly aliasing.
-    resized = tf.compat.v2.image.resize(
-        image, [cifar10_input.HEIGHT, cifar10_input.WIDTH], antialias=True)
-    return tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)
-
-  return tf.map_fn(decode, contents, fn_output_signature=tf.uint8)
 
 
 def model(pixels, dtype=tf.float32, class_names=cifar10_input.CLASS_NAMES):
@@ -118,7 +108,7 @@ def image_files(arguments):
     if os.path.isdir(argument):
       found = sorted(os.path.join(argument, name)
                      for name in os.listdir(argument)
-                     if name.lower().endswith(IMAGE_EXTENSIONS))
+                     if pictures.is_picture_name(name))
       if not found:
         problems.append('%s: a directory without pictures (%s files)'
                         % (argument, ', '.join(IMAGE_EXTENSIONS)))
@@ -128,25 +118,6 @@ def image_files(arguments):
     else:
       problems.append('%s: no such file or directory' % argument)
   return files, problems
-
-
-def _read(path):
-  """(None, the file's bytes), or (a 'path: reason' problem, None)."""
-  try:
-    with open(path, 'rb') as f:
-      data = f.read()
-  except OSError as e:
-    return '%s: cannot be read (%s)' % (path, e.strerror), None
-  return (None, data) if data else ('%s: the file is empty' % path, None)
-
-
-def _tf_error_reason(message):
-  """The line of a TensorFlow error message that says what was wrong."""
-  for line in message.splitlines():
-    if line.strip() and not line[0].isspace() and not line.startswith(
-        ('Graph execution error', 'Detected at node', 'Node:')):
-      return line.strip()
-  return message.strip()
 
 
 def classify(files, checkpoint, dtype=tf.float32, batch_size=128,
@@ -180,19 +151,13 @@ def classify(files, checkpoint, dtype=tf.float32, batch_size=128,
       saver.restore(sess, checkpoint)
     for start in range(0, len(files), batch_size):
       paths = files[start:start + batch_size]
-      outcomes = [_read(path) for path in paths]
+      outcomes = [pictures.read(path) for path in paths]
       try:
         batch_scores = scores(outcomes)
       except tf.errors.InvalidArgumentError:
         # A file does not decode: decoding each alone finds which.
-        for j, (problem, data) in enumerate(outcomes):
-          if problem is None:
-            try:
-              sess.run(pixels, {encoded: [data]})
-            except tf.errors.InvalidArgumentError as e:
-              outcomes[j] = ('%s: not a PNG, JPEG, BMP or GIF picture '
-                             'TensorFlow can read (%s)'
-                             % (paths[j], _tf_error_reason(e.message)), None)
+        pictures.mark_undecodable(
+            paths, outcomes, lambda data: sess.run(pixels, {encoded: [data]}))
         batch_scores = scores(outcomes)
       for path, (problem, _) in zip(paths, outcomes):
         yield path, None if problem else next(batch_scores), problem
