@@ -25,7 +25,6 @@ from cifar10_support import startup
 startup.before_tensorflow(__name__)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-import ctypes
 import os
 import shutil
 import sys
@@ -255,42 +254,32 @@ def write_records(record_arrays, directory, file_names, per_file):
   return per_label
 
 
-def _exchange(a, b):
-  """Swaps two directories in one step (Linux's renameat2 RENAME_EXCHANGE);
-  False where the system cannot."""
-  renameat2 = getattr(ctypes.CDLL(None, use_errno=True), 'renameat2', None)
-  at_cwd, rename_exchange = -100, 2
-  return bool(renameat2) and renameat2(at_cwd, os.fsencode(a), at_cwd,
-                                       os.fsencode(b), rename_exchange) == 0
-
-
 def put_in_place(partial, target):
   """Renames the written directory `partial` to `target`; an existing
-  target is swapped out in one step where the system can, else renamed
-  aside just before, and then deleted."""
+  target is renamed aside just before (a kill between the two renames
+  leaves it there, whole), then deleted."""
   if not os.path.exists(target):
     os.rename(partial, target)  # Fails if one appeared since (not empty).
     return
-  if not _exchange(partial, target):
-    os.rename(target, partial + '.old')
-    os.rename(partial, target)
-    partial += '.old'
-  shutil.rmtree(partial)
+  os.rename(target, partial + '.old')
+  os.rename(partial, target)
+  shutil.rmtree(partial + '.old')
+
+
+def _print(line, bad=False):
+  print(line, file=sys.stderr if bad else sys.stdout, flush=True)
 
 
 def convert(root, data_dir, test_fraction=0.2, skip_bad_files=False,
-            overwrite=False, log=print, report_bad=None):
+            overwrite=False, log=_print):
   """Converts the pictures in `root` to a data set in data_dir (module
   docstring); returns the data_files.DataSet written.
 
   log(line) gets the start line, progress every PROGRESS_SECONDS and the
-  left-out files; report_bad(line) each file that is not a picture (to
-  stderr by default). Raises DatasetError, leaving data_dir as it was, for
-  input that cannot be converted, including bad files without
-  skip_bad_files.
+  left-out files; log(line, bad=True) each file that is not a picture.
+  Raises DatasetError, leaving data_dir as it was, for input that cannot be
+  converted, including bad files without skip_bad_files.
   """
-  if report_bad is None:
-    report_bad = lambda line: print(line, file=sys.stderr, flush=True)  # pylint: disable=g-long-lambda
   target = os.path.join(data_dir, LAYOUT.batches_dir)
   if os.path.exists(target) and not overwrite:
     raise DatasetError('%s exists already (a data set); expected a new '
@@ -319,7 +308,7 @@ def convert(root, data_dir, test_fraction=0.2, skip_bad_files=False,
 
   def bad_file(problem):
     bad.append(problem)
-    report_bad(('skipped %s' if skip_bad_files else '%s') % problem)
+    log(('skipped %s' if skip_bad_files else '%s') % problem, bad=True)
 
   os.makedirs(data_dir, exist_ok=True)
   partial = tempfile.mkdtemp(prefix=PARTIAL_PREFIX, dir=data_dir)
@@ -372,10 +361,9 @@ def main(argv):
   name = os.path.basename(sys.argv[0])
   try:
     dataset = convert(
-        argv[1], FLAGS.data_dir, FLAGS.test_fraction, FLAGS.skip_bad_files,
-        FLAGS.overwrite, log=lambda line: print(line, flush=True),
-        report_bad=lambda line: print('%s: %s' % (name, line),
-                                      file=sys.stderr, flush=True))
+        argv[1], FLAGS.data_dir, test_fraction=FLAGS.test_fraction,
+        skip_bad_files=FLAGS.skip_bad_files, overwrite=FLAGS.overwrite, log=lambda line, bad=False: _print(
+            '%s: %s' % (name, line) if bad else line, bad))
   except (DatasetError, OSError) as e:
     sys.exit('%s: %s' % (name, e))
   print('Wrote %s: %s; %d training records in %d file%s, %d test records.' % (

@@ -18,7 +18,8 @@ import cifar10_train
 from testutil import ROOT
 
 SCRIPTS = ['cifar10_train.py', 'cifar10_multi_gpu_train.py', 'cifar10_eval.py',
-           'cifar10_distributed_train.py', 'cifar10_classify.py']
+           'cifar10_distributed_train.py', 'cifar10_classify.py',
+           'cifar10_make_dataset.py']
 ROOT_MODULES = ['cifar10.py', 'cifar10_input.py'] + SCRIPTS
 
 # Every flag of every script with its default (--data_dir: the repository's

@@ -57,8 +57,9 @@ def _convert(root, data_dir, **kwargs):
   """make_dataset.convert, its log lines and bad-file lines collected."""
   lines = {'log': [], 'bad': []}
   dataset = make_dataset.convert(
-      str(root), str(data_dir), log=lines['log'].append,
-      report_bad=lines['bad'].append, **kwargs)
+      str(root), str(data_dir),
+      log=lambda line, bad=False: lines['bad' if bad else 'log'].append(line),
+      **kwargs)
   return dataset, lines
 
 
@@ -293,8 +294,8 @@ def test_bad_files_are_each_named_and_nothing_is_written(tmp_path):
                      match=r'^2 files above are not a picture TensorFlow '
                      'can read; nothing written to '):
     make_dataset.convert(str(tmp_path / 'pics'), str(data_dir),
-                         test_fraction=0.34, log=lambda line: None,
-                         report_bad=named.append)
+                         test_fraction=0.34,
+                         log=lambda line, bad=False: bad and named.append(line))
   unknown = '%s: %s (Unknown image file format.' % (bad[0],
                                                    pictures.NOT_A_PICTURE)
   assert len(named) == 2
@@ -415,7 +416,7 @@ def test_script_writes_a_data_set_and_says_what(tmp_path):
   assert result.returncode == 0, result.stderr[-3000:]
   assert result.stderr == ''
   assert result.stdout.splitlines()[-1] == (
-      'Wrote %s: 2 classes: cat, dog; 5 training records in 1 file, 2 test '
+      'Wrote %s: 2 classes (cat, dog); 5 training records in 1 file, 2 test '
       'records.' % (data_dir / 'cifar-10-batches-bin'))
 
 
