@@ -341,8 +341,7 @@ def run(args, argv):
       args.data_dir, num_examples=args.num_examples, run_once=True,
       session_config=sessions.eval_config())
   try:
-    download.prepare(args.data_dir, download.DATA_URL, download.DATA_MD5,
-                     download.ALL_FILES)
+    download.prepare(args.data_dir)
     eval_run.check_settings(eval_settings)
   except ValueError as e:  # A bad data file (DataError) or --num_examples.
     sys.exit('accuracy.py: error: %s' % e)
