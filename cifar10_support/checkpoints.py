@@ -183,9 +183,15 @@ def check_classes(checkpoint, data_set, reader=None):
 
 
 def record_classes(directory, data_set):
-  """Writes data_set's class names to CLASSES_FILE in `directory`
-  (replacing it whole, never half-written)."""
+  """Writes data_set's class names to CLASSES_FILE in `directory` unless it
+  holds them already (a refused resume leaves train_dir as it was); the
+  file is replaced whole, never half-written."""
   path = os.path.join(directory, CLASSES_FILE)
+  try:
+    if data_files.read_class_names(path) == data_set.class_names:
+      return
+  except data_files.DataError:
+    pass  # Unreadable: written anew.
   partial = path + '.tmp'
   with tf.io.gfile.GFile(partial, 'wb') as f:
     f.write(data_files.class_names_text(data_set.class_names))

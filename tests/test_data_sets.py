@@ -233,8 +233,14 @@ def test_training_records_the_classes_and_refuses_others_on_resume(
     with pytest.raises(checkpoints.ClassesMismatchError):
       train_dirs.check_then_record_classes(
           start, own._replace(class_names=('a', 'b', 'c')))
-  # Refused, the record stays as it was.
+  # Refused, the record stays as it was; the same classes again leave the
+  # file untouched.
   assert checkpoints.checkpoint_classes(path) == (3, OWN_CLASSES)
+  record = os.path.join(train_dir, checkpoints.CLASSES_FILE)
+  written = os.stat(record).st_mtime_ns, os.stat(record).st_ino
+  with train_dirs.claim(train_dir, fresh_start=False) as start:
+    train_dirs.check_then_record_classes(start, own)
+  assert (os.stat(record).st_mtime_ns, os.stat(record).st_ino) == written
   assert issubclass(checkpoints.ClassesMismatchError,
                     train_dirs.RUN_ERRORS)
 
