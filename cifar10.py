@@ -28,7 +28,7 @@ import tensorflow.compat.v1 as tf
 import cifar10_input
 from cifar10_support import data_files
 from cifar10_support import fast_ops
-from cifar10_support import precision
+from cifar10_support import mixed_precision
 
 # The repository's cifar10/ folder, wherever the scripts are started from.
 DEFAULT_DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -379,7 +379,7 @@ def train(total_loss, global_step, batch_size=128, loss_scaling=False,
     global_step: int64 scalar variable counting training steps.
     batch_size: int, images per batch (sets the learning-rate schedule).
     loss_scaling: bool, scale the loss for float16 gradients (see
-      precision.apply_gradients).
+      mixed_precision.apply_gradients).
     num_examples_per_epoch: int, the training records (sets the schedule).
 
   Returns:
@@ -388,13 +388,13 @@ def train(total_loss, global_step, batch_size=128, loss_scaling=False,
   lr = learning_rate(global_step, batch_size,
                      num_examples_per_epoch=num_examples_per_epoch)
   loss_averages_op = add_loss_summaries(total_loss)
-  loss_scale = (precision.dynamic_loss_scale() if loss_scaling
+  loss_scale = (mixed_precision.dynamic_loss_scale() if loss_scaling
                 else None)
 
   with tf.control_dependencies([loss_averages_op]):
     opt = tf.train.GradientDescentOptimizer(lr)
-    grads = precision.compute_gradients(opt, total_loss, loss_scale)
-  apply_gradient_op, grads = precision.apply_gradients(
+    grads = mixed_precision.compute_gradients(opt, total_loss, loss_scale)
+  apply_gradient_op, grads = mixed_precision.apply_gradients(
       opt, grads, global_step, loss_scale)
 
   add_weight_and_gradient_summaries(grads)

@@ -12,8 +12,8 @@ read gets one on stderr, and exit status 1. More in docs/classify.md.
 import os
 import sys
 
-from cifar10_support import startup
-startup.before_tensorflow(__name__)
+from cifar10_support import console
+console.before_tensorflow(__name__)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
@@ -24,7 +24,6 @@ import tensorflow.compat.v1 as tf
 import cifar10
 import cifar10_input
 from cifar10_support import checkpoints
-from cifar10_support import console
 from cifar10_support import pictures
 from cifar10_support import run_flags
 from cifar10_support import sessions

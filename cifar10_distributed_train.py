@@ -34,8 +34,8 @@ import os
 import sys
 import time
 
-from cifar10_support import startup
-startup.before_tensorflow(__name__)
+from cifar10_support import console
+console.before_tensorflow(__name__)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
@@ -48,10 +48,9 @@ import cifar10_train  # its flags
 from cifar10_support import checkpoints
 from cifar10_support import cluster_sessions
 from cifar10_support import clusters
-from cifar10_support import console
 from cifar10_support import data_files
 from cifar10_support import download
-from cifar10_support import precision
+from cifar10_support import mixed_precision
 from cifar10_support import progress
 from cifar10_support import run_flags
 from cifar10_support import sessions
@@ -362,7 +361,7 @@ def main(argv):
           'total_num_replicas=%d' % (replicas, num_replicas))
   # Workers compute on their CPUs (WorkerSettings.device): float16 never
   # arises.
-  compute_dtype = precision.compute_dtype_for_this_machine(
+  compute_dtype = mixed_precision.compute_dtype_for_this_machine(
       FLAGS.mixed_precision, on_gpu=False, use_fp16=FLAGS.use_fp16)
   settings = run_flags.from_flags(FLAGS, compute_dtype)
   worker = clusters.WorkerSettings(

@@ -15,8 +15,8 @@ import os
 import sys
 import time
 
-from cifar10_support import startup
-startup.before_tensorflow(__name__)
+from cifar10_support import console
+console.before_tensorflow(__name__)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
@@ -26,7 +26,6 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 from cifar10_support import checkpoints
-from cifar10_support import console
 from cifar10_support import data_files
 from cifar10_support import eval_report
 from cifar10_support import eval_run

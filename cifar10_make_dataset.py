@@ -21,8 +21,8 @@ there without --overwrite) gets one line each and exit status 1, and
 DATA_DIR is left as it was. More in docs/own_pictures.md.
 """
 
-from cifar10_support import startup
-startup.before_tensorflow(__name__)
+from cifar10_support import console
+console.before_tensorflow(__name__)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import os
@@ -36,7 +36,6 @@ from absl import flags
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from cifar10_support import console
 from cifar10_support import data_files
 from cifar10_support import pictures
 

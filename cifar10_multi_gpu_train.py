@@ -29,8 +29,8 @@ the last tower's, with the same tags as single-device training.
 
 import collections
 
-from cifar10_support import startup
-startup.before_tensorflow(__name__)
+from cifar10_support import console
+console.before_tensorflow(__name__)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
@@ -40,11 +40,9 @@ import tensorflow.compat.v1 as tf
 import cifar10
 import cifar10_input
 import cifar10_train  # its flags
-from cifar10_support import console
 from cifar10_support import data_files
 from cifar10_support import download
-from cifar10_support import gpus
-from cifar10_support import precision
+from cifar10_support import mixed_precision
 from cifar10_support import progress
 from cifar10_support import run_flags
 from cifar10_support import saving
@@ -121,7 +119,7 @@ def build_towers(opt, tower_batches, tower_device, compute_dtype=None,
       [batch, 24, 24, 3] and labels [batch].
     tower_device: 'gpu' or 'cpu'; tower i runs on /<tower_device>:i.
     compute_dtype: None, or cifar10.inference's mixed-precision dtype.
-    loss_scale: a precision.LossScale for float16, or None; the
+    loss_scale: a mixed_precision.LossScale for float16, or None; the
       towers' gradients are then of the scaled loss.
     num_classes: int, the data set's classes.
 
@@ -142,7 +140,7 @@ def build_towers(opt, tower_batches, tower_device, compute_dtype=None,
         logits = cifar10.inference(images, compute_dtype, num_classes)
         tower_losses.append(cifar10.loss(logits, labels, scope=scope))
         tf.get_variable_scope().reuse_variables()
-        tower_grads.append(precision.compute_gradients(
+        tower_grads.append(mixed_precision.compute_gradients(
             opt, tower_losses[-1], loss_scale))
   return tower_grads, tower_losses, scope
 
@@ -204,8 +202,8 @@ def build_train_step(tower_batches, global_step, batch_size,
   lr = cifar10.learning_rate(global_step, batch_size, num_towers,
                             num_examples_per_epoch)
   opt = tf.train.GradientDescentOptimizer(lr)
-  loss_scale = (precision.dynamic_loss_scale()
-                if precision.needs_loss_scale(compute_dtype) else None)
+  loss_scale = (mixed_precision.dynamic_loss_scale()
+                if mixed_precision.needs_loss_scale(compute_dtype) else None)
   tower_grads, tower_losses, last_scope = build_towers(
       opt, tower_batches, tower_device, compute_dtype=compute_dtype,
       loss_scale=loss_scale, num_classes=num_classes)
@@ -221,7 +219,7 @@ def build_train_step(tower_batches, global_step, batch_size,
     # names come from variable scopes and summary tags are set before this.
     with tf.name_scope('average_gradients'):
       grads = average_gradients(tower_grads)
-    apply_gradient_op, grads = precision.apply_gradients(
+    apply_gradient_op, grads = mixed_precision.apply_gradients(
         opt, grads, global_step, loss_scale)
     cifar10.add_weight_and_gradient_summaries(grads)
     with tf.name_scope('moving_averages'):
@@ -245,7 +243,7 @@ def train(settings, num_towers=1, tower_device='gpu', config=None):
     settings: a run_flags.TrainSettings; batch_size is per tower.
     num_towers: int, model replicas, one per device.
     tower_device: 'gpu' or 'cpu', see sessions.training_config.
-    config: the session's tf.ConfigProto, e.g. gpus.split_gpus_config's
+    config: the session's tf.ConfigProto, e.g. towers.split_gpus_config's
       (its thread counts are set from settings.threads); None for
       sessions.training_config's.
 
@@ -257,9 +255,9 @@ def train(settings, num_towers=1, tower_device='gpu', config=None):
     As `cifar10_train.train`.
   """
   if tower_device == 'gpu' and config is None:
-    visible = len(tf.config.list_physical_devices('GPU'))
+    visible = sessions.visible_gpus()
     if visible < num_towers:
-      print(gpus.fallback_message(num_towers, visible))
+      print(towers.fallback_message(num_towers, visible))
   data_set = data_files.describe(settings.data_dir, settings.dataset)
   with train_dirs.claim(settings.train_dir, settings.fresh_start) as start:
     train_dirs.check_then_record_classes(start, data_set)
@@ -317,13 +315,13 @@ def main(argv):
   console.quiet_python_logs()
   config = None
   if FLAGS.split_gpus:
-    config = gpus.split_gpus_config(FLAGS.num_gpus, FLAGS.tower_device,
+    config = towers.split_gpus_config(FLAGS.num_gpus, FLAGS.tower_device,
                                     FLAGS.split_gpu_memory_mb,
                                     FLAGS.log_device_placement)
   run_flags.check_flag_writable_dir('train_dir', FLAGS.train_dir)
   # --tower_device=cpu keeps the towers on CPU devices even beside a GPU.
   on_gpu = FLAGS.tower_device == 'gpu' and sessions.has_gpu()
-  compute_dtype = precision.compute_dtype_for_this_machine(
+  compute_dtype = mixed_precision.compute_dtype_for_this_machine(
       FLAGS.mixed_precision, on_gpu, FLAGS.use_fp16)
   settings = run_flags.from_flags(FLAGS, compute_dtype)
   with train_dirs.run_errors_end_the_process():

@@ -15,8 +15,8 @@ precision @ 1 after 100K steps, 0.25-0.35 sec/batch on a Tesla K40m. Ours
 are in README.md.
 """
 
-from cifar10_support import startup
-startup.before_tensorflow(__name__)
+from cifar10_support import console
+console.before_tensorflow(__name__)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
@@ -24,10 +24,9 @@ from absl import flags
 import tensorflow.compat.v1 as tf
 
 import cifar10
-from cifar10_support import console
 from cifar10_support import data_files
 from cifar10_support import download
-from cifar10_support import precision
+from cifar10_support import mixed_precision
 from cifar10_support import progress
 from cifar10_support import run_flags
 from cifar10_support import saving
@@ -109,7 +108,7 @@ def train(settings):
       # updates the model parameters.
       train_op = cifar10.train(
           loss, global_step, settings.batch_size,
-          loss_scaling=precision.needs_loss_scale(settings.compute_dtype),
+          loss_scaling=mixed_precision.needs_loss_scale(settings.compute_dtype),
           num_examples_per_epoch=data_set.records(data_set.train_files))
 
       logger = progress.StepLogger(loss, settings.batch_size,
@@ -144,7 +143,7 @@ def main(argv):
   console.quiet_python_logs()
   run_flags.check_flag_writable_dir('train_dir', FLAGS.train_dir)
   # The model runs on a GPU when one is visible (TensorFlow's placement).
-  compute_dtype = precision.compute_dtype_for_this_machine(
+  compute_dtype = mixed_precision.compute_dtype_for_this_machine(
       FLAGS.mixed_precision, sessions.has_gpu(), FLAGS.use_fp16)
   settings = run_flags.from_flags(FLAGS, compute_dtype)
   # A bad data file, a NaN loss, a full disk: one line, exit status 1.

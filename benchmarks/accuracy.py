@@ -27,8 +27,8 @@ BENCHMARKS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCHMARKS)
 # The scripts, and benchmark.py beside this file (also when run by a driver).
 sys.path[:0] = [ROOT, BENCHMARKS]
-from cifar10_support import startup  # pylint: disable=g-import-not-at-top
-startup.before_tensorflow(__name__)
+from cifar10_support import console  # pylint: disable=g-import-not-at-top
+console.before_tensorflow(__name__)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow.compat.v1 as tf
@@ -37,10 +37,9 @@ import benchmark
 import cifar10_eval
 import cifar10_train
 from cifar10_support import checkpoints
-from cifar10_support import console
 from cifar10_support import download
 from cifar10_support import eval_run
-from cifar10_support import precision
+from cifar10_support import mixed_precision
 from cifar10_support import sessions
 from cifar10_support import signals
 from cifar10_support import train_dirs
@@ -347,7 +346,7 @@ def run(args, argv):
     sys.exit('accuracy.py: error: %s' % e)
   info = machine_info(args.machine)
   print('%s; %s' % (info['cpu'], info['cpu_family_model']))
-  compute_dtype = precision.compute_dtype_for_this_machine(
+  compute_dtype = mixed_precision.compute_dtype_for_this_machine(
       args.mixed_precision, sessions.has_gpu())
   info.update(
       date=datetime.now(timezone.utc).strftime('%Y-%m-%d'),

@@ -24,8 +24,8 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, 'tests'))
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 # The same kernels the scripts choose.
-from cifar10_support import startup  # pylint: disable=g-import-not-at-top
-startup.before_tensorflow(__name__)
+from cifar10_support import console  # pylint: disable=g-import-not-at-top
+console.before_tensorflow(__name__)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np
@@ -38,7 +38,7 @@ import cifar10_input
 import cifar10_multi_gpu_train
 from cifar10_support import download
 from cifar10_support import eval_run
-from cifar10_support import precision
+from cifar10_support import mixed_precision
 from cifar10_support import progress
 from cifar10_support import saving
 from cifar10_support import sessions
@@ -100,7 +100,7 @@ def describe_machine(cpuinfo=None, cpu_count=None, usable_cores=None,
   cores = '%s cores' % ('?' if cpu_count is None else cpu_count)
   if usable_cores != cpu_count:
     cores += ' (%d usable by this process)' % usable_cores
-  flags = precision.cpu_flags(cpuinfo)
+  flags = mixed_precision.cpu_flags(cpuinfo)
   if flags is None:
     features = 'CPU flags unknown (no flags in /proc/cpuinfo)'
   else:
@@ -168,7 +168,7 @@ def _train_op(images, labels, global_step, batch_size, compute_dtype=None):
   loss = cifar10.loss(cifar10.inference(images, compute_dtype), labels)
   return cifar10.train(
       loss, global_step, batch_size,
-      loss_scaling=precision.needs_loss_scale(compute_dtype)), loss
+      loss_scaling=mixed_precision.needs_loss_scale(compute_dtype)), loss
 
 
 class Variant(object):
@@ -466,10 +466,10 @@ class MatmulVariant(SessionVariant):
 
 def mixed_precision_rows(requested, on_gpu, cpu_feature, capability):
   """(compute dtype of the mixed-precision rows, the line about them, the
-  end of the bf16 ceiling's line), as precision.choose but a CPU without
+  end of the bf16 ceiling's line), as mixed_precision.choose but a CPU without
   native bfloat16 is measured in bfloat16 anyway; (None, None, '') for
-  requested 'off'. cpu_feature: precision.cpu_bf16_feature()'s answer."""
-  dtype, line = precision.choose(requested, on_gpu, cpu_feature, capability)
+  requested 'off'. cpu_feature: mixed_precision.cpu_bf16_feature()'s answer."""
+  dtype, line = mixed_precision.choose(requested, on_gpu, cpu_feature, capability)
   if requested != 'off' and dtype is None:
     dtype, line = tf.bfloat16, (
         'bf16 rows: this CPU has neither AVX512_BF16 nor AMX, so oneDNN '
@@ -638,8 +638,8 @@ def main():
   print('matmul sessions %s' % describe_threads(tf.ConfigProto()))
   on_gpu = sessions.has_gpu()
   mixed, mixed_line, bf16_note = mixed_precision_rows(
-      args.mixed_precision, on_gpu, precision.cpu_bf16_feature(),
-      precision.gpu_capability() if on_gpu else None)
+      args.mixed_precision, on_gpu, mixed_precision.cpu_bf16_feature(),
+      mixed_precision.gpu_capability() if on_gpu else None)
   if mixed_line:
     print(mixed_line)
   print('data: %s' % (args.data_dir or 'synthetic'), flush=True)

@@ -17,9 +17,9 @@ import textwrap
 BENCHMARKS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCHMARKS)
 sys.path[:0] = [ROOT, BENCHMARKS]
-from cifar10_support import startup  # pylint: disable=g-import-not-at-top
+from cifar10_support import console  # pylint: disable=g-import-not-at-top
 # accuracy.py's rule draws the band; it loads TensorFlow, quietly here.
-startup.before_tensorflow(__name__)
+console.before_tensorflow(__name__)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import matplotlib

@@ -1,11 +1,16 @@
-"""Keeps TensorFlow's own log noise off the scripts' console: its start-up
-lines, C++ INFO and WARNING lines (ERROR too without an NVIDIA driver, where
-they only say CUDA found none), tf.compat.v1 deprecation notices and Python
-INFO lines (docs/console.md has the list). TF_CPP_MIN_LOG_LEVEL=0 or less
-gives TensorFlow all its output back; any other value keeps the filter on.
+"""A quiet start and a quiet run: what every script runs before anything
+imports TensorFlow (`before_tensorflow(__name__)`: TensorFlow reads these
+settings once, when it loads), and TensorFlow's own log noise kept off the
+scripts' console: its start-up lines, C++ INFO and WARNING lines (ERROR too
+without an NVIDIA driver, where they only say CUDA found none),
+tf.compat.v1 deprecation notices and Python INFO lines (docs/console.md has
+the list). TF_CPP_MIN_LOG_LEVEL=0 or less gives TensorFlow all its output
+back; any other value keeps the filter on. Importing this module loads no
+TensorFlow.
 """
 
 import contextlib
+import ctypes
 import logging
 import os
 import re
@@ -83,10 +88,10 @@ def quiet_python_logs():
   """Prints each TensorFlow Python log line once (under app.run it would also
   propagate to absl's handler); unless TF_CPP_MIN_LOG_LEVEL asks for
   everything, drops INFO lines and PYTHON_NOISE, keeping real warnings and
-  errors. For a script's main(), after startup.before_tensorflow."""
+  errors. For a script's main(), after before_tensorflow."""
   tf_logger = logging.getLogger('tensorflow')
   tf_logger.propagate = False
-  # startup.before_tensorflow only replaces a level that does not ask for
+  # before_tensorflow only replaces a level that does not ask for
   # everything with another that does not.
   if asks_for_everything(os.environ.get('TF_CPP_MIN_LOG_LEVEL')):
     return
@@ -115,3 +120,28 @@ def on_tensorflow_log(prefix, callback):
   finally:
     tf_logger.removeFilter(listen)
     tf_logger.setLevel(old_level)
+
+
+def before_tensorflow(module_name):
+  """Chooses oneDNN's CPU kernels and, run as a script, a quiet start-up.
+
+  oneDNN trains this model faster (benchmarks/README.md, change 1);
+  TF_ENABLE_ONEDNN_OPTS=0 turns it off. For module_name '__main__' TensorFlow
+  loads at quiet_cpp_level without its start-up lines, unless the
+  user asks for everything or TensorFlow is loaded already (so a second call
+  changes nothing); an imported module leaves the console as it is.
+  """
+  os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
+  user_level = os.environ.get('TF_CPP_MIN_LOG_LEVEL')
+  if (module_name != '__main__' or asks_for_everything(user_level)
+      or 'tensorflow' in sys.modules):
+    return
+  try:
+    ctypes.CDLL('libcuda.so.1')  # The NVIDIA driver, as TensorFlow finds it.
+    driver_present = True
+  except OSError:
+    driver_present = False
+  os.environ['TF_CPP_MIN_LOG_LEVEL'] = quiet_cpp_level(user_level,
+                                                               driver_present)
+  with filtered_stderr(IMPORT_NOISE):
+    import tensorflow  # pylint: disable=g-import-not-at-top,unused-import

@@ -11,7 +11,7 @@ import tensorflow.compat.v1 as tf
 from cifar10_support import checkpoints
 from cifar10_support import data_files
 from cifar10_support import download
-from cifar10_support import precision
+from cifar10_support import mixed_precision
 from cifar10_support import run_flags
 from cifar10_support import sessions
 
@@ -46,7 +46,7 @@ def from_flags_checked(flag_values):
                    split=settings.eval_data)
   check_settings(settings)
   return settings._replace(
-      compute_dtype=precision.compute_dtype_for_this_machine(
+      compute_dtype=mixed_precision.compute_dtype_for_this_machine(
           flag_values.mixed_precision, sessions.has_gpu()),
       session_config=sessions.eval_config(run_flags.threads(flag_values)))
 

@@ -107,7 +107,7 @@ same name where there is one (the defaults are the flags'), batch_size per
 tower and per worker; save_checkpoint_steps None for none (then
 save_checkpoint_secs); threads a sessions.ThreadCounts; input_threads the
 input pipeline's; compute_dtype None (float32), tf.bfloat16 or tf.float16
-(precision.py); dataset --dataset's (data_files.DATASETS)."""
+(mixed_precision.py); dataset --dataset's (data_files.DATASETS)."""
 
 
 def from_flags(flag_values, compute_dtype=None):

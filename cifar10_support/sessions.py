@@ -24,9 +24,14 @@ def usable_cores():
     return os.cpu_count() or 1
 
 
+def visible_gpus():
+  """How many GPUs TensorFlow sees in this process."""
+  return len(tf.config.list_physical_devices('GPU'))
+
+
 def has_gpu():
   """Whether TensorFlow sees a GPU in this process."""
-  return bool(tf.config.list_physical_devices('GPU'))
+  return visible_gpus() > 0
 
 
 def thread_settings(num_cores, gpu, num_towers=1, intra=None, inter=None,

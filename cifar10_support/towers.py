@@ -1,6 +1,19 @@
-"""What cifar10_multi_gpu_train.py's towers need beyond the lesson."""
+"""What cifar10_multi_gpu_train.py's towers need beyond the lesson: their
+prefetch queue, the check that their gradients can be averaged, their
+variable reads in one scope, and their devices: --split_gpus, the visible
+GPUs split into one virtual GPU per tower, each with its own memory limit,
+spread evenly over the cards (on one card, `--num_gpus=4 --split_gpus` runs
+four towers where three would use the CPU), and the line for GPU towers
+without a GPU of their own.
+"""
 
+import ctypes
+import os
+
+from absl import app
 import tensorflow.compat.v1 as tf
+
+from cifar10_support import sessions
 
 
 def prefetch_queue(tensors, capacity):
@@ -50,3 +63,121 @@ def read_in_one_scope(getter, *args, **kwargs):
   var = getter(*args, **kwargs)
   with tf.name_scope('variable_reads/'):
     return var.value()
+
+
+# Of each card's memory, what the virtual GPUs may take together: the CUDA
+# context and cuDNN's workspaces need the rest.
+USABLE_FRACTION = 0.9
+# Less than this per tower is refused: a tower of 128 images needs a few
+# hundred MB for its activations, gradients and cuDNN's workspace.
+MIN_TOWER_MB = 512
+
+
+def split_config(num_towers, num_cards, card_mb, tower_mb=0,
+                 log_device_placement=False):
+  """The tf.ConfigProto that makes num_towers virtual GPUs of num_cards GPUs.
+
+  card_mb is the smallest card's memory in MB, None if unknown; tower_mb each
+  virtual GPU's, 0 to share USABLE_FRACTION of each card evenly among its
+  towers. The config has soft placement (the queues and string ops have no
+  GPU kernels). Raises app.UsageError, one line naming the flags, when there
+  is no GPU, fewer towers than GPUs, or the towers do not fit in a card.
+  """
+  if num_cards < 1:
+    raise app.UsageError(
+        '--split_gpus needs a GPU, and TensorFlow sees none; without one, '
+        '--tower_device=cpu gives each tower its own CPU device')
+  if num_towers < num_cards:
+    raise app.UsageError(
+        '--split_gpus with --num_gpus=%d and %d GPUs visible: there is nothing '
+        'to split (each tower has a GPU of its own); drop --split_gpus'
+        % (num_towers, num_cards))
+  # As even as can be, the first cards taking one more: tower i runs on
+  # virtual GPU i, and TensorFlow numbers them card by card.
+  base, extra = divmod(num_towers, num_cards)
+  counts = [base + (1 if i < extra else 0) for i in range(num_cards)]
+  if not tower_mb and not card_mb:
+    raise app.UsageError(
+        '--split_gpus could not read the GPUs\' memory (no NVIDIA management '
+        'library): give each virtual GPU\'s memory with --split_gpu_memory_mb')
+  usable = int(card_mb * USABLE_FRACTION) if card_mb else None
+  if not tower_mb:
+    tower_mb = usable // counts[0]
+  if tower_mb < MIN_TOWER_MB or (usable and tower_mb * counts[0] > usable):
+    raise app.UsageError(
+        '--num_gpus=%d --split_gpus puts %d towers on a GPU of %s MB, %d MB '
+        'each: %s. Use fewer towers (--num_gpus) or a smaller '
+        '--split_gpu_memory_mb' % (
+            num_towers, counts[0], card_mb or 'unknown', tower_mb,
+            'each needs at least %d MB' % MIN_TOWER_MB
+            if tower_mb < MIN_TOWER_MB else
+            'together more than the %d MB usable (%d%%)'
+            % (usable, USABLE_FRACTION * 100)))
+  config = tf.ConfigProto(allow_soft_placement=True,
+                          log_device_placement=log_device_placement)
+  for count in counts:
+    card = config.gpu_options.experimental.virtual_devices.add()
+    card.memory_limit_mb.extend([float(tower_mb)] * count)
+  return config
+
+
+def card_memory_mb():
+  """The memory of the smallest visible NVIDIA GPU in MB, None if unknown;
+  asked of NVML, which (unlike TensorFlow) does not take the GPU, as the
+  virtual GPUs must be configured before TensorFlow first uses it."""
+  try:
+    nvml = ctypes.CDLL('libnvidia-ml.so.1')
+  except OSError:
+    return None
+  if nvml.nvmlInit_v2() != 0:
+    return None
+  try:
+    count = ctypes.c_uint()
+    if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+      return None
+    indices = range(count.value)
+    visible = os.environ.get('CUDA_VISIBLE_DEVICES', '')
+    if visible and all(i.strip().isdigit() for i in visible.split(',')):
+      # Only the cards TensorFlow may use (NVML numbers them in PCI order,
+      # which CUDA also uses unless told otherwise).
+      indices = [int(i) for i in visible.split(',') if int(i) < count.value]
+    sizes = []
+    for index in indices:
+      handle = ctypes.c_void_p()
+      memory = (ctypes.c_ulonglong * 3)()  # nvmlMemory_t: total, free, used.
+      if (nvml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)) or
+          nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory))):
+        return None
+      sizes.append(memory[0] // (1 << 20))
+    return min(sizes) if sizes else None
+  finally:
+    nvml.nvmlShutdown()
+
+
+def split_gpus_config(num_towers, tower_device, tower_mb=0,
+                      log_device_placement=False):
+  """The session config of --split_gpus, printing the line that says so;
+  app.UsageError as split_config's, or with --tower_device=cpu."""
+  if tower_device != 'gpu':
+    raise app.UsageError(
+        '--split_gpus splits GPUs and --tower_device=cpu puts the towers on '
+        'CPU devices: drop one of the two')
+  visible = sessions.visible_gpus()
+  config = split_config(num_towers, visible, card_memory_mb(), tower_mb,
+                        log_device_placement)
+  devices = config.gpu_options.experimental.virtual_devices
+  print('--split_gpus: %d GPU(s) split into %d virtual GPUs of %d MB, one per '
+        'tower.' % (visible, num_towers, devices[0].memory_limit_mb[0]))
+  return config
+
+
+def fallback_message(num_towers, visible):
+  """What GPU towers without a GPU of their own do, and how to change it."""
+  if visible:
+    remedy = ('--split_gpus splits the GPU(s) into %d virtual GPUs, one per '
+              'tower.' % num_towers)
+  else:
+    remedy = '--tower_device=cpu gives each tower its own CPU device.'
+  return ('%d GPU towers asked for (--num_gpus) but %d GPU(s) visible: towers '
+          'without a GPU run on the CPU (soft placement), as in the original; '
+          '%s' % (num_towers, visible, remedy))

@@ -14,7 +14,7 @@ import re
 import sys
 
 import pytest
-from cifar10_support import precision
+from cifar10_support import mixed_precision
 
 from testutil import ROOT
 from testutil import run_script
@@ -112,8 +112,8 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
   import benchmark
   on_gpu = bool(tf.config.list_physical_devices('GPU'))
   dtype, line, _ = benchmark.mixed_precision_rows(
-      'bf16', on_gpu, precision.cpu_bf16_feature(),
-      precision.gpu_capability() if on_gpu else None)
+      'bf16', on_gpu, mixed_precision.cpu_bf16_feature(),
+      mixed_precision.gpu_capability() if on_gpu else None)
   assert line in out.splitlines(), out[:3000]
   mixed = {benchmark.row_name(name, dtype): name for name in MIXED}
   # bfloat16 rows have a ceiling of their own (float16 ones, on a GPU
@@ -160,7 +160,7 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
             if ratios[m] == '1.00 (bf16 ceiling)'] == [name16], out
     assert float(value16) == max(gflops[m] for m in MATMULS_BF16), out
     assert (line.group(10) or '').lower() == (
-        '' if on_gpu else precision.cpu_bf16_feature() or ''), line.group(0)
+        '' if on_gpu else mixed_precision.cpu_bf16_feature() or ''), line.group(0)
     tops['bf16 ceiling'] = (name16, float(value16))
   # Every other GFLOP/s is printed as its ratio to its ceiling, and to
   # nothing else.

@@ -140,8 +140,8 @@ def test_a_nan_loss_still_shows_its_message(data_dir, tmp_path):
   driver = textwrap.dedent('''
       import sys
       sys.path.insert(0, %r)
-      from cifar10_support import startup
-      startup.before_tensorflow('__main__')
+      from cifar10_support import console
+      console.before_tensorflow('__main__')
       from absl import app
       import cifar10
       import cifar10_train

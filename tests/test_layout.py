@@ -213,8 +213,8 @@ def test_the_scripts_stay_small_and_their_calls_readable():
 
 
 def test_the_support_package_loads_no_tensorflow():
-  # startup must run before TensorFlow loads, so importing it cannot load it.
-  code = ('import sys; import cifar10_support.startup; '
+  # console.before_tensorflow must run before TensorFlow loads, so importing it cannot load it.
+  code = ('import sys; import cifar10_support.console; '
           'print("tensorflow" in sys.modules)')
   result = subprocess.run([sys.executable, '-c', code], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)

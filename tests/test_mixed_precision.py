@@ -22,7 +22,7 @@ import cifar10
 import cifar10_eval
 import cifar10_train
 from cifar10_support import eval_run
-from cifar10_support import precision
+from cifar10_support import mixed_precision
 from cifar10_support import run_flags
 import synthetic
 from test_eval import save_checkpoint
@@ -50,17 +50,17 @@ def _cpuinfo(flags, processors=2):
     (ZEN3, None), (ICE_LAKE, None), (ZEN4, 'avx512_bf16'),
     (SAPPHIRE_RAPIDS, 'amx_bf16'), ('', None)])
 def test_cpu_support_is_read_from_the_flags_line(flags, expected):
-  assert precision.cpu_bf16_feature(_cpuinfo(flags)) == expected
+  assert mixed_precision.cpu_bf16_feature(_cpuinfo(flags)) == expected
 
 
 def test_cpu_support_of_text_without_flags_is_none():
-  assert precision.cpu_bf16_feature('') is None
-  assert precision.cpu_bf16_feature(
+  assert mixed_precision.cpu_bf16_feature('') is None
+  assert mixed_precision.cpu_bf16_feature(
       'Features\t: fp asimd bf16 i8mm\n') is None  # an ARM CPU: not tested
 
 
 def test_choice_and_its_line_for_each_machine():
-  choose = precision.choose
+  choose = mixed_precision.choose
   assert choose('off', False, 'avx512_bf16', None) == (None, None)
   assert choose('off', True, None, (9, 0)) == (None, None)
 
@@ -109,7 +109,7 @@ def _training_graph(compute_dtype, batch=4):
     logits = cifar10.inference(images, compute_dtype)
     loss = cifar10.loss(logits, labels)
     cifar10.train(loss, global_step, batch,
-                  precision.needs_loss_scale(compute_dtype))
+                  mixed_precision.needs_loss_scale(compute_dtype))
   return graph, logits, loss
 
 
@@ -175,19 +175,19 @@ def _loss_scale_step(grads):
   with tf.Graph().as_default():
     global_step = tf.train.get_or_create_global_step()
     weight = tf.get_variable('w', initializer=tf.ones([2]))
-    loss_scale = precision.dynamic_loss_scale()
+    loss_scale = mixed_precision.dynamic_loss_scale()
     opt = tf.train.GradientDescentOptimizer(1.0)
-    train_op, applied = precision.apply_gradients(
+    train_op, applied = mixed_precision.apply_gradients(
         opt, [(tf.constant(grads, tf.float32), weight)], global_step,
         loss_scale)
     with tf.Session(config=session_config()) as sess:
       sess.run([tf.global_variables_initializer(),
                 tf.local_variables_initializer()])
-      assert sess.run(loss_scale.scale) == precision.LOSS_SCALE_START
+      assert sess.run(loss_scale.scale) == mixed_precision.LOSS_SCALE_START
       sess.run(train_op)
       first = sess.run([weight, loss_scale.scale, loss_scale.good_steps])
       sess.run(loss_scale.good_steps.assign(
-          precision.LOSS_SCALE_GROWTH_STEPS - 1))
+          mixed_precision.LOSS_SCALE_GROWTH_STEPS - 1))
       sess.run(train_op)
       second = sess.run([weight, loss_scale.scale, loss_scale.good_steps,
                          global_step])
@@ -195,7 +195,7 @@ def _loss_scale_step(grads):
 
 
 def test_loss_scale_unscales_and_grows_after_clean_steps():
-  start = precision.LOSS_SCALE_START
+  start = mixed_precision.LOSS_SCALE_START
   (weight, scale, good), (weight2, scale2, good2, step) = _loss_scale_step(
       [start, -2 * start])
   np.testing.assert_allclose(weight, [0.0, 3.0])  # 1 - 1, 1 + 2
@@ -206,7 +206,7 @@ def test_loss_scale_unscales_and_grows_after_clean_steps():
 
 
 def test_loss_scale_skips_an_overflowing_step_and_halves():
-  start = precision.LOSS_SCALE_START
+  start = mixed_precision.LOSS_SCALE_START
   (weight, scale, good), (weight2, scale2, _, step) = _loss_scale_step(
       [np.inf, 1.0])
   np.testing.assert_allclose(weight, [1.0, 1.0])  # unchanged
@@ -314,7 +314,7 @@ def test_float16_step_scales_the_loss_and_moves_the_weights_as_float32():
     assert np.abs(delta).max() > 0, name
     error = np.linalg.norm(moved[tf.float16][name] - delta)
     assert error < 0.1 * np.linalg.norm(delta), name
-  assert scale == [precision.LOSS_SCALE_START, 1]
+  assert scale == [mixed_precision.LOSS_SCALE_START, 1]
 
 
 def _forced_driver(script, feature):
@@ -322,10 +322,10 @@ def _forced_driver(script, feature):
   return textwrap.dedent('''
       import runpy, sys
       sys.path.insert(0, %r)
-      from cifar10_support import startup
-      startup.before_tensorflow('__main__')
-      from cifar10_support import precision
-      precision.cpu_bf16_feature = lambda cpuinfo=None: %r
+      from cifar10_support import console
+      console.before_tensorflow('__main__')
+      from cifar10_support import mixed_precision
+      mixed_precision.cpu_bf16_feature = lambda cpuinfo=None: %r
       sys.argv[0] = %r
       runpy.run_path(sys.argv[0], run_name='__main__')
       ''' % (ROOT, feature, os.path.join(ROOT, script)))
@@ -408,9 +408,9 @@ def test_this_machine_prints_its_own_answer(data_dir, tmp_path):
       '--data_dir=%s' % data_dir, '--checkpoint_dir=%s' % tmp_path,
       '--eval_dir=%s' % (tmp_path / 'eval'), '--run_once',
       '--num_examples=20', '--mixed_precision=bf16'])
-  _, line = precision.choose(
+  _, line = mixed_precision.choose(
       'bf16', bool(tf.config.list_physical_devices('GPU')),
-      precision.cpu_bf16_feature(), precision.gpu_capability())
+      mixed_precision.cpu_bf16_feature(), mixed_precision.gpu_capability())
   assert line in result.stdout.splitlines(), result.stdout
   # No checkpoint there: the usual error, after the line.
   assert result.returncode == 1

@@ -12,10 +12,10 @@ import cifar10
 import cifar10_eval
 import cifar10_multi_gpu_train as multi
 from cifar10_support import eval_run
-from cifar10_support import gpus
 from cifar10_support import progress
-from cifar10_support import sessions
 from cifar10_support import run_flags
+from cifar10_support import sessions
+from cifar10_support import towers
 from test_train import LINE, event_tags, event_values, histogram_tags
 from testutil import OP_TIMEOUT_MS, run_script
 
@@ -316,16 +316,16 @@ def _limits(config):
 
 def test_split_config_gives_every_tower_a_virtual_gpu():
   # One 80 GB card, four towers: 90% of it shared evenly.
-  config = gpus.split_config(4, 1, 81559)
+  config = towers.split_config(4, 1, 81559)
   assert _limits(config) == [[18350.0] * 4]
   assert config.allow_soft_placement
   # Two cards, three towers: the first card takes the extra one.
-  assert _limits(gpus.split_config(3, 2, 16000)) == [[7200.0] * 2,
+  assert _limits(towers.split_config(3, 2, 16000)) == [[7200.0] * 2,
                                                  [7200.0]]
   # A size given for each: as given, card memory unknown or not.
-  assert _limits(gpus.split_config(4, 1, None, tower_mb=2048)) == [
+  assert _limits(towers.split_config(4, 1, None, tower_mb=2048)) == [
       [2048.0] * 4]
-  assert _limits(gpus.split_config(8, 3, 16000)) == [[4800.0] * 3,
+  assert _limits(towers.split_config(8, 3, 16000)) == [[4800.0] * 3,
                                                  [4800.0] * 3, [4800.0] * 2]
 
 
@@ -344,15 +344,15 @@ def test_split_config_gives_every_tower_a_virtual_gpu():
 ])
 def test_split_that_cannot_work_is_one_usage_line(args, message):
   with pytest.raises(app.UsageError) as e:
-    gpus.split_config(*args)
+    towers.split_config(*args)
   assert str(e.value).startswith(message)
 
 
 def test_gpu_fallback_message_names_the_flag_that_helps():
-  assert gpus.fallback_message(4, 1).endswith(
+  assert towers.fallback_message(4, 1).endswith(
       'soft placement), as in the original; --split_gpus splits the GPU(s) '
       'into 4 virtual GPUs, one per tower.')
-  assert gpus.fallback_message(2, 0).endswith(
+  assert towers.fallback_message(2, 0).endswith(
       '--tower_device=cpu gives each tower its own CPU device.')
 
 

@@ -21,8 +21,8 @@ def main():
   sys.path.insert(0, ROOT)
   # The script's own first call, before the TensorFlow import below; its
   # second call, when the script runs, changes nothing.
-  from cifar10_support import startup  # pylint: disable=g-import-not-at-top
-  startup.before_tensorflow('__main__')
+  from cifar10_support import console  # pylint: disable=g-import-not-at-top
+  console.before_tensorflow('__main__')
   import cifar10  # pylint: disable=g-import-not-at-top
   cifar10.INITIAL_LEARNING_RATE = learning_rate
   runpy.run_path(script, run_name='__main__')
