@@ -203,12 +203,6 @@ def build_worker_graph(settings, worker, data_set=None):
           'sync_optimizer': sync_optimizer, 'release_op': release_op}
 
 
-def diverged_message(global_step):
-  """A non-chief worker's words for a NaN loss at `global_step`."""
-  return ('Model diverged with loss = NaN at global step %d; the chief keeps '
-          'the last good checkpoint.' % global_step)
-
-
 def step_hooks(logger, loss, max_steps):
   """Every worker's hooks: stop at max_steps, log, stop on a NaN loss.
 
@@ -269,25 +263,26 @@ def train(settings, worker):
           while not mon_sess.should_stop() and not stop_signals:
             mon_sess.run(graph['train_op'])
       except tf.errors.DeadlineExceededError:
-        raise cluster_sessions.operation_timeout(worker, logger.step)
+        raise cluster_sessions.operation_timeout(worker, logger.last_step)
       except tf.errors.CancelledError as e:
         if 'sync_token_q' not in e.message:
           raise
         raise ClusterError(_CLOSED_QUEUE) from None
       except tf.train.NanLossDuringTrainingError:
         if is_chief:
-          raise start.diverged_error(logger.step) from None
-        raise train_dirs.DivergedError(diverged_message(logger.step)) from None
+          raise train_dirs.diverged_error(logger.last_step,
+                                          settings.train_dir) from None
+        raise train_dirs.diverged_error(logger.last_step) from None
   if (worker.sync_replicas and not stop_signals and
-      logger.step < settings.max_steps):
+      logger.global_step < settings.max_steps):
     # A closed token queue ends a worker's wait like the end of its input.
     raise ClusterError('stopped at global step %d, before --max_steps=%d: %s'
-                       % (logger.step, settings.max_steps, _CLOSED_QUEUE))
+                       % (logger.global_step, settings.max_steps, _CLOSED_QUEUE))
   if stop_signals:
     print('%s: received %s: stopped at global step %d.'
-          % (label, stop_signals[0].name, logger.step), flush=True)
+          % (label, stop_signals[0].name, logger.global_step), flush=True)
   print('%s: stopped at global step %d after %d steps of its own.'
-        % (label, logger.step, logger.own_steps), flush=True)
+        % (label, logger.global_step, logger.own_steps), flush=True)
   return stop_signals[0] if stop_signals else None
 
 

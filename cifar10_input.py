@@ -17,8 +17,7 @@ Two readers return the same records (tests/test_input.py):
   read_cifar10_chunk  what both pipelines read with: up to READ_CHUNK records
                       per call (read_up_to), as the colour planes the file
                       stores, so that a queue-runner step preprocesses a
-                      chunk, cropping before the only transpose (the
-                      measurement: benchmarks/README.md, changes 3 and 16)
+                      chunk, cropping before the only transpose
 
 Everything here builds TF1 graph ops (`tf.compat.v1`); call it inside a
 `tf.Graph().as_default()` block.

@@ -40,12 +40,12 @@ import tensorflow.compat.v1 as tf
 import cifar10
 import cifar10_input
 import cifar10_train  # its flags
+from cifar10_support import checkpoints
 from cifar10_support import data_files
 from cifar10_support import download
 from cifar10_support import mixed_precision
 from cifar10_support import progress
 from cifar10_support import run_flags
-from cifar10_support import saving
 from cifar10_support import sessions
 from cifar10_support import signals
 from cifar10_support import summaries
@@ -214,9 +214,8 @@ def build_train_step(tower_batches, global_step, batch_size,
     with tf.name_scope(last_scope):
       loss_averages_op = cifar10.add_loss_summaries(
           tower_losses[-1], tf.get_collection('losses', last_scope))
-    # Name scopes only group ops for TensorBoard's graph (the top level held
-    # 20 AddN/truediv, 10 cond and 11 VarIsInitializedOp nodes); variable
-    # names come from variable scopes and summary tags are set before this.
+    # Name scopes only group ops for TensorBoard's graph; variable names come
+    # from variable scopes and summary tags are set before this.
     with tf.name_scope('average_gradients'):
       grads = average_gradients(tower_grads)
     apply_gradient_op, grads = mixed_precision.apply_gradients(
@@ -276,16 +275,35 @@ def train(settings, num_towers=1, tower_device='gpu', config=None):
           tower_device=tower_device, compute_dtype=settings.compute_dtype,
           data_set=data_set)
 
-      save = saving.restore_then_save(start, settings,
-                                      tf.summary.merge(step.summaries))
+      # The checkpoint found above, restored by the session's scaffold
+      # (whose saver writes this run's checkpoints); the summaries are the
+      # global ones and the last tower's.
+      summary_op = tf.summary.merge(step.summaries)
+      plan = start.restore_plan()
+      train_dirs.remove_interrupted_saves(settings.train_dir)
+      scaffold = checkpoints.restoring_scaffold(plan, settings.train_dir,
+                                                summary_op=summary_op)
+
       # examples/sec counts every tower; sec/batch is per tower batch, as in
       # the original.
       logger = progress.StepLogger(step.loss, settings.batch_size,
                                    settings.log_frequency,
                                    batches_per_step=num_towers)
+      # Summaries and checkpoints are written after the NaN check, so that
+      # a diverged step is never saved.
       hooks = [tf.train.StopAtStepHook(last_step=settings.max_steps),
                tf.train.NanTensorHook(step.loss),
-               logger] + save.hooks
+               logger,
+               summaries.SummaryHook(settings.train_dir,
+                                     settings.save_summaries_steps,
+                                     settings.max_steps, summary_op),
+               tf.train.CheckpointSaverHook(
+                   settings.train_dir, scaffold=scaffold,
+                   save_steps=settings.save_checkpoint_steps,
+                   save_secs=(None if settings.save_checkpoint_steps
+                              else settings.save_checkpoint_secs),
+                   listeners=[progress.SaveAnnouncer(settings.train_dir,
+                                                     settings.max_steps)])]
       if config:
         config = sessions.set_threads(config, settings.threads, num_towers)
       else:
@@ -296,16 +314,24 @@ def train(settings, num_towers=1, tower_device='gpu', config=None):
         # Creating the session writes the first checkpoint.
         with train_dirs.stop_on_full_disk(settings.train_dir), \
             tf.train.MonitoredTrainingSession(
-                scaffold=save.scaffold, hooks=hooks, config=config,
-                **save.session_args) as mon_sess:
+                # Its own savers would run before every hook, the NaN check
+                # included: off, the hooks above save instead.
+                checkpoint_dir=None, save_checkpoint_secs=None,
+                save_checkpoint_steps=None, save_summaries_steps=None,
+                save_summaries_secs=None,
+                # Its step counter writes global_step/sec with the summaries.
+                summary_dir=settings.train_dir,
+                log_step_count_steps=settings.save_summaries_steps or None,
+                scaffold=scaffold, hooks=hooks, config=config) as mon_sess:
           while not mon_sess.should_stop() and not stop_signals:
             mon_sess.run(step.train_op)
       except tf.train.NanLossDuringTrainingError:
         # That step is not saved: name the checkpoint a new run resumes from.
-        raise start.diverged_error(logger.step) from None
+        raise train_dirs.diverged_error(logger.global_step,
+                                        settings.train_dir) from None
 
-  start.report_end(logger.step, stop_signals)
-  return {'global_step': logger.step, 'loss': logger.last_loss,
+  progress.report_end(settings.train_dir, logger.global_step, stop_signals)
+  return {'global_step': logger.global_step, 'loss': logger.last_loss,
           'examples_per_sec': logger.last_examples_per_sec,
           'signal': stop_signals[0] if stop_signals else None}
 

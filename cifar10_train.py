@@ -24,14 +24,15 @@ from absl import flags
 import tensorflow.compat.v1 as tf
 
 import cifar10
+from cifar10_support import checkpoints
 from cifar10_support import data_files
 from cifar10_support import download
 from cifar10_support import mixed_precision
 from cifar10_support import progress
 from cifar10_support import run_flags
-from cifar10_support import saving
 from cifar10_support import sessions
 from cifar10_support import signals
+from cifar10_support import summaries
 from cifar10_support import train_dirs
 
 FLAGS = flags.FLAGS
@@ -111,29 +112,53 @@ def train(settings):
           loss_scaling=mixed_precision.needs_loss_scale(settings.compute_dtype),
           num_examples_per_epoch=data_set.records(data_set.train_files))
 
+      # The checkpoint found above, restored by the session's scaffold
+      # (whose saver writes this run's checkpoints).
+      plan = start.restore_plan()
+      train_dirs.remove_interrupted_saves(settings.train_dir)
+      scaffold = checkpoints.restoring_scaffold(plan, settings.train_dir)
+
       logger = progress.StepLogger(loss, settings.batch_size,
                                    settings.log_frequency)
-      # Restores the checkpoint found above; saves after the NaN check.
-      save = saving.restore_then_save(start, settings)
+      # Summaries and checkpoints are written after the NaN check, so that
+      # a diverged step is never saved.
       hooks = [tf.train.StopAtStepHook(last_step=settings.max_steps),
                tf.train.NanTensorHook(loss),
-               logger] + save.hooks
+               logger,
+               summaries.SummaryHook(settings.train_dir,
+                                     settings.save_summaries_steps,
+                                     settings.max_steps),
+               tf.train.CheckpointSaverHook(
+                   settings.train_dir, scaffold=scaffold,
+                   save_steps=settings.save_checkpoint_steps,
+                   save_secs=(None if settings.save_checkpoint_steps
+                              else settings.save_checkpoint_secs),
+                   listeners=[progress.SaveAnnouncer(settings.train_dir,
+                                                     settings.max_steps)])]
       config = sessions.training_config(
           settings.threads, log_device_placement=settings.log_device_placement)
       try:
         # Creating the session writes the first checkpoint.
         with train_dirs.stop_on_full_disk(settings.train_dir), \
             tf.train.MonitoredTrainingSession(
-                scaffold=save.scaffold, hooks=hooks, config=config,
-                **save.session_args) as mon_sess:
+                # Its own savers would run before every hook, the NaN check
+                # included: off, the hooks above save instead.
+                checkpoint_dir=None, save_checkpoint_secs=None,
+                save_checkpoint_steps=None, save_summaries_steps=None,
+                save_summaries_secs=None,
+                # Its step counter writes global_step/sec with the summaries.
+                summary_dir=settings.train_dir,
+                log_step_count_steps=settings.save_summaries_steps or None,
+                scaffold=scaffold, hooks=hooks, config=config) as mon_sess:
           while not mon_sess.should_stop() and not stop_signals:
             mon_sess.run(train_op)
       except tf.train.NanLossDuringTrainingError:
         # That step is not saved: name the checkpoint a new run resumes from.
-        raise start.diverged_error(logger.step) from None
+        raise train_dirs.diverged_error(logger.global_step,
+                                        settings.train_dir) from None
 
-  start.report_end(logger.step, stop_signals)
-  return {'global_step': logger.step, 'loss': logger.last_loss,
+  progress.report_end(settings.train_dir, logger.global_step, stop_signals)
+  return {'global_step': logger.global_step, 'loss': logger.last_loss,
           'examples_per_sec': logger.last_examples_per_sec,
           'signal': stop_signals[0] if stop_signals else None}
 

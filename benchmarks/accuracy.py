@@ -189,7 +189,7 @@ def train_and_evaluate(settings, steps, eval_settings):
 def machine_info(machine):
   """The log's fields that say where a run was measured; machine is the
   machine's short name (docs/machines.md), or None."""
-  cpuinfo = benchmark.read_cpuinfo()
+  cpuinfo = mixed_precision.read_cpuinfo()
   family = re.search(r'^cpu family\s*:\s*(\d+)', cpuinfo, re.M)
   model = re.search(r'^model\s*:\s*(\d+)', cpuinfo, re.M)
   line = benchmark.describe_machine(cpuinfo)

@@ -36,14 +36,14 @@ import cifar10_classify
 import cifar10_eval
 import cifar10_input
 import cifar10_multi_gpu_train
+from cifar10_support import checkpoints
 from cifar10_support import download
 from cifar10_support import eval_run
 from cifar10_support import mixed_precision
 from cifar10_support import progress
-from cifar10_support import saving
-from cifar10_support import sessions
-from cifar10_support import train_dirs
 from cifar10_support import run_flags
+from cifar10_support import sessions
+from cifar10_support import summaries
 import step_time
 import synthetic
 import testutil
@@ -76,21 +76,12 @@ BASELINES.update({'%s_%s' % (name, suffix): name
                   for suffix in ('bf16', 'fp16')})
 
 
-def read_cpuinfo():
-  """The text of /proc/cpuinfo, '' where there is none."""
-  try:
-    with open('/proc/cpuinfo') as f:
-      return f.read()
-  except OSError:
-    return ''
-
-
 def describe_machine(cpuinfo=None, cpu_count=None, usable_cores=None,
                      environ=None, tf_version=None):
   """The 'machine: ...' line. Each argument None is read from this machine:
   /proc/cpuinfo, os.cpu_count(), the cores this process may use (printed
   where fewer), os.environ (TF_ENABLE_ONEDNN_OPTS) and tf.__version__."""
-  cpuinfo = read_cpuinfo() if cpuinfo is None else cpuinfo
+  cpuinfo = mixed_precision.read_cpuinfo() if cpuinfo is None else cpuinfo
   cpu_count = os.cpu_count() if cpu_count is None else cpu_count
   usable_cores = (sessions.usable_cores() if usable_cores is None
                   else usable_cores)
@@ -214,7 +205,10 @@ class SessionVariant(Variant):
       self.sess.run([tf.global_variables_initializer(),
                      tf.local_variables_initializer()])
       self.coord = tf.train.Coordinator()
-      self.threads = tf.train.start_queue_runners(self.sess, self.coord)
+      # A variant on a constant batch has no queue to run.
+      self.threads = (
+          tf.train.start_queue_runners(self.sess, self.coord)
+          if tf.get_collection(tf.GraphKeys.QUEUE_RUNNERS) else [])
 
   def step(self):
     self.sess.run(self.fetch)
@@ -278,16 +272,28 @@ class TrainScriptVariant(Variant):
                   progress.StepLogger(loss, batch_size, 10))
 
   def _start(self, train_dir, config, loss, step_hook, summary_op=None):
-    """Opens the trainer's session with its hooks and saving settings."""
+    """Opens the trainer's session with its hooks and saving settings, as
+    cifar10_train.py does from step 0."""
     self._log = open(os.devnull, 'w')
     settings = run_flags.TrainSettings(None, train_dir, max_steps=10 ** 9)
     with self._quiet():
-      scaffold, saving_hooks, session_args = saving.restore_then_save(
-          train_dirs.StartPoint(train_dir, None), settings, summary_op)
+      scaffold = checkpoints.restoring_scaffold(None, train_dir,
+                                                summary_op=summary_op)
       hooks = [tf.train.StopAtStepHook(last_step=settings.max_steps),
-               tf.train.NanTensorHook(loss), step_hook] + saving_hooks
+               tf.train.NanTensorHook(loss), step_hook,
+               summaries.SummaryHook(train_dir, settings.save_summaries_steps,
+                                     settings.max_steps, summary_op),
+               tf.train.CheckpointSaverHook(
+                   train_dir, scaffold=scaffold,
+                   save_secs=settings.save_checkpoint_secs,
+                   listeners=[progress.SaveAnnouncer(train_dir,
+                                                     settings.max_steps)])]
       self.sess = tf.train.MonitoredTrainingSession(
-          scaffold=scaffold, hooks=hooks, config=config, **session_args)
+          checkpoint_dir=None, save_checkpoint_secs=None,
+          save_checkpoint_steps=None, save_summaries_steps=None,
+          save_summaries_secs=None, summary_dir=train_dir,
+          log_step_count_steps=settings.save_summaries_steps,
+          scaffold=scaffold, hooks=hooks, config=config)
 
   @contextlib.contextmanager
   def _quiet(self):
@@ -619,6 +625,8 @@ def parse_args():
 
 def main():
   args = parse_args()
+  # Its own lines only, as the scripts print (TF_CPP_MIN_LOG_LEVEL=0: all).
+  console.quiet_python_logs()
   scratch = tempfile.mkdtemp(prefix='cifar10_bench_')
   # Default: full-size synthetic files, 5 x 10000 train and 10000 test.
   data_dir = args.data_dir or synthetic.make_data_dir(

@@ -13,8 +13,10 @@ import tensorflow.compat.v1 as tf
 from cifar10_support import checkpoints
 from cifar10_support import clusters
 from cifar10_support import data_files
-from cifar10_support import saving
+from cifar10_support import progress
 from cifar10_support import sessions
+from cifar10_support import summaries
+from cifar10_support import train_dirs
 
 # How MonitoredSession's log line for an error it recovers from begins.
 RECOVERED_ERROR_LOG = 'An error was raised'
@@ -113,6 +115,7 @@ class _SessionCreator(tf.train.SessionCreator):
       with tf.device(worker.device):
         self.scaffold = checkpoints.restoring_scaffold(
             start.restore_plan(), start.train_dir, self._restored)
+      train_dirs.remove_interrupted_saves(start.train_dir)
     else:
       self.scaffold = tf.train.Scaffold()
 
@@ -237,9 +240,17 @@ def monitored_session(settings, worker, hooks, errors, global_step,
   creator = _SessionCreator(worker, config, start, global_step, errors,
                             classes)
   if worker.is_chief:
-    hooks = hooks + saving.saving_hooks(
-        creator.scaffold, start.train_dir, settings, own_steps=False,
-        label=worker.label)
+    steps = settings.save_checkpoint_steps
+    hooks = hooks + [
+        summaries.SummaryHook(start.train_dir, settings.save_summaries_steps,
+                              settings.max_steps, own_steps=False),
+        tf.train.CheckpointSaverHook(
+            start.train_dir, scaffold=creator.scaffold,
+            save_steps=steps or None,
+            save_secs=None if steps else settings.save_checkpoint_secs,
+            listeners=[progress.SaveAnnouncer(start.train_dir,
+                                              settings.max_steps,
+                                              worker.label)])]
     if settings.save_summaries_steps:
       hooks.append(tf.train.StepCounterHook(
           every_n_steps=settings.save_summaries_steps,

@@ -125,8 +125,7 @@ def on_tensorflow_log(prefix, callback):
 def before_tensorflow(module_name):
   """Chooses oneDNN's CPU kernels and, run as a script, a quiet start-up.
 
-  oneDNN trains this model faster (benchmarks/README.md, change 1);
-  TF_ENABLE_ONEDNN_OPTS=0 turns it off. For module_name '__main__' TensorFlow
+  oneDNN trains this model faster; TF_ENABLE_ONEDNN_OPTS=0 turns it off. For module_name '__main__' TensorFlow
   loads at quiet_cpp_level without its start-up lines, unless the
   user asks for everything or TensorFlow is loaded already (so a second call
   changes nothing); an imported module leaves the console as it is.

@@ -241,7 +241,7 @@ def _check_labels(filename, layout, num_classes):
     with tf.io.gfile.GFile(filename, 'rb') as f:
       records = np.frombuffer(f.read(), dtype=np.uint8)
   else:
-    # Mapped rather than read: ten times faster (no copy of the whole file).
+    # Mapped rather than read: no copy of the whole file.
     records = np.memmap(filename, dtype=np.uint8, mode='r')
   records = records.reshape(-1, record_bytes)
   for index, limit in enumerate(layout.label_limits):

@@ -1,8 +1,8 @@
 """Drop-in replacements for standard ops, each equal to the op it replaces
 (the tests compare them), where the original calls TensorFlow's own; each
-docstring begins with that op. Each was measured faster on the CPU (the
-change rows of benchmarks/README.md named below), or, for `loss_average`,
-fixes what the original's charts showed.
+docstring begins with that op. Each is faster on the CPU (what each gained:
+docs/performance.md), or, for `loss_average`, fixes what the original's
+charts showed.
 """
 
 import numpy as np
@@ -78,8 +78,8 @@ def lrn(x, depth_radius=5, bias=1.0, alpha=1.0, beta=0.5, name=None):
 
   The window sum is a product with a band matrix (alpha and bias folded
   into one fused matmul), the power is rsqrt(u) * sqrt(rsqrt(u)), and the
-  gradient is written out instead of differentiating those ops one by one
-  (benchmarks/README.md, changes 2 and 7). Equal to tf.nn.lrn and its
+  gradient is written out instead of differentiating those ops one by one.
+  Equal to tf.nn.lrn and its
   gradient to 1e-5.
 
   x: 4-D [batch, height, width, channels], any float dtype; the result has
@@ -103,7 +103,7 @@ def histogram_summary(name, values):
 
   TF1's HistogramSummary kernel bins one value at a time into ~1,500
   exponential buckets. This bins into HISTOGRAM_BUCKETS equal-width buckets
-  with a few whole-tensor ops (benchmarks/README.md, change 8) and writes
+  with a few whole-tensor ops and writes
   the histogram format TensorFlow 2's own tf.summary.histogram writes
   (plugin 'histograms', a [k, 3] float64 tensor of left edge, right edge,
   count), so it shows in the same dashboards.
@@ -136,7 +136,7 @@ def zero_fraction(x):
   """Replaces `tf.nn.zero_fraction`: the fraction of zeros, float32 scalar.
 
   The same number without tf.nn.zero_fraction's tf.cond, whose function
-  setup costs each new session time (benchmarks/README.md, change 9).
+  setup costs each new session time.
   """
   return tf.reduce_mean(tf.cast(tf.equal(x, 0), tf.float32))
 
@@ -170,8 +170,8 @@ def distort(planes, offsets, flips, deltas, factors, image_size):
   random_brightness, random_contrast and per_image_standardization.
 
   The same arithmetic as those ops applied one image at a time, with their
-  random draws given, over a whole chunk in a few ops (benchmarks/README.md,
-  changes 3 and 16), on colour planes, as the records store them, making
+  random draws given, over a whole chunk in a few ops, on colour planes, as
+  the records store them, making
   the finished float32 crop channels-last only at the end.
 
   Args:

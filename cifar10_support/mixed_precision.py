@@ -27,15 +27,20 @@ LOSS_SCALE_GROWTH_STEPS = 2000
 LossScale = collections.namedtuple('LossScale', ['scale', 'good_steps'])
 
 
+def read_cpuinfo():
+  """The text of /proc/cpuinfo, '' where there is none."""
+  try:
+    with open('/proc/cpuinfo') as f:
+      return f.read()
+  except OSError:
+    return ''
+
+
 def cpu_flags(cpuinfo=None):
   """The set of flags on the 'flags' lines of `cpuinfo` (text as Linux's
-  /proc/cpuinfo; None reads that file); None without such a line or file."""
+  /proc/cpuinfo; None reads that file); None without such a line."""
   if cpuinfo is None:
-    try:
-      with open('/proc/cpuinfo') as f:
-        cpuinfo = f.read()
-    except OSError:
-      return None
+    cpuinfo = read_cpuinfo()
   present = None
   for line in cpuinfo.splitlines():
     key, _, value = line.partition(':')

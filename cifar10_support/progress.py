@@ -8,6 +8,8 @@ import time
 
 import tensorflow.compat.v1 as tf
 
+from cifar10_support import checkpoints
+
 # The original's step line.
 LOG_FORMAT = '%s: step %d, loss = %.2f (%.1f examples/sec; %.3f sec/batch)'
 
@@ -24,8 +26,11 @@ class StepLogger(tf.train.SessionRunHook):
   print instead, fetched each run, at its own steps 1, log_frequency + 1...
 
   Attributes:
-    step: int, the global step of the next run (counted), or of the last run
-      (fetched; once the session ends, the global step then).
+    last_step: int, the global step of this process's last run (the one its
+      step line shows; fetched: read before its update), None before one.
+    global_step: int, where training stands after the last run (counted:
+      last_step + 1; fetched: read again when the session ends, None
+      before).
     own_steps, last_loss, last_examples_per_sec: this process's runs, the
       last loss, examples/sec of the last line (None before one).
   """
@@ -38,7 +43,7 @@ class StepLogger(tf.train.SessionRunHook):
     self._log_frequency = log_frequency
     self._step_tensor = step
     self._prefix = label + ': ' if label else ''
-    self.step = None
+    self.last_step = self.global_step = None
     self.own_steps = 0
     self.last_loss = None
     self.last_examples_per_sec = None
@@ -50,7 +55,7 @@ class StepLogger(tf.train.SessionRunHook):
 
   def after_create_session(self, session, coord):
     if self._step_tensor is None:
-      self.step = int(session.run(self._global_step))
+      self.global_step = int(session.run(self._global_step))
 
   def before_run(self, run_context):
     step = [] if self._step_tensor is None else self._step_tensor
@@ -59,11 +64,11 @@ class StepLogger(tf.train.SessionRunHook):
   def after_run(self, run_context, run_values):
     self.last_loss, fetched = run_values.results
     if self._step_tensor is None:
-      step = self.step  # The step just run; the global step counts it.
-      self.step += 1
+      step = self.last_step = self.global_step
+      self.global_step += 1  # This process makes every step.
       due = step % self._log_frequency == 0
     else:
-      step = self.step = int(fetched)
+      step = self.last_step = int(fetched)
       due = self.own_steps % self._log_frequency == 0
     if math.isnan(self.last_loss):
       return
@@ -82,7 +87,7 @@ class StepLogger(tf.train.SessionRunHook):
 
   def end(self, session):
     if self._step_tensor is not None:
-      self.step = int(session.run(self._step_tensor))
+      self.global_step = int(session.run(self._step_tensor))
 
 
 def time_left(secs):
@@ -98,7 +103,7 @@ def time_left(secs):
   return 'about %d h %d min' % divmod(minutes, 60)
 
 
-def progress(step, max_steps, steps_per_sec=None):
+def steps_and_time_left(step, max_steps, steps_per_sec=None):
   """'step 12,000 of 100,000; about 1 h 5 min left' at steps_per_sec (the
   time left out where it is None or 0, and at the end)."""
   text = 'step {:,} of {:,}'.format(step, max_steps)
@@ -126,4 +131,17 @@ class SaveAnnouncer(tf.train.CheckpointSaverListener):
     self._last = (global_step_value, now)
     print('%s%s: saved checkpoint %s-%d; %s' % (
         self._label, datetime.now(), self._prefix, global_step_value,
-        progress(global_step_value, self._max_steps, speed)), flush=True)
+        steps_and_time_left(global_step_value, self._max_steps, speed)),
+        flush=True)
+
+
+def report_end(train_dir, step, stop_signals):
+  """Prints how a run ended at global step `step` (stopped by the first of
+  stop_signals, if any), and train_dir's final checkpoint."""
+  final = checkpoints.newest(train_dir)
+  if stop_signals:
+    print('Received %s: stopped at step %d; final checkpoint %s.'
+          % (stop_signals[0].name, step, final), flush=True)
+  else:
+    print('Done: step %d reached (--max_steps); final checkpoint %s.'
+          % (step, final), flush=True)

@@ -9,7 +9,7 @@ import os
 import tensorflow.compat.v1 as tf
 
 # Without a GPU, sessions on machines with at most this many usable cores run
-# one op at a time, each op on every core (benchmarks/README.md, change 6).
+# one op at a time, each op on every core (why: docs/performance.md).
 ONE_OP_AT_A_TIME_MAX_CORES = 4
 
 ThreadCounts = collections.namedtuple('ThreadCounts', ['intra', 'inter'])
@@ -69,7 +69,7 @@ def session_config(optimize_graph=True, threads=BY_RULE, num_towers=1,
                    **kwargs):
   """`tf.ConfigProto(**kwargs)` with `set_threads`' thread counts;
   optimize_graph=False skips Grappler's rewrites without a GPU, for short
-  sessions such as evaluation's (benchmarks/README.md, change 10)."""
+  sessions such as evaluation's, whose start-up they would lengthen."""
   config = set_threads(tf.ConfigProto(**kwargs), threads, num_towers)
   if not optimize_graph and not has_gpu():
     config.graph_options.rewrite_options.disable_meta_optimizer = True

@@ -57,9 +57,8 @@ def check_gradients(tower_grads):
 
 def read_in_one_scope(getter, *args, **kwargs):
   """The towers' custom_getter: the variable's value, read in one scope,
-  variable_reads/, instead of the tower's. In TensorBoard's graph a tower
-  then has 2 inputs rather than 6, which its graph plugin took for a
-  high-degree node and moved the towers to "Auxiliary Nodes"."""
+  variable_reads/, instead of the tower's, so that TensorBoard's graph draws
+  the towers as such (docs/multi_gpu.md)."""
   var = getter(*args, **kwargs)
   with tf.name_scope('variable_reads/'):
     return var.value()

@@ -1,11 +1,12 @@
 """A training run's train_dir, from claiming it to where training starts.
 
     with train_dirs.claim(path, fresh_start) as start:  # lock, say where
+      train_dirs.check_then_record_classes(start, data_set)
       if start.nothing_to_train(max_steps): ...
-      ...build the graph; saving.restore_then_save(start, settings)...
+      ...build the graph; plan = start.restore_plan()...
+      train_dirs.remove_interrupted_saves(path)
       with train_dirs.stop_on_full_disk(path):  # one line, not a trace
-        ...train...          # a NaN: raise start.diverged_error(step)
-    start.report_end(step, stop_signals)
+        ...train...   # a NaN: raise train_dirs.diverged_error(step, path)
 
 One trainer per train_dir (two would write checkpoints over each other):
 each, and a cluster's chief, locks `<train_dir>/.cifar10_train.lock` and
@@ -124,7 +125,7 @@ class StartPoint(object):
 
   def restore_plan(self):
     """The checkpoints.RestorePlan of the graph just built (None without a
-    checkpoint); prints what starts fresh, then readies train_dir.
+    checkpoint); prints what starts fresh.
 
     Raises:
       checkpoints.CheckpointMismatchError: the checkpoint is of another
@@ -136,7 +137,6 @@ class StartPoint(object):
       line = checkpoints.not_in_checkpoint_message(plan)
       if line:
         print(line)
-    _remove_interrupted_saves(self.train_dir)
     return plan
 
   def nothing_to_train(self, max_steps):
@@ -147,30 +147,6 @@ class StartPoint(object):
           'train.' % (self.step, max_steps))
     return True
 
-  def report_end(self, step, stop_signals):
-    """Prints how the run ended at global step `step`, and its final
-    checkpoint."""
-    final = checkpoints.newest(self.train_dir)
-    if stop_signals:
-      print('Received %s: stopped at step %d; final checkpoint %s.'
-            % (stop_signals[0].name, step, final), flush=True)
-    else:
-      print('Done: step %d reached (--max_steps); final checkpoint %s.'
-            % (step, final), flush=True)
-
-  def diverged_error(self, step):
-    """The DivergedError for a NaN loss at global step `step`: it names the
-    checkpoint a new run resumes from."""
-    checkpoint = _resumed_from(self.train_dir)
-    if checkpoint is None:
-      kept = 'no checkpoint had been written yet'
-    else:
-      kept = ('the last good checkpoint, %s, is left intact and a new run '
-              'resumes from it' % checkpoint)
-    return DivergedError(
-        'Model diverged with loss = NaN at step %d: training stopped without '
-        'saving that step; %s. Lower the learning rate or check the data.'
-        % (step, kept))
 
 
 @contextlib.contextmanager
@@ -214,6 +190,25 @@ def claim(train_dir, fresh_start):
     yield start
 
 
+def diverged_error(step, train_dir=None):
+  """The DivergedError for a NaN loss at global step `step`: it names the
+  checkpoint of train_dir a new run resumes from; without train_dir (a
+  cluster worker that is not the chief), that the chief keeps it."""
+  if train_dir is None:
+    return DivergedError('Model diverged with loss = NaN at global step %d; '
+                         'the chief keeps the last good checkpoint.' % step)
+  checkpoint = _resumed_from(train_dir)
+  if checkpoint is None:
+    kept = 'no checkpoint had been written yet'
+  else:
+    kept = ('the last good checkpoint, %s, is left intact and a new run '
+            'resumes from it' % checkpoint)
+  return DivergedError(
+      'Model diverged with loss = NaN at step %d: training stopped without '
+      'saving that step; %s. Lower the learning rate or check the data.'
+      % (step, kept))
+
+
 def check_then_record_classes(start, data_set):
   """Raises checkpoints.ClassesMismatchError, naming both, unless
   data_set's classes are those of the checkpoint `start` resumes from; then
@@ -224,9 +219,11 @@ def check_then_record_classes(start, data_set):
   checkpoints.record_classes(start.train_dir, data_set)
 
 
-def _remove_interrupted_saves(train_dir):
+def remove_interrupted_saves(train_dir):
   """Removes the temporary directories of saves cut short (a kill, a full
-  disk): the index only ever names complete checkpoints, so none is read."""
+  disk): the index only ever names complete checkpoints, so none is read.
+  Call it once the checkpoint to resume from is known to fit the graph
+  (StartPoint.restore_plan), so that a refused run changes nothing."""
   for partial in tf.io.gfile.glob(os.path.join(train_dir, 'model.ckpt-*_temp')):
     print('Removing %s, an interrupted save.' % partial)
     tf.io.gfile.rmtree(partial)
@@ -255,7 +252,7 @@ def stop_on_full_disk(train_dir):
               'Disk quota exceeded' in e.message)
     if not full:
       raise
-    _remove_interrupted_saves(train_dir)
+    remove_interrupted_saves(train_dir)
     checkpoint = _resumed_from(train_dir)
     kept = ('the newest complete checkpoint, %s, is intact and a new run '
             'resumes from it' % checkpoint if checkpoint else

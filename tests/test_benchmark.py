@@ -74,6 +74,9 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
 
   assert result.returncode == 0, result.stderr[-3000:]
   out = result.stdout
+  # Its own lines only, as the scripts: none of TensorFlow's deprecation
+  # notices (queue runners, count_up_to, initializers).
+  assert 'deprecated' not in result.stderr + out, result.stderr[-3000:]
 
   # The machine, first: this machine's.
   assert out.startswith('machine: '), out[:2000]

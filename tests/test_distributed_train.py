@@ -24,6 +24,7 @@ from cifar10_support import cluster_sessions
 from cifar10_support import clusters
 from cifar10_support import progress
 from cifar10_support import run_flags
+from cifar10_support import train_dirs
 import synthetic
 import testutil
 
@@ -499,8 +500,8 @@ def test_a_diverged_worker_names_the_global_step_and_prints_no_nan_line(
       with tf.train.MonitoredSession(hooks=hooks) as session:
         while not session.should_stop():
           session.run(train_op)
-  assert logger.step == 3
-  assert dist.diverged_message(logger.step).startswith(
+  assert logger.last_step == 3
+  assert str(train_dirs.diverged_error(logger.last_step)).startswith(
       'Model diverged with loss = NaN at global step 3;')
   steps = [int(step) for _, step in LOG_LINE.findall(capsys.readouterr().out)]
   assert steps == [0, 1, 2]  # No line for the NaN step.

@@ -187,7 +187,9 @@ def test_no_file_uses_another_files_private_names():
 
 # What issue #32 set for the scripts, so that they stay readable top to
 # bottom: lines per script, parameters per function, positional arguments.
-MAX_LINES = {'cifar10_train.py': 280, 'cifar10_multi_gpu_train.py': 340,
+# Issue #45 wrote each trainer's MonitoredTrainingSession call and saving
+# hooks out in the script: the multi-GPU trainer's cap grew by 30 lines.
+MAX_LINES = {'cifar10_train.py': 280, 'cifar10_multi_gpu_train.py': 370,
              'cifar10_eval.py': 330, 'cifar10_distributed_train.py': 480}
 
 

@@ -216,7 +216,7 @@ def test_logger_counts_every_tower(monkeypatch, capsys):
     with tf.train.MonitoredSession(hooks=[logger]) as session:
       session.run(train_op)
   assert logger.last_examples_per_sec == 8.0
-  assert logger.step == 1
+  assert (logger.last_step, logger.global_step) == (0, 1)
   assert re.search(r'step 0, loss = 1\.50 \(8\.0 examples/sec; 1\.000 '
                    r'sec/batch\)', capsys.readouterr().out)
 

@@ -149,7 +149,7 @@ def test_missing_data_is_a_clear_error_within_seconds(tmp_path):
 ])
 def test_progress_says_where_a_run_stands(step, max_steps, steps_per_sec,
                                           text):
-  assert progress.progress(step, max_steps, steps_per_sec) == text
+  assert progress.steps_and_time_left(step, max_steps, steps_per_sec) == text
 
 
 def test_each_checkpoint_line_has_the_time_left_at_the_recent_speed(
@@ -171,3 +171,50 @@ def test_each_checkpoint_line_has_the_time_left_at_the_recent_speed(
       'model.ckpt-23000; step 23,000 of 100,000; about 2 h 8 min left']):
     assert re.fullmatch('Chief: %s: saved checkpoint /runs/a/%s' % (
         date, re.escape(tail)), line), line
+
+
+class _SessionAsked(Exception):
+  """Raised by the stand-in for MonitoredTrainingSession: its arguments are
+  all a test of the session call needs."""
+
+
+def _writes(hook):
+  """Whether a session hook can write to train_dir: a checkpoint or a
+  summary."""
+  return isinstance(hook, (tf.train.CheckpointSaverHook,
+                           tf.train.SummarySaverHook,
+                           tf.train.StepCounterHook)) or (
+                               type(hook).__name__ == 'SummaryHook')
+
+
+@pytest.mark.parametrize('trainer', ['cifar10_train', 'cifar10_multi_gpu_train'])
+def test_no_hook_saves_a_step_before_the_nan_check_has_seen_it(
+    data_dir, tmp_path, monkeypatch, trainer):
+  import importlib  # pylint: disable=g-import-not-at-top
+  module = importlib.import_module(trainer)
+  asked = {}
+
+  def session(**kwargs):
+    asked.update(kwargs)
+    raise _SessionAsked()
+
+  monkeypatch.setattr(tf.train, 'MonitoredTrainingSession', session)
+  settings = run_flags.TrainSettings(data_dir, str(tmp_path), batch_size=8,
+                                     input_threads=1)
+  with pytest.raises(_SessionAsked):
+    module.train(settings, **({'tower_device': 'cpu'}
+                              if trainer != 'cifar10_train' else {}))
+  # The session's own savers, which would run before every hook, are off.
+  for key in ('checkpoint_dir', 'save_checkpoint_secs', 'save_checkpoint_steps',
+              'save_summaries_steps', 'save_summaries_secs'):
+    assert asked[key] is None, key
+  hooks = asked['hooks']
+  nan_check = [i for i, hook in enumerate(hooks)
+               if isinstance(hook, tf.train.NanTensorHook)]
+  writers = [i for i, hook in enumerate(hooks) if _writes(hook)]
+  assert len(nan_check) == 1 and writers
+  assert nan_check[0] < min(writers), [type(h).__name__ for h in hooks]
+  # The summaries and checkpoints go to train_dir, at the flags' cadence.
+  saver = [h for h in hooks if isinstance(h, tf.train.CheckpointSaverHook)]
+  assert len(saver) == 1 and saver[0]._checkpoint_dir == str(tmp_path)  # pylint: disable=protected-access
+  assert saver[0]._timer._every_secs == settings.save_checkpoint_secs  # pylint: disable=protected-access
