@@ -29,19 +29,22 @@ import cifar10_input
 from cifar10_support import data_files
 from cifar10_support import fast_ops
 from cifar10_support import mixed_precision
+from cifar10_support import run_flags
 
 # The repository's cifar10/ folder, wherever the scripts are started from.
 DEFAULT_DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 'cifar10')
 
 # Basic model parameters. Defined here once, read only in the scripts' main();
-# the flags the scripts share beyond these are cifar10_support.run_flags'.
-flags.DEFINE_integer('batch_size', 128,
+# the flags the scripts share beyond these are cifar10_support.run_flags',
+# and their defaults run_flags.TRAIN_DEFAULTS (the Python API's too).
+flags.DEFINE_integer('batch_size', run_flags.TRAIN_DEFAULTS.batch_size,
                      'Number of images to process in a batch.',
                      lower_bound=1)
 flags.DEFINE_string('data_dir', DEFAULT_DATA_DIR,
                     'Path to the CIFAR-10 data directory.')
-flags.DEFINE_boolean('use_fp16', False, 'Train the model using fp16.')
+flags.DEFINE_boolean('use_fp16', run_flags.TRAIN_DEFAULTS.use_fp16,
+                     'Train the model using fp16.')
 
 # Global constants describing the CIFAR-10 data set; the scripts take a data
 # set's own from its data_files.DataSet.

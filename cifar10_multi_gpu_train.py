@@ -299,7 +299,7 @@ def train(settings, num_towers=1, tower_device='gpu', config=None):
                                      settings.max_steps, summary_op),
                tf.train.CheckpointSaverHook(
                    settings.train_dir, scaffold=scaffold,
-                   save_steps=settings.save_checkpoint_steps,
+                   save_steps=settings.save_checkpoint_steps or None,
                    save_secs=(None if settings.save_checkpoint_steps
                               else settings.save_checkpoint_secs),
                    listeners=[progress.SaveAnnouncer(settings.train_dir,

@@ -39,24 +39,30 @@ FLAGS = flags.FLAGS
 
 flags.DEFINE_string('train_dir', '/tmp/cifar10_train',
                     'Directory where to write event logs and checkpoint.')
-flags.DEFINE_integer('max_steps', 100000, 'Number of batches to run.',
+# The defaults are run_flags.TRAIN_DEFAULTS, the Python API's too.
+flags.DEFINE_integer('max_steps', run_flags.TRAIN_DEFAULTS.max_steps,
+                     'Number of batches to run.',
                      lower_bound=1)
-flags.DEFINE_boolean('log_device_placement', False,
+flags.DEFINE_boolean('log_device_placement',
+                     run_flags.TRAIN_DEFAULTS.log_device_placement,
                      'Whether to log device placement.')
-flags.DEFINE_integer('log_frequency', 10,
+flags.DEFINE_integer('log_frequency', run_flags.TRAIN_DEFAULTS.log_frequency,
                      'How often to log results to the console.',
                      lower_bound=1)
-flags.DEFINE_boolean('fresh_start', False,
+flags.DEFINE_boolean('fresh_start', run_flags.TRAIN_DEFAULTS.fresh_start,
                      'Delete what is in --train_dir (checkpoints and '
                      'events) and train from step 0 instead of resuming.')
-flags.DEFINE_integer('save_checkpoint_secs', 600,
+flags.DEFINE_integer('save_checkpoint_secs',
+                     run_flags.TRAIN_DEFAULTS.save_checkpoint_secs,
                      'Seconds between checkpoints (one is also written at '
                      'the start and at the end).', lower_bound=1)
-flags.DEFINE_integer('save_summaries_steps', 100,
+flags.DEFINE_integer('save_summaries_steps',
+                     run_flags.TRAIN_DEFAULTS.save_summaries_steps,
                      'Global steps between TensorBoard summaries (one is also '
                      'written after the first step and at the last); 0 '
                      'writes none.', lower_bound=0)
-flags.DEFINE_integer('save_checkpoint_steps', 0,
+flags.DEFINE_integer('save_checkpoint_steps',
+                     run_flags.TRAIN_DEFAULTS.save_checkpoint_steps,
                      'If positive, write a checkpoint every this many steps '
                      'instead of every --save_checkpoint_secs.',
                      lower_bound=0)
@@ -130,7 +136,7 @@ def train(settings):
                                      settings.max_steps),
                tf.train.CheckpointSaverHook(
                    settings.train_dir, scaffold=scaffold,
-                   save_steps=settings.save_checkpoint_steps,
+                   save_steps=settings.save_checkpoint_steps or None,
                    save_secs=(None if settings.save_checkpoint_steps
                               else settings.save_checkpoint_secs),
                    listeners=[progress.SaveAnnouncer(settings.train_dir,

@@ -14,7 +14,26 @@ from cifar10_support import data_files
 from cifar10_support import download
 from cifar10_support import sessions
 
-flags.DEFINE_enum('dataset', 'cifar10', list(data_files.DATASETS),
+TrainSettings = collections.namedtuple('TrainSettings', [
+    'data_dir', 'train_dir', 'max_steps', 'batch_size', 'use_fp16',
+    'log_frequency', 'log_device_placement', 'fresh_start',
+    'save_checkpoint_secs', 'save_checkpoint_steps', 'save_summaries_steps',
+    'threads', 'input_threads', 'compute_dtype', 'dataset'], defaults=(
+        100000, 128, False, 10, False, False, 600, 0, 100,
+        sessions.BY_RULE, data_files.NUM_PREPROCESS_THREADS, None, 'cifar10'))
+TrainSettings.__doc__ = """The settings of one training run: the flag of the
+same name where there is one (its defaults are the flags', TRAIN_DEFAULTS),
+batch_size per tower and per worker; save_checkpoint_steps 0 (or None) for
+none (then save_checkpoint_secs); threads a sessions.ThreadCounts; input_threads the
+input pipeline's; compute_dtype None (float32), tf.bfloat16 or tf.float16
+(mixed_precision.py); dataset --dataset's (data_files.DATASETS)."""
+
+
+# What a trainer's flags default to (cifar10.py's and cifar10_train.py's).
+TRAIN_DEFAULTS = TrainSettings(data_dir=None, train_dir=None)
+
+
+flags.DEFINE_enum('dataset', TRAIN_DEFAULTS.dataset, list(data_files.DATASETS),
                   'The data set in --data_dir: cifar10 (its layout, '
                   'cifar-10-batches-bin/, also holds your own pictures as '
                   'cifar10_make_dataset.py writes them), cifar100 (the 100 '
@@ -95,21 +114,6 @@ def check_flag_writable_dir(name, path):
                          % (name, path, problem))
 
 
-TrainSettings = collections.namedtuple('TrainSettings', [
-    'data_dir', 'train_dir', 'max_steps', 'batch_size', 'use_fp16',
-    'log_frequency', 'log_device_placement', 'fresh_start',
-    'save_checkpoint_secs', 'save_checkpoint_steps', 'save_summaries_steps',
-    'threads', 'input_threads', 'compute_dtype', 'dataset'], defaults=(
-        100000, 128, False, 10, False, False, 600, None, 100,
-        sessions.BY_RULE, data_files.NUM_PREPROCESS_THREADS, None, 'cifar10'))
-TrainSettings.__doc__ = """The settings of one training run: the flag of the
-same name where there is one (the defaults are the flags'), batch_size per
-tower and per worker; save_checkpoint_steps None for none (then
-save_checkpoint_secs); threads a sessions.ThreadCounts; input_threads the
-input pipeline's; compute_dtype None (float32), tf.bfloat16 or tf.float16
-(mixed_precision.py); dataset --dataset's (data_files.DATASETS)."""
-
-
 def from_flags(flag_values, compute_dtype=None):
   """The TrainSettings of the training flags every trainer defines, with the
   mixed-precision dtype main chose."""
@@ -120,7 +124,7 @@ def from_flags(flag_values, compute_dtype=None):
       log_device_placement=flag_values.log_device_placement,
       fresh_start=flag_values.fresh_start,
       save_checkpoint_secs=flag_values.save_checkpoint_secs,
-      save_checkpoint_steps=flag_values.save_checkpoint_steps or None,
+      save_checkpoint_steps=flag_values.save_checkpoint_steps,
       save_summaries_steps=flag_values.save_summaries_steps,
       threads=threads(flag_values),
       compute_dtype=compute_dtype, dataset=flag_values.dataset)
