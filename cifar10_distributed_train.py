@@ -134,10 +134,11 @@ def build_worker_graph(settings, worker, data_set=None):
 
   Returns:
     A dict of 'global_step', 'chief_classes' (the chief's class names, for
-    clusters.check_chief_classes), 'step_before_update' (the global step read
-    before this worker's gradients are computed), 'loss', 'train_op', and,
-    when synchronous (else None), 'sync_optimizer' and 'release_op' (hands a
-    token to every worker, so none stays blocked at the end).
+    clusters.check_chief_classes), 'step_before_update' (int64 scalar, the
+    global step read before this worker's gradients are computed), 'loss',
+    'train_op', and, when synchronous (else None), 'sync_optimizer' and
+    'release_op' (hands a token to every worker, so none stays blocked at the
+    end).
   """
   data_set = data_set or data_files.describe(settings.data_dir,
                                              settings.dataset)

@@ -410,8 +410,7 @@ def _check_chief_checkpoint(train_dir, min_step, max_step):
   step = int(checkpoint.rsplit('-', 1)[1])
   assert min_step <= step <= max_step
   # The name is the global step the save began at; asynchronous workers may
-  # move it on before the values are read (CI saw a model.ckpt-24 holding
-  # 25), never back.
+  # move it on before the values are read, never back.
   assert step <= tf.train.load_variable(checkpoint, 'global_step') <= max_step
   with tf.Graph().as_default():
     cifar10.inference(tf.zeros([1, 24, 24, 3]))
