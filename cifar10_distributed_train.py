@@ -46,7 +46,6 @@ import cifar10
 import cifar10_eval  # its flags and evaluation, for the evaluator task
 import cifar10_train  # its flags
 from cifar10_support import checkpoints
-from cifar10_support import cluster_sessions
 from cifar10_support import clusters
 from cifar10_support import data_files
 from cifar10_support import download
@@ -55,6 +54,7 @@ from cifar10_support import progress
 from cifar10_support import run_flags
 from cifar10_support import sessions
 from cifar10_support import signals
+from cifar10_support import summaries
 from cifar10_support import train_dirs
 
 FLAGS = flags.FLAGS
@@ -134,10 +134,11 @@ def build_worker_graph(settings, worker, data_set=None):
 
   Returns:
     A dict of 'global_step', 'chief_classes' (the chief's class names, for
-    cluster_sessions.check_chief_classes), 'step_before_update' (the global step read
-    before this worker's gradients are computed), 'loss', 'train_op', and,
-    when synchronous (else None), 'sync_optimizer' and 'release_op' (hands a
-    token to every worker, so none stays blocked at the end).
+    clusters.check_chief_classes), 'step_before_update' (int64 scalar, the
+    global step read before this worker's gradients are computed), 'loss',
+    'train_op', and, when synchronous (else None), 'sync_optimizer' and
+    'release_op' (hands a token to every worker, so none stays blocked at the
+    end).
   """
   data_set = data_set or data_files.describe(settings.data_dir,
                                              settings.dataset)
@@ -148,7 +149,7 @@ def build_worker_graph(settings, worker, data_set=None):
   # tf.device rejects device functions in TF 2; the v1 form takes them.
   with tf.compat.v1.device(setter):
     global_step = tf.train.get_or_create_global_step()
-    chief_classes = cluster_sessions.chief_classes_variable(data_set)
+    chief_classes = clusters.chief_classes_variable(data_set)
     images, labels = cifar10.distorted_inputs(
         settings.data_dir, settings.batch_size, use_fp16=settings.use_fp16,
         num_threads=settings.input_threads, data_set=data_set)
@@ -238,32 +239,60 @@ def train(settings, worker):
       train_dirs.check_then_record_classes(start, data_set)
     with tf.Graph().as_default(), signals.stop_requests() as stop_signals:
       graph = build_worker_graph(settings, worker, data_set)
-      # Prefixed with the worker's label, as Inception's distributed trainer
-      # did.
       logger = progress.StepLogger(graph['loss'], settings.batch_size,
                                    settings.log_frequency,
                                    step=graph['step_before_update'],
                                    label=label)
+      # Only the last error is read, when a session is re-created.
+      lost_session_errors = collections.deque(maxlen=1)
+      config = sessions.worker_config(worker.task,
+                                      worker.operation_timeout_secs,
+                                      settings.log_device_placement)
+      # Bounds what TensorFlow leaves unbounded when a task goes away; the
+      # chief's sessions restore train_dir's newest checkpoint (its
+      # scaffold), the other workers watch the chief (its hooks).
+      creator = clusters.BoundedSessionCreator(
+          worker, config, start, lost_session_errors,
+          global_step=graph['global_step'],
+          classes=(graph['chief_classes'], data_set))
+      if is_chief:
+        train_dirs.remove_interrupted_saves(settings.train_dir)
       hooks = step_hooks(logger, graph['loss'], settings.max_steps)
       if worker.sync_replicas:
         hooks += [graph['sync_optimizer'].make_session_run_hook(is_chief),
                   ReleaseTokensHook(graph['release_op'])]
+      hooks += creator.hooks
+      if is_chief:
+        # After the NaN check, so that a diverged step is never saved.
+        steps = settings.save_checkpoint_steps
+        hooks += [
+            summaries.SummaryHook(settings.train_dir,
+                                  settings.save_summaries_steps,
+                                  settings.max_steps, own_steps=False),
+            tf.train.CheckpointSaverHook(
+                settings.train_dir, scaffold=creator.scaffold,
+                save_steps=steps or None,
+                save_secs=None if steps else settings.save_checkpoint_secs,
+                listeners=[progress.SaveAnnouncer(
+                    settings.train_dir, settings.max_steps, label)])]
+        if settings.save_summaries_steps:
+          hooks.append(tf.train.StepCounterHook(  # global_step/sec
+              every_n_steps=settings.save_summaries_steps,
+              output_dir=settings.train_dir))
       full_disk = (train_dirs.stop_on_full_disk(settings.train_dir) if is_chief
                    else contextlib.nullcontext())
-      # Only the last error is read, when a session is re-created.
-      lost_session_errors = collections.deque(maxlen=1)
       try:
+        # A short grace period: at a synchronous run's end the chief's
+        # gradient aggregation thread, blocked on gradients that will never
+        # come, holds the stop for all of it.
         with full_disk, console.on_tensorflow_log(
-            cluster_sessions.RECOVERED_ERROR_LOG, lost_session_errors.append
-        ), cluster_sessions.monitored_session(
-            settings, worker, hooks, lost_session_errors,
-            global_step=graph['global_step'],
-            classes=(graph['chief_classes'], data_set),
-            start=start) as mon_sess:
+            clusters.RECOVERED_ERROR_LOG, lost_session_errors.append
+        ), tf.train.MonitoredSession(session_creator=creator, hooks=hooks,
+                                     stop_grace_period_secs=3) as mon_sess:
           while not mon_sess.should_stop() and not stop_signals:
             mon_sess.run(graph['train_op'])
       except tf.errors.DeadlineExceededError:
-        raise cluster_sessions.operation_timeout(worker, logger.last_step)
+        raise clusters.operation_timeout_error(worker, logger.last_step)
       except tf.errors.CancelledError as e:
         if 'sync_token_q' not in e.message:
           raise
@@ -308,7 +337,7 @@ def main(argv):
     # Joins no cluster: follows the chief's checkpoints in --train_dir, as
     # cifar10_eval.py does, until the one at --max_steps; from TF_CONFIG it
     # stops when the chief stays away.
-    sleep = (cluster_sessions.ChiefWatch(cluster, FLAGS.startup_wait_secs)
+    sleep = (clusters.ChiefWatch(cluster, FLAGS.startup_wait_secs)
              .sleep if cluster else time.sleep)
     try:
       last = cifar10_eval.evaluate_as_flagged(
@@ -370,8 +399,8 @@ def main(argv):
   try:
     clusters.wait_for_addresses(clusters.tasks_of(cluster, 'ps'),
                                 FLAGS.startup_wait_secs)
-    cluster_sessions.watch_ps_tasks(label, clusters.tasks_of(cluster, 'ps'),
-                                    FLAGS.startup_wait_secs)
+    clusters.exit_when_a_ps_task_stays_away(
+        label, clusters.tasks_of(cluster, 'ps'), FLAGS.startup_wait_secs)
     download.prepare(FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5,
                      FLAGS.dataset)
     stop_signal = train(settings, worker)

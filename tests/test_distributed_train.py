@@ -20,10 +20,10 @@ import tensorflow.compat.v1 as tf
 import cifar10
 import cifar10_distributed_train as dist
 from cifar10_support import checkpoints
-from cifar10_support import cluster_sessions
 from cifar10_support import clusters
 from cifar10_support import progress
 from cifar10_support import run_flags
+from cifar10_support import summaries
 from cifar10_support import train_dirs
 import synthetic
 import testutil
@@ -411,8 +411,7 @@ def _check_chief_checkpoint(train_dir, min_step, max_step):
   step = int(checkpoint.rsplit('-', 1)[1])
   assert min_step <= step <= max_step
   # The name is the global step the save began at; asynchronous workers may
-  # move it on before the values are read (CI saw a model.ckpt-24 holding
-  # 25), never back.
+  # move it on before the values are read, never back.
   assert step <= tf.train.load_variable(checkpoint, 'global_step') <= max_step
   with tf.Graph().as_default():
     cifar10.inference(tf.zeros([1, 24, 24, 3]))
@@ -507,6 +506,50 @@ def test_a_diverged_worker_names_the_global_step_and_prints_no_nan_line(
   assert steps == [0, 1, 2]  # No line for the NaN step.
 
 
+class _SessionOpened(Exception):
+  """Raised where the worker would open its tf.train.MonitoredSession."""
+
+
+def _session_hooks(monkeypatch, run, *args):
+  """The hooks that run(*args) gives tf.train.MonitoredSession, in order;
+  the session is never opened, so nothing connects or trains."""
+  given = {}
+
+  def monitored_session(**kwargs):
+    given.update(kwargs)
+    raise _SessionOpened()
+
+  monkeypatch.setattr(tf.train, 'MonitoredSession', monitored_session)
+  with pytest.raises(_SessionOpened):
+    run(*args)
+  return given['hooks']
+
+
+@pytest.mark.parametrize('task_index,sync', [(0, False), (0, True),
+                                             (1, False)],
+                         ids=['chief-async', 'chief-sync', 'worker-async'])
+def test_the_chief_saves_after_the_nan_check_which_knows_the_step(
+    task_index, sync, data_dir, tmp_path, monkeypatch):
+  cluster = {'ps': ['127.0.0.1:1'], 'worker': ['127.0.0.1:2', '127.0.0.1:3']}
+  hooks = _session_hooks(
+      monkeypatch, dist.train,
+      run_flags.TrainSettings(data_dir, str(tmp_path), batch_size=2,
+                              input_threads=1),
+      clusters.WorkerSettings(None, cluster, task_index, sync_replicas=sync))
+  kinds = [type(hook) for hook in hooks]
+  nan_check = kinds.index(tf.train.NanTensorHook)
+  # The logger runs first: it has read the step the NaN check stops at.
+  assert kinds.index(progress.StepLogger) < nan_check
+  saving = [i for i, kind in enumerate(kinds) if kind in (
+      summaries.SummaryHook, tf.train.CheckpointSaverHook,
+      tf.train.StepCounterHook)]
+  if task_index == 0:
+    # A step whose loss is NaN writes no summary and no checkpoint.
+    assert len(saving) == 3 and min(saving) > nan_check, kinds
+  else:
+    assert not saving and clusters.ChiefWatch in kinds, kinds
+
+
 def _ancestors(op):
   """Every op `op` waits for, through its inputs and control inputs."""
   seen, stack = set(), [op]
@@ -554,11 +597,11 @@ def test_a_lost_session_names_the_ps_task_tf_names():
       s.listen()
     tasks = {'/job:ps/task:%d' % i: '127.0.0.1:%d' % s.getsockname()[1]
              for i, s in enumerate(listening)}
-    assert cluster_sessions.why_lost(
+    assert clusters.wait_for_lost_ps_tasks(
         'Worker 0', tasks, 5, 'An error was raised. ... UNAVAILABLE: From '
         '/job:ps/replica:0/task:1:\nSocket closed') == (
             'ps task 1 at %s restarted' % tasks['/job:ps/task:1'])
-    assert cluster_sessions.why_lost(
+    assert clusters.wait_for_lost_ps_tasks(
         'Worker 0', tasks, 5, '... From /job:ps/replica:0/task:10: ...') == (
             'a ps task restarted, or a connection to one broke')
   finally:
@@ -570,7 +613,8 @@ def test_a_lost_session_whose_ps_task_stays_away_stops_naming_it():
   address = '127.0.0.1:%d' % testutil.free_ports(1)[0]
   start = time.time()
   with pytest.raises(TimeoutError) as raised:
-    cluster_sessions.why_lost('Worker 1', {'/job:ps/task:0': address}, 1, '')
+    clusters.wait_for_lost_ps_tasks('Worker 1', {'/job:ps/task:0': address},
+                                    1, '')
   assert time.time() - start < 10
   assert str(raised.value).startswith(
       'ps task 0 at %s did not come back within 1 s (--startup_wait_secs): '
