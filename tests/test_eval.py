@@ -16,8 +16,7 @@ import cifar10_eval
 import cifar10_input
 from cifar10_support import checkpoints
 from cifar10_support import download
-from cifar10_support import eval_run
-from cifar10_support import eval_report
+from cifar10_support import evaluation
 import testutil
 from testutil import run_script
 from testutil import session_config
@@ -57,7 +56,7 @@ def _test_labels(data_dir):
 def _eval_once(checkpoint, data_dir, **kwargs):
   kwargs.setdefault('session_config', session_config())
   return cifar10_eval.eval_once(
-      checkpoint, eval_run.EvalSettings(data_dir, **kwargs))
+      checkpoint, evaluation.EvalSettings(data_dir, **kwargs))
 
 
 def save_checkpoint(path, step, raw_class, shadow_class, dtype=tf.float32,
@@ -167,7 +166,7 @@ def test_test_file_alone_is_enough_and_nothing_is_fetched(data_dir, train_dir,
       str(only_test.parent), url, download.DATA_MD5,
       files=cifar10_input.eval_files('test'))
   cifar10_eval.evaluate(train_dir, str(tmp_path / 'e'),
-                        eval_run.EvalSettings(
+                        evaluation.EvalSettings(
                             str(only_test.parent), num_examples=20,
                             batch_size=8, run_once=True,
                             session_config=session_config()))
@@ -314,7 +313,7 @@ def test_follows_training_each_checkpoint_once(data_dir, tmp_path, capsys):
     actions[len(sleeps) - 1]()
 
   results = cifar10_eval.evaluate(
-      str(checkpoint_dir), str(eval_dir), eval_run.EvalSettings(
+      str(checkpoint_dir), str(eval_dir), evaluation.EvalSettings(
           data_dir, num_examples=20, batch_size=8, eval_interval_secs=3,
           session_config=session_config()),
       max_evaluations=2, sleep=sleep)
@@ -378,7 +377,7 @@ def test_bad_settings_fail_before_any_graph(data_dir, tmp_path, kwargs,
 
   with pytest.raises(ValueError, match=message):
     cifar10_eval.evaluate(str(tmp_path), str(tmp_path / 'eval'),
-                          eval_run.EvalSettings(data_dir, **settings))
+                          evaluation.EvalSettings(data_dir, **settings))
   # Nothing was built or written: not even eval_dir.
   assert not (tmp_path / 'eval').exists()
 
@@ -388,9 +387,9 @@ def test_confusion_image_shows_row_fractions():
   confusion[0, 0] = 4
   confusion[1, 0] = 2
   confusion[1, 1] = 2
-  cell = eval_report.CONFUSION_CELL_PIXELS
+  cell = evaluation.CONFUSION_CELL_PIXELS
 
-  image = eval_report.confusion_image(confusion, cifar10_input.CLASS_NAMES)
+  image = evaluation.confusion_image(confusion, cifar10_input.CLASS_NAMES)
 
   assert image.ndim == 4 and image.dtype == np.uint8
   assert image.shape[0] == 1 and image.shape[3] == 3
@@ -400,7 +399,7 @@ def test_confusion_image_shows_row_fractions():
   top = np.flatnonzero(grey.sum(axis=1) >= 10 * cell)[0]
   left = np.flatnonzero(grey.sum(axis=0) >= 10 * cell)[0]
   grid = image[0, top:top + 10 * cell + 1, left:left + 10 * cell + 1]
-  assert list(grid[2, 2]) == list(eval_report.CONFUSION_FULL_RGB)
+  assert list(grid[2, 2]) == list(evaluation.CONFUSION_FULL_RGB)
   assert list(grid[cell + 2, 2]) == list(grid[cell + 2, cell + 2])  # halves
   assert list(grid[2, cell + 2]) == [255, 255, 255]
   assert list(grid[0, 0]) == [200, 200, 200]  # grid line
