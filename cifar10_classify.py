@@ -40,8 +40,8 @@ flags.DEFINE_integer('top_k', 3, 'Classes printed per picture, most likely '
 flags.DEFINE_string('export_dir', '',
                     'Write a SavedModel of the model there (a new directory).')
 
-# The picture decoding, shared with cifar10_make_dataset.py, keeps its names
-# here.
+# The picture decoding, which cifar10_make_dataset.py shares, is part of this
+# script's API under these names too.
 IMAGE_EXTENSIONS = pictures.IMAGE_EXTENSIONS
 decode_batch = pictures.decode_batch
 
@@ -122,8 +122,9 @@ def classify(files, checkpoint, dtype=tf.float32, batch_size=128,
 
   Yields:
     (path, probabilities, problem) for each file, in order: probabilities
-    float32 [number of classes] and problem None for a picture; probabilities None and
-    problem a 'path: reason' string for a file that is not one.
+    float32 [number of classes] and problem None for a picture;
+    probabilities None and problem a 'path: reason' string for a file that
+    is not one.
   """
   with tf.Graph().as_default() as graph:
     encoded = tf.placeholder(tf.string, [None])

@@ -12,6 +12,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import cifar10
+import cifar10_classify
 import cifar10_eval
 import cifar10_input
 from cifar10_support import checkpoints
@@ -271,14 +272,76 @@ def test_tied_logits_count_as_one_prediction_not_a_hit_for_each(
   assert result['true_count'] == 2
 
 
-def test_checkpoint_without_moving_averages_says_so(data_dir, tmp_path):
-  save_checkpoint(str(tmp_path / 'model.ckpt'), 5, raw_class=3,
-                   shadow_class=7, with_averages=False)
+def _unusable_checkpoint(directory, fault):
+  """(path, eval's line, classify's line) of a checkpoint in directory that
+  both scripts refuse: one without moving averages, without the model, or
+  whose data file is cut short."""
+  path = os.path.join(directory, 'model.ckpt-5')
+  if fault == 'no model':
+    with tf.Graph().as_default():
+      tf.get_variable('other', [2], initializer=tf.zeros_initializer())
+      with tf.Session(config=session_config()) as sess:
+        sess.run(tf.global_variables_initializer())
+        tf.train.Saver().save(sess, path)
+    return path, (
+        'checkpoint %s does not hold the CIFAR-10 model (no conv1/weights); '
+        'point --checkpoint_dir at a cifar10_train.py --train_dir' % path), (
+            'checkpoint %s holds no CIFAR-10 model with moving averages (no '
+            'conv1/weights)' % path)
+  save_checkpoint(os.path.join(directory, 'model.ckpt'), 5, raw_class=3,
+                   shadow_class=7, with_averages=fault != 'no averages')
+  if fault == 'no averages':
+    return path, (
+        'checkpoint %s has no moving averages of the weights (no '
+        'conv1/biases/ExponentialMovingAverage): evaluation uses the averaged '
+        'weights, which cifar10_train.py saves; this checkpoint was written '
+        'without them' % path), (
+            'checkpoint %s holds no CIFAR-10 model with moving averages (no '
+            'conv1/weights/ExponentialMovingAverage)' % path)
+  with open(path + '.data-00000-of-00001', 'r+b') as f:
+    f.truncate(100)
+  problem = checkpoints.verified_reader(path)[1]
+  return path, (
+      'cannot read checkpoint %s (pruned by training, not completely '
+      'written, or damaged): %s' % (path, problem)), (
+          'cannot read checkpoint %s: %s' % (path, problem))
 
-  with pytest.raises(checkpoints.CheckpointError,
-                     match='no moving averages of the weights'):
-    _eval_once(str(tmp_path / 'model.ckpt-5'), data_dir, num_examples=20,
-               batch_size=8)
+
+@pytest.mark.parametrize('fault', ['no averages', 'no model', 'damaged'])
+def test_eval_and_classify_open_a_checkpoint_through_one_function(
+    data_dir, tmp_path, monkeypatch, fault):
+  path, eval_line, classify_line = _unusable_checkpoint(str(tmp_path), fault)
+  opened = []
+  open_model_checkpoint = checkpoints.open_model_checkpoint
+
+  def spy(checkpoint, averaged=False):
+    opened.append(checkpoint)
+    return open_model_checkpoint(checkpoint, averaged)
+
+  monkeypatch.setattr(checkpoints, 'open_model_checkpoint', spy)
+  with pytest.raises(checkpoints.CheckpointError) as refused:
+    _eval_once(path, data_dir, num_examples=20, batch_size=8)
+  assert str(refused.value) == eval_line
+  with pytest.raises(cifar10_classify.ClassifyError) as refused:
+    cifar10_classify.find_checkpoint('', checkpoint_path=path)
+  assert str(refused.value) == classify_line
+  assert opened == [path, path]
+
+
+def test_scripts_refuse_a_checkpoint_without_averages_each_in_its_line(
+    data_dir, tmp_path):
+  path, eval_line, classify_line = _unusable_checkpoint(str(tmp_path),
+                                                        'no averages')
+  refusals = [
+      run_script('cifar10_eval.py', [
+          '--data_dir=%s' % data_dir, '--checkpoint_dir=%s' % tmp_path,
+          '--eval_dir=%s' % (tmp_path / 'eval'), '--run_once']),
+      run_script('cifar10_classify.py', [
+          '--checkpoint_path=%s' % path, str(tmp_path)])]
+  assert [(r.returncode, r.stderr.strip().splitlines()[-1])
+          for r in refusals] == [
+              (1, 'cifar10_eval.py: error: ' + eval_line),
+              (1, 'cifar10_classify.py: ' + classify_line)]
 
 
 def test_follows_training_each_checkpoint_once(data_dir, tmp_path, capsys):
