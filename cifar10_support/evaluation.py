@@ -121,6 +121,7 @@ def new_checkpoints(checkpoint_dir, run_once, interval_secs,
     sleep(interval_secs)
 
 
+# What evaluation reports per class: the console table, and summaries.
 TABLE_HEADER = ('class', 'examples', 'correct', 'precision @ 1',
                 'most confused with')
 # Up to this many classes (CIFAR-100's 20 coarse ones) the console shows the
