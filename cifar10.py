@@ -15,6 +15,9 @@ Summary of the graph builders:
     # One step of training: SGD plus moving averages of the weights.
     train_op = train(total_loss, global_step, batch_size)
 
+    # Evaluating: the weights restored from their moving averages.
+    saver = tf.train.Saver(moving_averages_to_restore())
+
 Every function takes its settings as arguments; only the scripts' `main`
 functions read the flags defined here.
 """
@@ -371,6 +374,14 @@ def apply_moving_averages(global_step, after):
                                                         global_step)
   with tf.control_dependencies(after):
     return variable_averages.apply(tf.trainable_variables())
+
+
+def moving_averages_to_restore():
+  """Checkpoint name -> variable of the default graph's model, each weight
+  read from its moving average, which predicts better than the last raw
+  weights: for a tf.train.Saver that evaluates or classifies."""
+  variable_averages = tf.train.ExponentialMovingAverage(MOVING_AVERAGE_DECAY)
+  return variable_averages.variables_to_restore()
 
 
 def train(total_loss, global_step, batch_size=128, loss_scaling=False,

@@ -40,8 +40,8 @@ flags.DEFINE_integer('top_k', 3, 'Classes printed per picture, most likely '
 flags.DEFINE_string('export_dir', '',
                     'Write a SavedModel of the model there (a new directory).')
 
-# The picture decoding, shared with cifar10_make_dataset.py, keeps its names
-# here.
+# The picture decoding, which cifar10_make_dataset.py shares, is part of this
+# script's API under these names too.
 IMAGE_EXTENSIONS = pictures.IMAGE_EXTENSIONS
 decode_batch = pictures.decode_batch
 
@@ -67,12 +67,6 @@ def model(pixels, dtype=tf.float32, class_names=cifar10_input.CLASS_NAMES):
   return probabilities, classes
 
 
-def _averages_saver():
-  """Loads each weight's moving average into the weight, as eval does."""
-  averages = tf.train.ExponentialMovingAverage(cifar10.MOVING_AVERAGE_DECAY)
-  return tf.train.Saver(averages.variables_to_restore())
-
-
 def find_checkpoint(checkpoint_dir, checkpoint_path=''):
   """The checkpoint to use, its weights' dtype and its class names (those
   recorded beside it: see checkpoints.class_names_for); raises ClassifyError
@@ -82,20 +76,21 @@ def find_checkpoint(checkpoint_dir, checkpoint_path=''):
     raise ClassifyError(
         'no checkpoint in --checkpoint_dir=%s: point it at the --train_dir '
         'of a training run, or give --checkpoint_path' % checkpoint_dir)
-  reader, problem = checkpoints.verified_reader(path)
-  if problem:
-    raise ClassifyError('cannot read checkpoint %s: %s' % (path, problem))
-  missing = checkpoints.missing_model(reader, averaged=True)
-  if missing:
+  # Opened as cifar10_eval.py opens it; the lines are this script's own, as
+  # eval's speak of following training in --checkpoint_dir.
+  try:
+    reader, dtype, _ = checkpoints.open_model_checkpoint(path, averaged=True)
+  except checkpoints.CheckpointUnreadableError as e:
+    raise ClassifyError('cannot read checkpoint %s: %s' % (path, e.problem))
+  except checkpoints.NotTheModelError as e:
     raise ClassifyError('checkpoint %s holds no CIFAR-10 model with moving '
-                        'averages (no %s)' % (path, missing))
+                        'averages (no %s)' % (path, e.missing))
   try:
     class_names = checkpoints.class_names_for(
         *checkpoints.checkpoint_classes(path, reader))
   except ValueError as e:  # The names file beside it is unreadable.
     raise ClassifyError(str(e))
-  return (path, reader.get_variable_to_dtype_map()[checkpoints.MODEL_PROBE],
-          class_names)
+  return path, dtype, class_names
 
 
 def image_files(arguments):
@@ -127,14 +122,15 @@ def classify(files, checkpoint, dtype=tf.float32, batch_size=128,
 
   Yields:
     (path, probabilities, problem) for each file, in order: probabilities
-    float32 [number of classes] and problem None for a picture; probabilities None and
-    problem a 'path: reason' string for a file that is not one.
+    float32 [number of classes] and problem None for a picture;
+    probabilities None and problem a 'path: reason' string for a file that
+    is not one.
   """
   with tf.Graph().as_default() as graph:
     encoded = tf.placeholder(tf.string, [None])
     pixels = decode_batch(encoded)
     probabilities, _ = model(pixels, dtype, class_names)
-    saver = _averages_saver()
+    saver = tf.train.Saver(cifar10.moving_averages_to_restore())
     graph.finalize()
   # Yields outside any `with`: the caller's default graph stays its own
   # between results, and two generators may be open at once.
@@ -194,7 +190,7 @@ def export(checkpoint, export_dir, dtype=tf.float32,
             tf.saved_model.signature_def_utils.predict_signature_def(
                 inputs={name: tensor},
                 outputs={'probabilities': probabilities, 'classes': classes}))
-    saver = _averages_saver()
+    saver = tf.train.Saver(cifar10.moving_averages_to_restore())
     with tf.Session() as sess:
       saver.restore(sess, checkpoint)
       builder = tf.saved_model.Builder(export_dir)
@@ -204,8 +200,8 @@ def export(checkpoint, export_dir, dtype=tf.float32,
       builder.save()
 
 
-def top_classes(top_k, given, class_names, checkpoint):
-  """The classes to print per picture: top_k, at most the model's class
+def checked_top_k(top_k, given, class_names, checkpoint):
+  """How many classes to print per picture: top_k, at most the model's class
   count (by default; given on the command line, more is a ClassifyError)."""
   if top_k > len(class_names):
     if given:
@@ -226,8 +222,8 @@ def main(argv):
   try:
     checkpoint, dtype, class_names = find_checkpoint(FLAGS.checkpoint_dir,
                                                      FLAGS.checkpoint_path)
-    top_k = top_classes(FLAGS.top_k, FLAGS['top_k'].present, class_names,
-                        checkpoint)
+    top_k = checked_top_k(FLAGS.top_k, FLAGS['top_k'].present, class_names,
+                          checkpoint)
     if FLAGS.export_dir:
       export(checkpoint, FLAGS.export_dir, dtype, class_names)
       print('Wrote a SavedModel of %s to %s (signatures serving_default: '

@@ -27,35 +27,38 @@ import tensorflow.compat.v1 as tf
 import cifar10
 from cifar10_support import checkpoints
 from cifar10_support import data_files
-from cifar10_support import eval_report
-from cifar10_support import eval_run
+from cifar10_support import evaluation
 from cifar10_support import run_flags
 from cifar10_support import sessions
 
 FLAGS = flags.FLAGS
+# The flags' defaults are those of the settings they make, from Python too.
+DEFAULTS = evaluation.EvalSettings._field_defaults
 
 flags.DEFINE_string('eval_dir', '/tmp/cifar10_eval',
                     'Directory where to write event logs.')
-flags.DEFINE_enum('eval_data', 'test', ['test', 'train_eval'],
+flags.DEFINE_enum('eval_data', DEFAULTS['eval_data'], ['test', 'train_eval'],
                   "Either 'test' or 'train_eval'.")
 run_flags.define_checkpoint_dir_flag()
-flags.DEFINE_integer('eval_interval_secs', 60 * 5, 'How often to run the eval.',
+flags.DEFINE_integer('eval_interval_secs', DEFAULTS['eval_interval_secs'],
+                     'How often to run the eval.', lower_bound=1)
+flags.DEFINE_integer('num_examples', DEFAULTS['num_examples'],
+                     'Number of examples to run (default: every record of '
+                     '--eval_data, 10000 for CIFAR-10\'s test file).',
                      lower_bound=1)
-flags.DEFINE_integer('num_examples', None, 'Number of examples to run '
-                     '(default: every record of --eval_data, 10000 for '
-                     'CIFAR-10\'s test file).', lower_bound=1)
-flags.DEFINE_boolean('run_once', False, 'Whether to run eval only once.')
+flags.DEFINE_boolean('run_once', DEFAULTS['run_once'],
+                     'Whether to run eval only once.')
 
 EvalGraph = collections.namedtuple('EvalGraph', [
-    'correct', 'predictions', 'labels', 'summary_op', 'var_map'])
+    'correct', 'predictions', 'labels', 'summary_op', 'variables_to_restore'])
 EvalGraph.__doc__ = """`build_eval_graph`'s tensors [batch] `correct` (bool:
 the label is the top prediction), `predictions` and `labels` (int32), its
-merged `summary_op`, and `var_map`: checkpoint key -> variable, restored from
-its moving average."""
+merged `summary_op`, and `variables_to_restore`: checkpoint key -> variable,
+restored from its moving average."""
 
 
 def build_eval_graph(settings, use_fp16=False, data_set=None):
-  """The EvalGraph of an eval_run.EvalSettings, in the default graph;
+  """The EvalGraph of an evaluation.EvalSettings, in the default graph;
   use_fp16: the checkpoint holds float16 weights; data_set: the
   data_files.DataSet read (None: settings.dataset's in settings.data_dir),
   whose class count the model takes."""
@@ -76,11 +79,9 @@ def build_eval_graph(settings, use_fp16=False, data_set=None):
   # in_top_k also counts a label tied with the top logit; requiring the
   # argmax too counts a tie once, as the confusion matrix does.
   correct = tf.logical_and(top_k, tf.equal(predictions, labels))
-  # The moving averages ("shadows") predict better than the last raw weights.
-  averages = tf.train.ExponentialMovingAverage(cifar10.MOVING_AVERAGE_DECAY)
   return EvalGraph(correct=correct, predictions=predictions, labels=labels,
                    summary_op=tf.summary.merge_all(),
-                   var_map=averages.variables_to_restore())
+                   variables_to_restore=cifar10.moving_averages_to_restore())
 
 
 def count_examples(sess, eval_graph, num_examples):
@@ -115,16 +116,18 @@ def eval_once(checkpoint_path, settings, eval_dir=None):
   Args:
     checkpoint_path: checkpoint prefix, e.g. '/tmp/cifar10_train/model.ckpt-0';
       the model takes the dtype of its weights (--use_fp16 ones too).
-    settings: an eval_run.EvalSettings that eval_run.check_settings accepts.
+    settings: an evaluation.EvalSettings that evaluation.check_settings
+      accepts.
     eval_dir: where summaries go; None writes none.
 
   Returns:
     A dict: 'checkpoint', 'global_step', 'num_examples', 'true_count',
-    'precision' (true_count / num_examples), and the eval_report.EvalReport's
+    'precision' (true_count / num_examples), and the evaluation.EvalReport's
     'per_class' and 'confusion'.
 
   Raises:
-    checkpoints.CheckpointError: it lacks the model or its moving averages.
+    checkpoints.CheckpointError: it lacks the model (NotTheModelError) or its
+      moving averages.
     checkpoints.ClassesMismatchError: it was trained on other classes than
       the data's.
     checkpoints.CheckpointUnreadableError: its files are missing or
@@ -133,7 +136,8 @@ def eval_once(checkpoint_path, settings, eval_dir=None):
   data_set = data_files.describe(settings.data_dir, settings.dataset)
   num_examples = settings.num_examples or data_set.records(
       data_set.eval_files(settings.eval_data))
-  reader, dtype, global_step = eval_run.open_model(checkpoint_path)
+  reader, dtype, global_step = checkpoints.open_model_checkpoint(
+      checkpoint_path)
   checkpoints.check_classes(checkpoint_path, data_set, reader)
   print('%s: evaluating %s (global step %d, %s weights) on %d %s examples'
         % (datetime.now(), checkpoint_path, global_step, dtype.name,
@@ -146,9 +150,9 @@ def eval_once(checkpoint_path, settings, eval_dir=None):
   with tf.Graph().as_default() as graph:
     eval_graph = build_eval_graph(settings, use_fp16=dtype == tf.float16,
                                   data_set=data_set)
-    eval_run.check_averages_restorable(reader, eval_graph.var_map,
-                                       checkpoint_path)
-    saver = tf.train.Saver(eval_graph.var_map)
+    checkpoints.check_averages_restorable(
+        reader, eval_graph.variables_to_restore, checkpoint_path)
+    saver = tf.train.Saver(eval_graph.variables_to_restore)
     # The epoch counter of the single-pass input is a local variable.
     init_local = tf.local_variables_initializer()
     writer = tf.summary.FileWriterCache.get(eval_dir) if eval_dir else None
@@ -160,9 +164,7 @@ def eval_once(checkpoint_path, settings, eval_dir=None):
         saver.restore(sess, checkpoint_path)
       except tf.errors.OpError as e:  # Pruned or rewritten since it was read.
         raise checkpoints.CheckpointUnreadableError(
-            'cannot restore checkpoint %s (pruned by training, not '
-            'completely written, or damaged): %s'
-            % (checkpoint_path, e.message.splitlines()[0]))
+            checkpoint_path, e.message.splitlines()[0], action='restore')
       sess.run(init_local)
       coord = tf.train.Coordinator()
       threads = tf.train.start_queue_runners(sess=sess, coord=coord)
@@ -176,7 +178,7 @@ def eval_once(checkpoint_path, settings, eval_dir=None):
   true_count = int(correct.sum())
   precision = true_count / num_examples
   print('%s: precision @ 1 = %.3f' % (datetime.now(), precision))
-  report = eval_report.EvalReport(data_set.class_names, correct,
+  report = evaluation.EvalReport(data_set.class_names, correct,
                                   predictions, labels)
   print(report.table(), flush=True)
   if writer:
@@ -197,7 +199,7 @@ def evaluate(checkpoint_dir, eval_dir, settings, max_evaluations=None,
 
   Args:
     eval_dir: where summaries go; created if missing, never deleted.
-    settings: an eval_run.EvalSettings; settings_checked: the caller has
+    settings: an evaluation.EvalSettings; settings_checked: the caller has
       checked them already.
     max_evaluations: int or None; following training, return after this many.
     sleep: called with settings.eval_interval_secs to wait.
@@ -208,10 +210,10 @@ def evaluate(checkpoint_dir, eval_dir, settings, max_evaluations=None,
       the model or its moving averages.
   """
   if not settings_checked:
-    eval_run.check_settings(settings)
+    evaluation.check_settings(settings)
   tf.io.gfile.makedirs(eval_dir)
   results = []
-  for path in eval_run.new_checkpoints(
+  for path in evaluation.new_checkpoints(
       checkpoint_dir, settings.run_once, settings.eval_interval_secs, sleep):
     try:
       results.append(eval_once(path, settings, eval_dir))
@@ -239,7 +241,7 @@ def evaluate_as_flagged(flag_values, checkpoint_dir, until_step=None,
     print('Note: --use_fp16 is not needed here; the model takes the dtype '
           'of the weights in each checkpoint.')
   try:
-    settings = eval_run.from_flags_checked(flag_values)
+    settings = evaluation.fetch_data_then_settings(flag_values)
   except ValueError as e:  # cifar10_input.DataError is one too
     fail(str(e).replace('num_examples=', '--num_examples='))
   try:

@@ -38,7 +38,7 @@ import cifar10_eval
 import cifar10_train
 from cifar10_support import checkpoints
 from cifar10_support import download
-from cifar10_support import eval_run
+from cifar10_support import evaluation
 from cifar10_support import mixed_precision
 from cifar10_support import sessions
 from cifar10_support import signals
@@ -336,12 +336,12 @@ def run(args, argv):
       args.train_dir):
     sys.exit('accuracy.py: error: --train_dir=%s is not empty: the run '
              'must start from step 0' % args.train_dir)
-  eval_settings = eval_run.EvalSettings(
+  eval_settings = evaluation.EvalSettings(
       args.data_dir, num_examples=args.num_examples, run_once=True,
       session_config=sessions.eval_config())
   try:
     download.prepare(args.data_dir)
-    eval_run.check_settings(eval_settings)
+    evaluation.check_settings(eval_settings)
   except ValueError as e:  # A bad data file (DataError) or --num_examples.
     sys.exit('accuracy.py: error: %s' % e)
   info = machine_info(args.machine)

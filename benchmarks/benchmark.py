@@ -38,7 +38,7 @@ import cifar10_input
 import cifar10_multi_gpu_train
 from cifar10_support import checkpoints
 from cifar10_support import download
-from cifar10_support import eval_run
+from cifar10_support import evaluation
 from cifar10_support import mixed_precision
 from cifar10_support import progress
 from cifar10_support import run_flags
@@ -370,7 +370,7 @@ class EvalVariant(Variant):
                compute_dtype=None):
     super(EvalVariant, self).__init__(row_name('eval', compute_dtype), 1,
                                       num_examples, FORWARD_FLOP_PER_EXAMPLE)
-    self.settings = eval_run.EvalSettings(
+    self.settings = evaluation.EvalSettings(
         data_dir, batch_size=batch_size, compute_dtype=compute_dtype)
     self.config = config
 

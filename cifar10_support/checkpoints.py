@@ -1,4 +1,5 @@
-"""Checkpoints: finding them, checking them, and resuming from any trainer's.
+"""Checkpoints: finding them, checking them, opening one for its averaged
+weights (evaluation, classify), and resuming from any trainer's.
 
 Every trainer saves the same model state under the original's names (the
 weights, their moving averages, the global step) and beside it state of its
@@ -34,7 +35,24 @@ class CheckpointError(ValueError):
 
 
 class CheckpointUnreadableError(CheckpointError):
-  """A listed checkpoint's files are missing, incomplete or damaged."""
+  """A listed checkpoint's files are missing, incomplete or damaged, as when
+  training pruned it or is still writing it; `problem` says how."""
+
+  def __init__(self, checkpoint, problem, action='read'):
+    super().__init__('cannot %s checkpoint %s (pruned by training, not '
+                     'completely written, or damaged): %s'
+                     % (action, checkpoint, problem))
+    self.problem = problem
+
+
+class NotTheModelError(CheckpointError):
+  """A checkpoint lacks `missing`, a variable of the CIFAR-10 model."""
+
+  def __init__(self, checkpoint, missing):
+    super().__init__('checkpoint %s does not hold the CIFAR-10 model (no %s); '
+                     'point --checkpoint_dir at a cifar10_train.py --train_dir'
+                     % (checkpoint, missing))
+    self.missing = missing
 
 
 class ResumeError(ValueError):
@@ -133,15 +151,53 @@ def newest_restorable(train_dir, report=print):
       '--train_dir' % (train_dir, len(paths)))
 
 
-def missing_model(reader, averaged=False):
-  """The name of the first variable a checkpoint's reader lacks to be one of
-  the CIFAR-10 model (with averaged, the weights' moving averages too), or
-  None."""
-  needed = [MODEL_PROBE] + ([MODEL_PROBE + AVERAGE_SUFFIX] if averaged else [])
-  for name in needed:
+def open_model_checkpoint(checkpoint, averaged=False):
+  """(reader, the weights' dtype, global step: saved, else in the name, else
+  0) of a checkpoint of the CIFAR-10 model, every value read back; with
+  averaged, the weights' moving averages are looked for too, before a graph
+  is built for them (`check_averages_restorable` checks each one's, after).
+
+  Raises:
+    CheckpointUnreadableError: its files are missing, incomplete or damaged.
+    NotTheModelError: it lacks the model (or, averaged, its moving averages).
+  """
+  reader, problem = verified_reader(checkpoint)
+  if problem:
+    raise CheckpointUnreadableError(checkpoint, problem)
+  for name in [MODEL_PROBE] + ([MODEL_PROBE + AVERAGE_SUFFIX] if averaged
+                              else []):
     if not reader.has_tensor(name):
-      return name
-  return None
+      raise NotTheModelError(checkpoint, name)
+  if reader.has_tensor('global_step'):
+    global_step = int(reader.get_tensor('global_step'))
+  else:  # Not saved by a training script: take it from the name, if there.
+    global_step = step_of(checkpoint) or 0
+  return (reader, reader.get_variable_to_dtype_map()[MODEL_PROBE],
+          global_step)
+
+
+def check_averages_restorable(reader, variables_to_restore, checkpoint):
+  """Raises CheckpointError, naming what is missing or of the wrong shape,
+  unless a checkpoint has every moving average of variables_to_restore (key
+  -> variable, cifar10.moving_averages_to_restore())."""
+  shapes = reader.get_variable_to_shape_map()
+  missing = sorted(key for key in variables_to_restore if key not in shapes)
+  if missing:
+    raw_names = [variables_to_restore[key].op.name for key in missing]
+    if all(name in shapes for name in raw_names):
+      raise CheckpointError(
+          'checkpoint %s has no moving averages of the weights (no %s): '
+          'evaluation uses the averaged weights, which cifar10_train.py '
+          'saves; this checkpoint was written without them'
+          % (checkpoint, missing[0]))
+    raise CheckpointError(
+        'checkpoint %s does not match the CIFAR-10 model: missing %s'
+        % (checkpoint, ', '.join(missing)))
+  for key, var in sorted(variables_to_restore.items()):
+    if shapes[key] != var.shape.as_list():
+      raise CheckpointError(
+          'checkpoint %s holds %s with shape %s; the model needs %s'
+          % (checkpoint, key, shapes[key], var.shape.as_list()))
 
 
 def checkpoint_classes(checkpoint, reader=None):

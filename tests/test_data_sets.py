@@ -14,7 +14,7 @@ import cifar10_classify
 import cifar10_eval
 from cifar10_support import checkpoints
 from cifar10_support import data_files
-from cifar10_support import eval_run
+from cifar10_support import evaluation
 from cifar10_support import train_dirs
 import synthetic
 import testutil
@@ -249,16 +249,17 @@ def test_training_records_the_classes_and_refuses_others_on_resume(
 
 
 def test_eval_counts_every_record_by_default(own_data):
-  settings = eval_run.EvalSettings(own_data, batch_size=8)
+  settings = evaluation.EvalSettings(own_data, batch_size=8)
   assert settings.num_examples is None
-  assert eval_run.check_settings(settings) == 30
+  assert evaluation.check_settings(settings) == 30
 
 
 def test_eval_refuses_a_checkpoint_of_other_classes(tmp_path, own_data):
   path = _checkpoint(str(tmp_path / 'train'), 10)
   with pytest.raises(checkpoints.ClassesMismatchError,
                      match='has 3 classes .* was trained on 10 classes'):
-    cifar10_eval.eval_once(path, eval_run.EvalSettings(own_data, batch_size=8))
+    cifar10_eval.eval_once(path, evaluation.EvalSettings(own_data,
+                                                         batch_size=8))
 
 
 @pytest.mark.parametrize('top_k,given,expected', [
@@ -269,9 +270,9 @@ def test_top_k_is_at_most_the_class_count(top_k, given, expected):
     with pytest.raises(cifar10_classify.ClassifyError,
                        match=r'--top_k=3 is more than the 2 classes of '
                        r'checkpoint ck; give --top_k=2 or fewer'):
-      cifar10_classify.top_classes(top_k, given, names, 'ck')
+      cifar10_classify.checked_top_k(top_k, given, names, 'ck')
   else:
-    assert cifar10_classify.top_classes(top_k, given, names, 'ck') == expected
+    assert cifar10_classify.checked_top_k(top_k, given, names, 'ck') == expected
 
 
 def test_a_picture_is_named_with_the_checkpoints_classes():
@@ -335,13 +336,13 @@ def test_cifar100_is_learned_as_users_train_it(tmp_path):
       '--log_frequency=100'], timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]
   assert ('Classes: 100 classes (fine_0, fine_1, ' in result.stdout)
-  evaluation = cifar10_eval.eval_once(
+  evaluated = cifar10_eval.eval_once(
       tf.train.latest_checkpoint(train_dir),
-      eval_run.EvalSettings(data_dir, dataset='cifar100',
-                            session_config=testutil.session_config(2)))
-  assert evaluation['num_examples'] == 500
-  assert len(evaluation['per_class']) == 100
-  assert evaluation['precision'] >= 0.3, evaluation['precision']
+      evaluation.EvalSettings(data_dir, dataset='cifar100',
+                              session_config=testutil.session_config(2)))
+  assert evaluated['num_examples'] == 500
+  assert len(evaluated['per_class']) == 100
+  assert evaluated['precision'] >= 0.3, evaluated['precision']
 
 
 # --- Your own pictures, end to end, as a user runs the scripts -----------------

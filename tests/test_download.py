@@ -29,7 +29,7 @@ import pytest
 import cifar10_input
 from cifar10_support import data_files
 from cifar10_support import download
-from cifar10_support import eval_run
+from cifar10_support import evaluation
 from cifar10_support import run_flags  # pylint: disable=unused-import
 import synthetic
 import testutil
@@ -812,12 +812,12 @@ def test_eval_flags_prepare_their_dataset(tmp_path, printed):
       batch_size=5, run_once=True, eval_interval_secs=0,
       data_url=closed_port_url(), data_md5=None, dataset='cifar100',
       mixed_precision='off', num_intra_threads=None, num_inter_threads=None)
-  settings = eval_run.from_flags_checked(flag_values)
+  settings = evaluation.fetch_data_then_settings(flag_values)
   assert settings.num_examples == 10
   assert printed.take().startswith(
       'Data: %s, 1 file, 10 records (checked).\nClasses: 100 classes ('
       % (tmp_path / 'cifar-100-binary'))
   with pytest.raises(ValueError, match='more than the 10 records in %s' % (
       tmp_path / 'cifar-100-binary' / 'test.bin')):
-    eval_run.from_flags_checked(types.SimpleNamespace(
+    evaluation.fetch_data_then_settings(types.SimpleNamespace(
         **dict(vars(flag_values), num_examples=11)))

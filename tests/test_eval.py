@@ -12,12 +12,12 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import cifar10
+import cifar10_classify
 import cifar10_eval
 import cifar10_input
 from cifar10_support import checkpoints
 from cifar10_support import download
-from cifar10_support import eval_run
-from cifar10_support import eval_report
+from cifar10_support import evaluation
 import testutil
 from testutil import run_script
 from testutil import session_config
@@ -57,7 +57,7 @@ def _test_labels(data_dir):
 def _eval_once(checkpoint, data_dir, **kwargs):
   kwargs.setdefault('session_config', session_config())
   return cifar10_eval.eval_once(
-      checkpoint, eval_run.EvalSettings(data_dir, **kwargs))
+      checkpoint, evaluation.EvalSettings(data_dir, **kwargs))
 
 
 def save_checkpoint(path, step, raw_class, shadow_class, dtype=tf.float32,
@@ -167,7 +167,7 @@ def test_test_file_alone_is_enough_and_nothing_is_fetched(data_dir, train_dir,
       str(only_test.parent), url, download.DATA_MD5,
       files=cifar10_input.eval_files('test'))
   cifar10_eval.evaluate(train_dir, str(tmp_path / 'e'),
-                        eval_run.EvalSettings(
+                        evaluation.EvalSettings(
                             str(only_test.parent), num_examples=20,
                             batch_size=8, run_once=True,
                             session_config=session_config()))
@@ -272,14 +272,76 @@ def test_tied_logits_count_as_one_prediction_not_a_hit_for_each(
   assert result['true_count'] == 2
 
 
-def test_checkpoint_without_moving_averages_says_so(data_dir, tmp_path):
-  save_checkpoint(str(tmp_path / 'model.ckpt'), 5, raw_class=3,
-                   shadow_class=7, with_averages=False)
+def _unusable_checkpoint(directory, fault):
+  """(path, eval's line, classify's line) of a checkpoint in directory that
+  both scripts refuse: one without moving averages, without the model, or
+  whose data file is cut short."""
+  path = os.path.join(directory, 'model.ckpt-5')
+  if fault == 'no model':
+    with tf.Graph().as_default():
+      tf.get_variable('other', [2], initializer=tf.zeros_initializer())
+      with tf.Session(config=session_config()) as sess:
+        sess.run(tf.global_variables_initializer())
+        tf.train.Saver().save(sess, path)
+    return path, (
+        'checkpoint %s does not hold the CIFAR-10 model (no conv1/weights); '
+        'point --checkpoint_dir at a cifar10_train.py --train_dir' % path), (
+            'checkpoint %s holds no CIFAR-10 model with moving averages (no '
+            'conv1/weights)' % path)
+  save_checkpoint(os.path.join(directory, 'model.ckpt'), 5, raw_class=3,
+                   shadow_class=7, with_averages=fault != 'no averages')
+  if fault == 'no averages':
+    return path, (
+        'checkpoint %s has no moving averages of the weights (no '
+        'conv1/biases/ExponentialMovingAverage): evaluation uses the averaged '
+        'weights, which cifar10_train.py saves; this checkpoint was written '
+        'without them' % path), (
+            'checkpoint %s holds no CIFAR-10 model with moving averages (no '
+            'conv1/weights/ExponentialMovingAverage)' % path)
+  with open(path + '.data-00000-of-00001', 'r+b') as f:
+    f.truncate(100)
+  problem = checkpoints.verified_reader(path)[1]
+  return path, (
+      'cannot read checkpoint %s (pruned by training, not completely '
+      'written, or damaged): %s' % (path, problem)), (
+          'cannot read checkpoint %s: %s' % (path, problem))
 
-  with pytest.raises(checkpoints.CheckpointError,
-                     match='no moving averages of the weights'):
-    _eval_once(str(tmp_path / 'model.ckpt-5'), data_dir, num_examples=20,
-               batch_size=8)
+
+@pytest.mark.parametrize('fault', ['no averages', 'no model', 'damaged'])
+def test_eval_and_classify_open_a_checkpoint_through_one_function(
+    data_dir, tmp_path, monkeypatch, fault):
+  path, eval_line, classify_line = _unusable_checkpoint(str(tmp_path), fault)
+  opened = []
+  open_model_checkpoint = checkpoints.open_model_checkpoint
+
+  def spy(checkpoint, averaged=False):
+    opened.append(checkpoint)
+    return open_model_checkpoint(checkpoint, averaged)
+
+  monkeypatch.setattr(checkpoints, 'open_model_checkpoint', spy)
+  with pytest.raises(checkpoints.CheckpointError) as refused:
+    _eval_once(path, data_dir, num_examples=20, batch_size=8)
+  assert str(refused.value) == eval_line
+  with pytest.raises(cifar10_classify.ClassifyError) as refused:
+    cifar10_classify.find_checkpoint('', checkpoint_path=path)
+  assert str(refused.value) == classify_line
+  assert opened == [path, path]
+
+
+def test_scripts_refuse_a_checkpoint_without_averages_each_in_its_line(
+    data_dir, tmp_path):
+  path, eval_line, classify_line = _unusable_checkpoint(str(tmp_path),
+                                                        'no averages')
+  refusals = [
+      run_script('cifar10_eval.py', [
+          '--data_dir=%s' % data_dir, '--checkpoint_dir=%s' % tmp_path,
+          '--eval_dir=%s' % (tmp_path / 'eval'), '--run_once']),
+      run_script('cifar10_classify.py', [
+          '--checkpoint_path=%s' % path, str(tmp_path)])]
+  assert [(r.returncode, r.stderr.strip().splitlines()[-1])
+          for r in refusals] == [
+              (1, 'cifar10_eval.py: error: ' + eval_line),
+              (1, 'cifar10_classify.py: ' + classify_line)]
 
 
 def test_follows_training_each_checkpoint_once(data_dir, tmp_path, capsys):
@@ -314,7 +376,7 @@ def test_follows_training_each_checkpoint_once(data_dir, tmp_path, capsys):
     actions[len(sleeps) - 1]()
 
   results = cifar10_eval.evaluate(
-      str(checkpoint_dir), str(eval_dir), eval_run.EvalSettings(
+      str(checkpoint_dir), str(eval_dir), evaluation.EvalSettings(
           data_dir, num_examples=20, batch_size=8, eval_interval_secs=3,
           session_config=session_config()),
       max_evaluations=2, sleep=sleep)
@@ -378,7 +440,7 @@ def test_bad_settings_fail_before_any_graph(data_dir, tmp_path, kwargs,
 
   with pytest.raises(ValueError, match=message):
     cifar10_eval.evaluate(str(tmp_path), str(tmp_path / 'eval'),
-                          eval_run.EvalSettings(data_dir, **settings))
+                          evaluation.EvalSettings(data_dir, **settings))
   # Nothing was built or written: not even eval_dir.
   assert not (tmp_path / 'eval').exists()
 
@@ -388,9 +450,9 @@ def test_confusion_image_shows_row_fractions():
   confusion[0, 0] = 4
   confusion[1, 0] = 2
   confusion[1, 1] = 2
-  cell = eval_report.CONFUSION_CELL_PIXELS
+  cell = evaluation.CONFUSION_CELL_PIXELS
 
-  image = eval_report.confusion_image(confusion, cifar10_input.CLASS_NAMES)
+  image = evaluation.confusion_image(confusion, cifar10_input.CLASS_NAMES)
 
   assert image.ndim == 4 and image.dtype == np.uint8
   assert image.shape[0] == 1 and image.shape[3] == 3
@@ -400,7 +462,7 @@ def test_confusion_image_shows_row_fractions():
   top = np.flatnonzero(grey.sum(axis=1) >= 10 * cell)[0]
   left = np.flatnonzero(grey.sum(axis=0) >= 10 * cell)[0]
   grid = image[0, top:top + 10 * cell + 1, left:left + 10 * cell + 1]
-  assert list(grid[2, 2]) == list(eval_report.CONFUSION_FULL_RGB)
+  assert list(grid[2, 2]) == list(evaluation.CONFUSION_FULL_RGB)
   assert list(grid[cell + 2, 2]) == list(grid[cell + 2, cell + 2])  # halves
   assert list(grid[2, cell + 2]) == [255, 255, 255]
   assert list(grid[0, 0]) == [200, 200, 200]  # grid line

@@ -1,4 +1,4 @@
-"""eval_report.EvalReport: its console table at 10, 20 and 100 classes, and
+"""evaluation.EvalReport: its console table at 10, 20 and 100 classes, and
 its summaries as TensorBoard reads and renders them, for names as users write
 them."""
 
@@ -11,7 +11,7 @@ from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.plugins.text import text_plugin
 
 import cifar10_input
-from cifar10_support import eval_report
+from cifar10_support import evaluation
 
 NAMES = cifar10_input.CLASS_NAMES
 
@@ -37,7 +37,7 @@ def _report(names, confusion):
   counts = confusion[labels, predictions]
   labels, predictions = np.repeat(labels, counts), np.repeat(predictions,
                                                              counts)
-  return eval_report.EvalReport(names, labels == predictions, predictions,
+  return evaluation.EvalReport(names, labels == predictions, predictions,
                                 labels)
 
 
@@ -107,7 +107,7 @@ def test_ten_classes_keep_their_summaries(tmp_path):
   assert counts[1] == ['<strong>airplane</strong>', '50', '2', '0', '10'] + (
       ['0'] * 6)
   table = _cells(_html(events, 'precision_by_class'))
-  assert table[0] == list(eval_report.TABLE_HEADER)
+  assert table[0] == list(evaluation.TABLE_HEADER)
   assert table[1:] == [line.split(None, 4)
                        for line in TEN_TABLE.splitlines()[1:]]
 
@@ -184,8 +184,8 @@ def test_wide_names_line_up_in_the_console():
 
 def test_a_slash_in_a_name_does_not_nest_its_tag(tmp_path):
   names = ['cats/dogs', 'cats\u2215dogs', 'bird']
-  tags = eval_report.class_tags(names)
-  assert eval_report.class_tags(['cats/dogs', 'bird']) == [
+  tags = evaluation.class_tags(names)
+  assert evaluation.class_tags(['cats/dogs', 'bird']) == [
       'Precision @ 1 by class/cats\u2215dogs', 'Precision @ 1 by class/bird']
   # cats/dogs, written cats∕dogs, would be the next class's tag: both are
   # numbered, and all the others with them.
@@ -212,7 +212,7 @@ def test_names_the_font_cannot_draw_are_numbered_in_every_table(tmp_path):
 
   # The image's numbers, and what they stand for, in TensorBoard's text.
   table = _cells(_html(events, 'precision_by_class'))
-  assert table[0] == ['#'] + list(eval_report.TABLE_HEADER)
+  assert table[0] == ['#'] + list(evaluation.TABLE_HEADER)
   assert table[1:] == [['0', '飛行機', '4', '3', '0.750', 'Кириллица (1)'],
                        ['1', 'Кириллица', '2', '2', '1.000', '-'],
                        ['2', 'plain', '1', '1', '1.000', '-']]

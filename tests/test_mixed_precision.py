@@ -21,7 +21,7 @@ import tensorflow.compat.v1 as tf
 import cifar10
 import cifar10_eval
 import cifar10_train
-from cifar10_support import eval_run
+from cifar10_support import evaluation
 from cifar10_support import mixed_precision
 from cifar10_support import run_flags
 import synthetic
@@ -237,7 +237,7 @@ def test_bfloat16_checkpoint_is_float32_and_evaluates_both_ways(data_dir,
   assert len(contents) == 25
   assert {dtype for dtype, _ in contents.values()} == {tf.float32, tf.int64}
   for name, checkpoint in checkpoints.items():
-    results = [cifar10_eval.eval_once(checkpoint, eval_run.EvalSettings(
+    results = [cifar10_eval.eval_once(checkpoint, evaluation.EvalSettings(
                    data_dir, num_examples=20, batch_size=10,
                    session_config=session_config(), compute_dtype=dtype))
                for dtype in (None, tf.bfloat16)]
@@ -255,7 +255,7 @@ def test_bfloat16_checkpoint_is_float32_and_evaluates_both_ways(data_dir,
 
 def test_eval_graph_computes_in_bfloat16_and_predicts_as_float32(data_dir):
   with tf.Graph().as_default() as graph:
-    cifar10_eval.build_eval_graph(eval_run.EvalSettings(
+    cifar10_eval.build_eval_graph(evaluation.EvalSettings(
         data_dir, batch_size=10, compute_dtype=tf.bfloat16))
   convs = [op for op in graph.get_operations() if op.type == 'Conv2D']
   assert [op.get_attr('T') for op in convs] == [tf.bfloat16] * 2
@@ -268,7 +268,7 @@ def test_eval_with_the_flag_predicts_what_the_weights_say(data_dir, tmp_path,
   # records are 3s.
   path = str(tmp_path / 'model.ckpt')
   save_checkpoint(path, 7, raw_class=5, shadow_class=3, dtype=dtype)
-  result = cifar10_eval.eval_once(path + '-7', eval_run.EvalSettings(
+  result = cifar10_eval.eval_once(path + '-7', evaluation.EvalSettings(
       data_dir, num_examples=20, batch_size=10,
       session_config=session_config(), compute_dtype=tf.bfloat16))
   assert result['true_count'] == 2

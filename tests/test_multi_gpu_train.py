@@ -11,7 +11,7 @@ import tensorflow.compat.v1 as tf
 import cifar10
 import cifar10_eval
 import cifar10_multi_gpu_train as multi
-from cifar10_support import eval_run
+from cifar10_support import evaluation
 from cifar10_support import progress
 from cifar10_support import run_flags
 from cifar10_support import sessions
@@ -268,7 +268,7 @@ def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path, capsys):
   # Evaluation and the resumed run are functions of this process; the
   # script's own run was the first.
   capsys.readouterr()
-  result = cifar10_eval.eval_once(checkpoint, eval_run.EvalSettings(
+  result = cifar10_eval.eval_once(checkpoint, evaluation.EvalSettings(
       data_dir, num_examples=16, batch_size=BATCH,
       session_config=_config(1)))
   assert result['checkpoint'] == checkpoint

@@ -1,4 +1,4 @@
-"""The labelled confusion-matrix image of eval_report.py."""
+"""The labelled confusion-matrix image of evaluation.py."""
 
 import itertools
 
@@ -8,7 +8,7 @@ from PIL import ImageDraw
 from PIL import ImageFont
 
 import cifar10_input
-from cifar10_support import eval_report
+from cifar10_support import evaluation
 
 NAMES = cifar10_input.CLASS_NAMES
 GREY = [200, 200, 200]
@@ -32,7 +32,7 @@ def _dark(image):
   return image.max(axis=-1) < 64
 
 
-def _text(text, size=eval_report.FONT_SIZE):
+def _text(text, size=evaluation.FONT_SIZE):
   """The dark pixels of `text` drawn alone in the picture's font, cut to its
   ink: what a name must look like in the picture to read as itself."""
   font = ImageFont.load_default(size=size)
@@ -53,29 +53,29 @@ def _grid(image, cell, n=10):
 
 
 def _diagonal_image():
-  return eval_report.confusion_image(np.diag(np.arange(1, 11)), NAMES)[0]
+  return evaluation.confusion_image(np.diag(np.arange(1, 11)), NAMES)[0]
 
 
 def test_confusion_image_colours_each_cell_by_its_row_fraction():
-  cell = eval_report.CONFUSION_CELL_PIXELS
+  cell = evaluation.CONFUSION_CELL_PIXELS
   confusion = np.diag(np.arange(1, 11))
   confusion[1, :2] = [3, 3]  # half and half
   confusion[9] = 0  # a class with no examples
 
-  image = eval_report.confusion_image(confusion, NAMES)
+  image = evaluation.confusion_image(confusion, NAMES)
 
   assert image.dtype == np.uint8 and image.ndim == 4
   assert image.shape[0] == 1 and image.shape[3] == 3
   image = image[0]
   top, left = _grid(image, cell)
-  half = list(np.round(255 - 0.5 * (255 - eval_report.CONFUSION_FULL_RGB)))
+  half = list(np.round(255 - 0.5 * (255 - evaluation.CONFUSION_FULL_RGB)))
   for i, j in itertools.product(range(10), range(10)):
     centre = list(image[top + i * cell + cell // 2,
                         left + j * cell + cell // 2])
     if i == 1 and j < 2:
       assert centre == half, (i, j)
     elif i == j and i < 9:
-      assert centre == list(eval_report.CONFUSION_FULL_RGB), (i, j)
+      assert centre == list(evaluation.CONFUSION_FULL_RGB), (i, j)
     else:
       assert centre == WHITE, (i, j)
   # White margins right of and below the grid.
@@ -84,7 +84,7 @@ def test_confusion_image_colours_each_cell_by_its_row_fraction():
 
 
 def test_confusion_image_names_rows_left_and_columns_above_only():
-  cell = eval_report.CONFUSION_CELL_PIXELS
+  cell = evaluation.CONFUSION_CELL_PIXELS
   image = _diagonal_image()
   dark = _dark(image)
   top, left = _grid(image, cell)
@@ -110,7 +110,7 @@ def test_confusion_image_names_rows_left_and_columns_above_only():
 
 
 def test_confusion_image_has_axis_titles():
-  cell = eval_report.CONFUSION_CELL_PIXELS
+  cell = evaluation.CONFUSION_CELL_PIXELS
   image = _diagonal_image()
   dark = _dark(image)
   top, left = _grid(image, cell)
@@ -140,7 +140,7 @@ def _row_labels_read(image, cell, labels, size):
 def test_ten_classes_keep_the_picture_they_had():
   # 10 cells of 24 pixels, names in 18-pixel Aileron: 377 pixels square with
   # CIFAR-10's names, as before class counts changed the layout.
-  assert eval_report.confusion_layout(10) == (24, 18)
+  assert evaluation.confusion_layout(10) == (24, 18)
   assert _diagonal_image().shape == (377, 377, 3)
 
 
@@ -149,29 +149,29 @@ def test_hundred_classes_fit_in_1200_pixels_with_every_name():
   names = ['species_%02d' % i for i in range(n)]
   confusion = np.diag(np.full(n, 5))
   confusion[1::2, 0] = 5  # odd rows: half right, half taken for class 0
-  cell, size = eval_report.confusion_layout(n)
+  cell, size = evaluation.confusion_layout(n)
 
-  image = eval_report.confusion_image(confusion, names)[0]
+  image = evaluation.confusion_image(confusion, names)[0]
 
   assert (cell, size) == (11, 10)
   assert image.shape[0] == image.shape[1] <= 1200
   top, left = _grid(image, cell, n)
-  half = list(np.round(255 - 0.5 * (255 - eval_report.CONFUSION_FULL_RGB)))
+  half = list(np.round(255 - 0.5 * (255 - evaluation.CONFUSION_FULL_RGB)))
   for i in range(n):
     centre = top + i * cell + cell // 2, left + i * cell + cell // 2
     assert list(image[centre]) == (
-        half if i % 2 else list(eval_report.CONFUSION_FULL_RGB)), i
+        half if i % 2 else list(evaluation.CONFUSION_FULL_RGB)), i
   assert _row_labels_read(image, cell, names, size)
 
 
 def test_names_the_font_cannot_draw_become_class_numbers():
   names = ['飛行機', 'Кириллица', 'plain', 'café']
-  assert not eval_report.font_draws(names)
-  assert eval_report.font_draws(NAMES + ('a/b', 'x | y'))
+  assert not evaluation.font_draws(names)
+  assert evaluation.font_draws(NAMES + ('a/b', 'x | y'))
 
-  image = eval_report.confusion_image(np.diag([1, 2, 3, 4]), names)[0]
+  image = evaluation.confusion_image(np.diag([1, 2, 3, 4]), names)[0]
 
-  cell, size = eval_report.confusion_layout(4)
+  cell, size = evaluation.confusion_layout(4)
   assert _row_labels_read(image, cell, ['0', '1', '2', '3'], size)
   assert not _row_labels_read(image, cell, names, size)
   # The titles say so; longer than the grid, they stand out beyond it.

@@ -17,7 +17,7 @@ import tensorflow.compat.v1 as tf
 import cifar10_eval
 import cifar10_multi_gpu_train
 import cifar10_train
-from cifar10_support import eval_run
+from cifar10_support import evaluation
 from cifar10_support import run_flags
 import testutil
 from testutil import ROOT
@@ -57,9 +57,9 @@ def logdir(data_dir, tmp_path_factory):
            max_steps=STEPS, save_summaries_steps=EVERY)
     cifar10_eval.evaluate(os.path.join(root, 'train'),
                           os.path.join(root, 'eval'),
-                          eval_run.EvalSettings(data_dir, num_examples=20,
-                                                    batch_size=8,
-                                                    run_once=True))
+                          evaluation.EvalSettings(data_dir, num_examples=20,
+                                                  batch_size=8,
+                                                  run_once=True))
     _train(cifar10_multi_gpu_train.train, data_dir,
            os.path.join(root, 'towers'), max_steps=12,
            save_summaries_steps=5, num_towers=2, tower_device='cpu')

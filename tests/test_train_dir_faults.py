@@ -18,7 +18,7 @@ import tensorflow.compat.v1 as tf
 import cifar10_eval
 import cifar10_train
 from cifar10_support import checkpoints
-from cifar10_support import eval_run
+from cifar10_support import evaluation
 from cifar10_support import locks
 from cifar10_support import run_flags
 from cifar10_support import train_dirs
@@ -82,7 +82,7 @@ def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
     # Evaluation takes no lock: it runs beside the trainer (in this process).
     capsys.readouterr()
     cifar10_eval.evaluate(train_dir, str(tmp_path / 'e'),
-                          eval_run.EvalSettings(
+                          evaluation.EvalSettings(
                               data_dir, num_examples=20, batch_size=10,
                               run_once=True,
                               session_config=testutil.session_config()))
@@ -282,7 +282,7 @@ def test_damaged_newest_checkpoint_falls_back_and_is_skipped_by_eval(
     raise KeyboardInterrupt
   with pytest.raises(KeyboardInterrupt):
     cifar10_eval.evaluate(train_dir, str(tmp_path / 'eval'),
-                          eval_run.EvalSettings(
+                          evaluation.EvalSettings(
                               data_dir, num_examples=20, batch_size=10,
                               session_config=testutil.session_config()),
                           sleep=stop)

@@ -1,11 +1,16 @@
-"""What evaluation reports per class: its console table and its summaries
-(listed in docs/tensorboard.md#evaluation), among them the confusion matrix
-as a picture, its text drawn by Pillow in its default font (Aileron; sizes
-from Pillow 10.1)."""
+"""Evaluation beside the session cifar10_eval.py shows: its settings, checked
+once, the checkpoints it follows, and what it reports per class (the console
+table, and the summaries of docs/tensorboard.md#evaluation, among them the
+confusion matrix as a picture).
 
+    evaluation.EvalSettings(data_dir, num_examples=20, batch_size=8)
+"""
+
+import collections
 import io
 import math
 import re
+import time
 import unicodedata
 
 import numpy as np
@@ -14,6 +19,109 @@ from PIL import ImageDraw
 from PIL import ImageFont
 import tensorflow.compat.v1 as tf
 
+from cifar10_support import checkpoints
+from cifar10_support import data_files
+from cifar10_support import download
+from cifar10_support import mixed_precision
+from cifar10_support import run_flags
+from cifar10_support import sessions
+
+
+EvalSettings = collections.namedtuple(
+    'EvalSettings',
+    ['data_dir', 'eval_data', 'num_examples', 'batch_size', 'run_once',
+     'eval_interval_secs', 'session_config', 'input_threads', 'compute_dtype',
+     'until_step', 'dataset'],
+    defaults=('test', None, 128, False, 300, None, 1, None, None, 'cifar10'))
+EvalSettings.__doc__ = """An evaluation's settings: cifar10_eval.py's flags
+of the same names, whose defaults these are (num_examples None: every record
+of eval_data); session_config (None: sessions.eval_config()); input_threads
+(1 reads the records in file order); compute_dtype (None, or the forward
+pass's dtype from float32 weights); until_step (following training, stop
+once a checkpoint at or past it is evaluated; None follows for ever)."""
+
+
+def fetch_data_then_settings(flag_values):
+  """Fetches the data cifar10_eval.py's flags name if it is missing (download
+  .prepare, which says 'Data: ...'), then returns the flags' EvalSettings,
+  checked before TensorFlow is asked about the machine; ValueError
+  (DataError for a file) names what is at fault."""
+  settings = EvalSettings(
+      data_dir=flag_values.data_dir, eval_data=flag_values.eval_data,
+      num_examples=flag_values.num_examples,
+      batch_size=flag_values.batch_size, run_once=flag_values.run_once,
+      eval_interval_secs=flag_values.eval_interval_secs,
+      dataset=flag_values.dataset)
+  download.prepare(flag_values.data_dir, flag_values.data_url,
+                   flag_values.data_md5, settings.dataset,
+                   split=settings.eval_data)
+  check_settings(settings)
+  return settings._replace(
+      compute_dtype=mixed_precision.compute_dtype_for_this_machine(
+          flag_values.mixed_precision, sessions.has_gpu()),
+      session_config=sessions.eval_config(run_flags.threads(flag_values)))
+
+
+def check_settings(settings):
+  """The records' count of an EvalSettings' data files, once they and the
+  settings are checked; ValueError (DataError for a file) names the setting
+  or file at fault and what it should be."""
+  data_set = data_files.describe(settings.data_dir, settings.dataset)
+  names = data_set.eval_files(settings.eval_data)
+  filenames = data_set.paths(names)
+  num_examples = settings.num_examples
+  if num_examples is not None and (not isinstance(num_examples, int) or
+                                   num_examples < 1):
+    raise ValueError('num_examples must be a positive integer, got %r'
+                     % (num_examples,))
+  data_files.check_batch_size(settings.batch_size)
+  num_records = data_set.check(names)
+  if num_examples is not None and num_examples > num_records:
+    raise ValueError(
+        'num_examples=%d is more than the %d records in %s; each example is '
+        'counted once, so use num_examples=%d or fewer'
+        % (num_examples, num_records, ', '.join(filenames), num_records))
+  if settings.eval_interval_secs < 0:
+    raise ValueError('eval_interval_secs must be >= 0, got %r'
+                     % (settings.eval_interval_secs,))
+  return num_records
+
+
+def new_checkpoints(checkpoint_dir, run_once, interval_secs,
+                    sleep=time.sleep):
+  """Yields the newest checkpoint in checkpoint_dir: once with run_once (no
+  checkpoint: checkpoints.CheckpointError), else each time a new one appears
+  (rewritten under the same name too; the newest only, if several did
+  meanwhile), looking every interval_secs and saying what it waits for."""
+  last_seen = None
+  waiting = False
+  while True:
+    path = checkpoints.newest(checkpoint_dir)
+    if path is None and run_once:
+      raise checkpoints.CheckpointError(
+          "No checkpoint file found in checkpoint_dir %s (no 'checkpoint' "
+          'file listing one): point --checkpoint_dir at the --train_dir of a '
+          'training run that has saved a checkpoint' % checkpoint_dir)
+    if path is None and not waiting:
+      print('No checkpoint file found in %s; waiting for training to write '
+            'one (looking every %s s).' % (checkpoint_dir, interval_secs),
+            flush=True)
+      waiting = True
+    elif path is not None:
+      try:
+        seen = path, tf.io.gfile.stat(path + '.index').mtime_nsec
+      except tf.errors.OpError:  # Pruned meanwhile: evaluating it says so.
+        seen = path, None
+      if seen != last_seen:
+        last_seen = seen
+        yield path
+        print('Waiting for a new checkpoint in %s (looking every %s s).'
+              % (checkpoint_dir, interval_secs), flush=True)
+        waiting = True
+    sleep(interval_secs)
+
+
+# What evaluation reports per class: the console table, and summaries.
 TABLE_HEADER = ('class', 'examples', 'correct', 'precision @ 1',
                 'most confused with')
 # Up to this many classes (CIFAR-100's 20 coarse ones) the console shows the
@@ -26,16 +134,16 @@ CLASS_TAG = 'Precision @ 1 by class/'
 TEXT_METADATA = tf.SummaryMetadata(
     plugin_data=tf.SummaryMetadata.PluginData(plugin_name='text'))
 
-# The confusion matrix's picture: pixels from one cell to the next, at most
-# (up to 45 classes); more classes share CONFUSION_GRID_PIXELS, down to cells
-# of CONFUSION_MIN_CELL_PIXELS, where a 10-pixel-high name still reads
-# (from 92 classes; 100: a 1,101-pixel grid).
+# The confusion matrix's picture: pixels from one cell to the next, at most;
+# many classes share CONFUSION_GRID_PIXELS, down to cells of
+# CONFUSION_MIN_CELL_PIXELS, the smallest whose names (a pixel less per em)
+# still read.
 CONFUSION_CELL_PIXELS = 24
 CONFUSION_GRID_PIXELS = 1100
 CONFUSION_MIN_CELL_PIXELS = 11
 # Colour of a cell holding a whole row (white is an empty cell).
 CONFUSION_FULL_RGB = np.array([8, 48, 107])
-# Pixels per em: lowercase letters are 10 pixels high, a line 23, within a cell.
+# Pixels per em of the names, at most: a line of them fits in a cell.
 FONT_SIZE = 18
 
 # Markdown would read these in a name as formatting (| ends a table cell).
@@ -226,8 +334,7 @@ def confusion_image(confusion, class_names):
 
   Returns:
     uint8 array [1, height, width, 3]: the n * cell + 1 pixels square grid
-    (cell, font size: confusion_layout(n); 24, 18 up to 45 classes, 11, 10
-    from 92) inside a white margin holding the text.
+    (cell: confusion_layout(n)) inside a white margin holding the text.
   """
   n = len(class_names)
   cell, font_size = confusion_layout(n)
