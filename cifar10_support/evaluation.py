@@ -32,10 +32,11 @@ EvalSettings = collections.namedtuple(
     ['data_dir', 'eval_data', 'num_examples', 'batch_size', 'run_once',
      'eval_interval_secs', 'session_config', 'input_threads', 'compute_dtype',
      'until_step', 'dataset'],
-    defaults=('test', None, 128, False, 300, None, 1, None, None, 'cifar10'))
+    defaults=('test', None, run_flags.TRAIN_DEFAULTS.batch_size, False, 300,
+              None, 1, None, None, run_flags.TRAIN_DEFAULTS.dataset))
 EvalSettings.__doc__ = """An evaluation's settings: cifar10_eval.py's flags
-of the same names, whose defaults these are (num_examples None: every record
-of eval_data); session_config (None: sessions.eval_config()); input_threads
+of the same names, whose defaults these are (batch_size's and dataset's:
+run_flags.TRAIN_DEFAULTS'; num_examples None: every record of eval_data); session_config (None: sessions.eval_config()); input_threads
 (1 reads the records in file order); compute_dtype (None, or the forward
 pass's dtype from float32 weights); until_step (following training, stop
 once a checkpoint at or past it is evaluated; None follows for ever)."""
