@@ -54,11 +54,21 @@ def _calls_slow(function, depth=3):
   return False
 
 
+def _ours(function):
+  """Whether `function` is defined in this repository: pytest's own
+  fixtures (capsys calls a `_start(` of its own) start no process."""
+  try:
+    return inspect.getsourcefile(function).startswith(ROOT + os.sep)
+  except TypeError:
+    return False
+
+
 def _is_slow(item):
   fixtures = item._fixtureinfo.name2fixturedefs  # pylint: disable=protected-access
   return _calls_slow(item.function) or any(
       _calls_slow(definition.func)
-      for name in item.fixturenames for definition in fixtures.get(name, ()))
+      for name in item.fixturenames for definition in fixtures.get(name, ())
+      if _ours(definition.func))
 
 
 def pytest_configure(config):
