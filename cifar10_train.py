@@ -85,8 +85,8 @@ def train(settings):
     train_dirs.RUN_ERRORS: cifar10_input.DataError (a data file is missing
       or malformed), train_dirs.DivergedError (the loss became NaN; that
       step is not saved), train_dirs.DiskFullError, a busy train_dir, or
-      checkpoints.ResumeError (the newest checkpoint is of another model;
-      train_dir is left as it was).
+      checkpoints.ResumeError (the newest checkpoint is of another model,
+      or of other classes than the data's; train_dir is left as it was).
   """
   # The data set as its files describe it: classes, training records.
   data_set = data_files.describe(settings.data_dir, settings.dataset)
