@@ -409,7 +409,7 @@ def test_run_once_without_checkpoint_exits_naming_checkpoint_dir(
       '--checkpoint_dir=%s' % checkpoint_dir, '--num_examples=20',
       '--eval_dir=%s' % (tmp_path / 'eval')], timeout=120)
 
-  assert result.returncode != 0
+  assert result.returncode == 1, result.stderr
   assert 'No checkpoint file found in checkpoint_dir %s' % checkpoint_dir in (
       result.stderr)
   assert 'Traceback' not in result.stderr

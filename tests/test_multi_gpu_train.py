@@ -291,7 +291,7 @@ def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path, capsys):
 def test_num_gpus_below_one_is_a_usage_error(tmp_path):
   result = run_script('cifar10_multi_gpu_train.py', [
       '--num_gpus=0', '--train_dir=%s' % (tmp_path / 'train')], timeout=60)
-  assert result.returncode != 0
+  assert result.returncode == 1, result.stderr
   assert 'flag --num_gpus=0: 0 is not a positive integer' in result.stderr
   assert not os.path.exists(tmp_path / 'train')
 

@@ -132,7 +132,7 @@ def test_missing_data_is_a_clear_error_within_seconds(tmp_path):
       '--data_dir=%s' % data_dir, '--train_dir=%s' % (tmp_path / 'train'),
       '--max_steps=5', '--data_url=file:///nonexistent/archive.tar.gz'],
       timeout=60)
-  assert result.returncode != 0
+  assert result.returncode == 1, result.stderr
   assert ('Failed to find file: %s' % (data_dir / 'cifar-10-batches-bin' /
                                        'data_batch_1.bin')) in result.stderr
 
