@@ -340,16 +340,24 @@ def test_checkpoints_are_found_without_the_index_and_after_a_move(
 
 
 def test_a_file_system_that_cannot_lock_is_named_and_training_goes_on(
-    tmp_path, monkeypatch, capsys):
+    data_dir, tmp_path, monkeypatch, capsys):
   def no_locks(file, operation):
     raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
   monkeypatch.setattr(locks.fcntl, 'flock', no_locks)
-  with train_dirs.train_dir_lock(str(tmp_path)) as held:
+  train_dir = str(tmp_path / 'train')
+  os.makedirs(train_dir)
+  with train_dirs.train_dir_lock(train_dir) as held:
     assert held is None
   assert capsys.readouterr().out == (
       'Warning: the file system of --train_dir=%s cannot lock files (%s): '
       'nothing stops a second trainer on it.\n'
-      % (tmp_path, os.strerror(errno.ENOLCK)))
+      % (train_dir, os.strerror(errno.ENOLCK)))
+  # And training goes on there, to its last step and checkpoint.
+  result = testutil.train_fixture(data_dir, train_dir, max_steps=2,
+                                  batch_size=8)
+  assert result['global_step'] == 2
+  assert tf.train.latest_checkpoint(train_dir).endswith('model.ckpt-2')
+  assert 'cannot lock files' in capsys.readouterr().out
 
 
 def test_lock_file_that_cannot_be_written_is_one_message(tmp_path,
