@@ -27,6 +27,7 @@ from cifar10_support import checkpoints
 from cifar10_support import pictures
 from cifar10_support import run_flags
 from cifar10_support import sessions
+from cifar10_support import signals
 
 FLAGS = flags.FLAGS
 
@@ -213,6 +214,8 @@ def checked_top_k(top_k, given, class_names, checkpoint):
   return top_k
 
 
+# Output closed early (`| head`): exit status 141 at once, quietly.
+@signals.ends_quietly_when_output_closes
 def main(argv):
   console.quiet_python_logs()
   if len(argv) < 2 and not FLAGS.export_dir:

@@ -30,6 +30,7 @@ from cifar10_support import data_files
 from cifar10_support import evaluation
 from cifar10_support import run_flags
 from cifar10_support import sessions
+from cifar10_support import signals
 
 FLAGS = flags.FLAGS
 # The flags' defaults are those of the settings they make, from Python too.
@@ -252,6 +253,8 @@ def evaluate_as_flagged(flag_values, checkpoint_dir, until_step=None,
     fail(e)
 
 
+# Output closed early (`| head`): exit status 141 at once, quietly.
+@signals.ends_quietly_when_output_closes
 def main(argv):
   run_flags.check_no_arguments(argv)
   console.quiet_python_logs()

@@ -38,6 +38,7 @@ import tensorflow.compat.v1 as tf
 
 from cifar10_support import data_files
 from cifar10_support import pictures
+from cifar10_support import signals
 
 FLAGS = flags.FLAGS
 
@@ -352,6 +353,8 @@ def convert(root, data_dir, test_fraction=0.2, skip_bad_files=False,
   return data_files.describe(data_dir)
 
 
+# Output closed early (`| head`): exit status 141 at once, quietly.
+@signals.ends_quietly_when_output_closes
 def main(argv):
   console.quiet_python_logs()
   if len(argv) != 2:
@@ -363,6 +366,8 @@ def main(argv):
         argv[1], FLAGS.data_dir, test_fraction=FLAGS.test_fraction,
         skip_bad_files=FLAGS.skip_bad_files, overwrite=FLAGS.overwrite, log=lambda line, bad=False: _print(
             '%s: %s' % (name, line) if bad else line, bad))
+  except BrokenPipeError:
+    raise  # Output closed: main's wrapper ends the process quietly.
   except (DatasetError, OSError) as e:
     sys.exit('%s: %s' % (name, e))
   print('Wrote %s: %s; %d training records in %d file%s, %d test records.' % (

@@ -336,6 +336,9 @@ def train(settings, num_towers=1, tower_device='gpu', config=None):
           'signal': stop_signals[0] if stop_signals else None}
 
 
+# Output closed before training (`| head`): exit status 141 at once, quietly;
+# during training the step lines stop it, as SIGTERM does (signals.print_line).
+@signals.ends_quietly_when_output_closes
 def main(argv):
   run_flags.check_no_arguments(argv)
   console.quiet_python_logs()

@@ -169,6 +169,9 @@ def train(settings):
           'signal': stop_signals[0] if stop_signals else None}
 
 
+# Output closed before training (`| head`): exit status 141 at once, quietly;
+# during training the step lines stop it, as SIGTERM does (signals.print_line).
+@signals.ends_quietly_when_output_closes
 def main(argv):
   run_flags.check_no_arguments(argv)
   console.quiet_python_logs()
@@ -182,7 +185,8 @@ def main(argv):
     download.prepare(FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5,
                      FLAGS.dataset)
     result = train(settings)
-  # Stopped by Ctrl-C or SIGTERM: the final checkpoint is written.
+  # Stopped by Ctrl-C, SIGTERM or a closed output: the final checkpoint is
+  # written.
   signals.exit_if_stopped(result['signal'])
 
 

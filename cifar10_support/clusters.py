@@ -18,6 +18,7 @@ import tensorflow.compat.v1 as tf
 
 from cifar10_support import checkpoints
 from cifar10_support import data_files
+from cifar10_support import signals
 
 # A chief job ('chief', or 'master' on older platforms) is the chief; without
 # one, worker 0 is. An evaluator joins no server: it is never part of the
@@ -376,8 +377,8 @@ class BoundedSessionCreator(tf.train.SessionCreator):
                                worker.label)]
 
   def _say_lost(self, how):
-    print('%s: session lost (%s): %s.' % (self._worker.label, self._reason,
-                                          how), flush=True)
+    signals.print_line('%s: session lost (%s): %s.' % (
+        self._worker.label, self._reason, how))
 
   def _restored(self, checkpoint, step):
     self._say_lost('no checkpoint yet, so from step 0 again' if checkpoint is
@@ -395,9 +396,10 @@ class BoundedSessionCreator(tf.train.SessionCreator):
           self.scaffold, worker.target, self._config).create_session()
     else:
       if not self._sessions:
-        print('%s: waiting up to %d s for %s to initialise the variables.'
-              % (worker.label, worker.startup_wait_secs,
-                 _describe_chief(worker.cluster)), flush=True)
+        signals.print_line(
+            '%s: waiting up to %d s for %s to initialise the variables.'
+            % (worker.label, worker.startup_wait_secs,
+               _describe_chief(worker.cluster)))
       # As tf.train.WorkerSessionCreator, but asking every second, not
       # every 30, whether the chief has initialised the variables.
       self.scaffold.finalize()
@@ -452,11 +454,11 @@ class ChiefWatch(tf.train.SessionRunHook):
     change = self._poll(': stopping, since nothing is saved without it. '
                         'Start it again, then this worker.')
     if change == 'back':
-      print('%s: %s is back.' % (self._label, self._chief), flush=True)
+      signals.print_line('%s: %s is back.' % (self._label, self._chief))
     elif change == 'away':
-      print('%s: %s does not answer: training on, unsaved, for up to %d s '
-            'until it is back.' % (self._label, self._chief, self._wait_secs),
-            flush=True)
+      signals.print_line(
+          '%s: %s does not answer: training on, unsaved, for up to %d s '
+          'until it is back.' % (self._label, self._chief, self._wait_secs))
 
   def sleep(self, secs):
     time.sleep(secs)

@@ -340,6 +340,8 @@ def _fetch(url, out, timeout_secs, name=ARCHIVE_NAME):
     timed_out = isinstance(e.reason, socket.timeout)
     raise _DownloadFailed('%s%s' % (e.reason, '' if timed_out else
                                     ' (offline?)'), timed_out)
+  except BrokenPipeError:
+    raise  # Our own output closed, not the transfer: the script ends.
   except (OSError, http.client.HTTPException) as e:
     raise _DownloadFailed('the transfer broke off after %d bytes (%s)'
                           % (received, type(e).__name__ if not str(e)

@@ -9,6 +9,7 @@ import time
 import tensorflow.compat.v1 as tf
 
 from cifar10_support import checkpoints
+from cifar10_support import signals
 
 # The original's step line.
 LOG_FORMAT = '%s: step %d, loss = %.2f (%.1f examples/sec; %.3f sec/batch)'
@@ -80,9 +81,10 @@ class StepLogger(tf.train.SessionRunHook):
     batches = self._window_steps * self._batches_per_step
     self.last_examples_per_sec = (
         self._window_steps * self._examples_per_step / duration)
-    print(self._prefix + LOG_FORMAT % (
+    # A closed output stops training after this step (signals.print_line).
+    signals.print_line(self._prefix + LOG_FORMAT % (
         datetime.now(), step, self.last_loss, self.last_examples_per_sec,
-        duration / batches), flush=True)
+        duration / batches))
     self._window_start, self._window_steps = time.time(), 0
 
   def end(self, session):
@@ -129,10 +131,9 @@ class SaveAnnouncer(tf.train.CheckpointSaverListener):
     if self._last and global_step_value > self._last[0] and now > self._last[1]:
       speed = (global_step_value - self._last[0]) / (now - self._last[1])
     self._last = (global_step_value, now)
-    print('%s%s: saved checkpoint %s-%d; %s' % (
+    signals.print_line('%s%s: saved checkpoint %s-%d; %s' % (
         self._label, datetime.now(), self._prefix, global_step_value,
-        steps_and_time_left(global_step_value, self._max_steps, speed)),
-        flush=True)
+        steps_and_time_left(global_step_value, self._max_steps, speed)))
 
 
 def report_end(train_dir, step, stop_signals):

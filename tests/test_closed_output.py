@@ -1,0 +1,206 @@
+"""A script whose standard output is closed early (`| head -2`) ends quietly
+with exit status 141 (128 + SIGPIPE); a trainer first ends its step and
+writes a final checkpoint, from which the next run resumes.
+
+Real processes and pipes: each test reads the first lines, closes its end of
+the pipe, and waits (bounded) for the script to end.
+"""
+
+import os
+import re
+import select
+import subprocess
+import sys
+import time
+
+import numpy as np
+from PIL import Image
+import pytest
+import tensorflow.compat.v1 as tf
+
+import synthetic
+import testutil
+
+STEP_LINE = re.compile(r': step (\d+), loss = ')
+
+# What must not reach stderr: Python's reports of the broken pipe.
+NOISE = ('Traceback', 'BrokenPipeError', 'Exception ignored')
+
+
+def _start(script, args, stderr_path):
+  """Starts a script as a user's shell would (stdout block-buffered to a
+  pipe: no PYTHONUNBUFFERED), stdout a pipe, stderr to a file."""
+  env = testutil.script_env()
+  env.pop('PYTHONUNBUFFERED', None)
+  with open(stderr_path, 'w') as stderr:
+    return subprocess.Popen(
+        [sys.executable, os.path.join(testutil.ROOT, script)] + args,
+        cwd=testutil.ROOT, env=env, stdout=subprocess.PIPE, stderr=stderr,
+        bufsize=0)
+
+
+def _read_lines_until(proc, enough, timeout=180):
+  """Reads proc's whole lines until enough(lines); returns them."""
+  fd = proc.stdout.fileno()
+  data = b''
+  deadline = time.time() + timeout
+  while True:
+    lines = data.decode(errors='replace').split('\n')[:-1]
+    if enough(lines):
+      return lines
+    ready, _, _ = select.select([fd], [], [], max(0, deadline - time.time()))
+    chunk = os.read(fd, 65536) if ready else None
+    if not chunk:
+      proc.kill()
+      proc.wait(30)
+      pytest.fail('%s before the lines wanted (exit status %s):\n%s' % (
+          'output ended' if ready else 'timed out', proc.returncode,
+          '\n'.join(lines[-20:])))
+    data += chunk
+
+
+def close_output_early(script, args, tmp_path, enough, timeout=180):
+  """Runs script until it has printed enough(lines), closes the reading end
+  of its stdout, waits for it to end; returns (exit status, lines, stderr)."""
+  stderr_path = str(tmp_path / ('%s.stderr' % script))
+  proc = _start(script, args, stderr_path)
+  try:
+    lines = _read_lines_until(proc, enough, timeout)
+    proc.stdout.close()  # `head` has what it wanted.
+    status = proc.wait(timeout)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait(30)
+  with open(stderr_path) as f:
+    return status, lines, f.read()
+
+
+def assert_quiet_141(status, stderr):
+  assert status == 141, stderr[-3000:]
+  for word in NOISE:
+    assert word not in stderr, stderr[-3000:]
+
+
+def _step_lines(count):
+  return lambda lines: len([l for l in lines if STEP_LINE.search(l)]) >= count
+
+
+def _checkpoint_step(train_dir):
+  """The newest checkpoint's step, as the 'checkpoint' index names it and
+  as its global_step holds."""
+  state = tf.train.get_checkpoint_state(train_dir)
+  assert state, os.listdir(train_dir)
+  step = int(state.model_checkpoint_path.rsplit('-', 1)[1])
+  reader = tf.train.load_checkpoint(state.model_checkpoint_path)
+  assert reader.get_tensor('global_step') == step
+  return step
+
+
+@pytest.mark.parametrize('script,extra', [
+    ('cifar10_train.py', []),
+    ('cifar10_multi_gpu_train.py', ['--num_gpus=2']),
+])
+def test_trainer_stops_with_a_final_checkpoint_when_output_closes(
+    data_dir, tmp_path, script, extra):
+  train_dir = str(tmp_path / 'train')
+  # Periodic checkpoints are off: the last one is the closed output's doing.
+  args = ['--data_dir=' + data_dir, '--train_dir=' + train_dir,
+          '--batch_size=8', '--max_steps=100000', '--log_frequency=1',
+          '--save_checkpoint_secs=3600'] + extra
+  status, lines, stderr = close_output_early(script, args, tmp_path,
+                                             _step_lines(2))
+  assert_quiet_141(status, stderr)
+  last_read = [int(STEP_LINE.search(l).group(1)) for l in lines
+               if STEP_LINE.search(l)][-1]
+  stopped_at = _checkpoint_step(train_dir)
+  assert last_read < stopped_at < 100000
+
+  # The next run resumes from that final checkpoint.
+  result = testutil.run_script(script, args[:3] + [
+      '--max_steps=%d' % (stopped_at + 1)] + args[4:], timeout=180)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert ('Resuming from checkpoint %s at step %d' % (
+      os.path.join(train_dir, 'model.ckpt-%d' % stopped_at), stopped_at)
+          in result.stdout)
+
+
+def test_distributed_chief_stops_with_a_final_checkpoint_when_output_closes(
+    data_dir, tmp_path):
+  ps_port, worker_port = testutil.free_ports(2)
+  cluster = ['--ps_hosts=127.0.0.1:%d' % ps_port,
+             '--worker_hosts=127.0.0.1:%d' % worker_port]
+  train_dir = str(tmp_path / 'train')
+  with open(str(tmp_path / 'ps.log'), 'w') as ps_log:
+    ps = subprocess.Popen(
+        [sys.executable,
+         os.path.join(testutil.ROOT, 'cifar10_distributed_train.py'),
+         '--job_name=ps', '--task_index=0'] + cluster,
+        cwd=testutil.ROOT, env=testutil.script_env(), stdout=ps_log,
+        stderr=subprocess.STDOUT)
+  try:
+    status, _, stderr = close_output_early(
+        'cifar10_distributed_train.py',
+        ['--job_name=worker', '--task_index=0', '--data_dir=' + data_dir,
+         '--train_dir=' + train_dir, '--batch_size=8', '--max_steps=100000',
+         '--log_frequency=1', '--save_checkpoint_secs=3600'] + cluster,
+        tmp_path, _step_lines(2))
+  finally:
+    ps.kill()
+    ps.wait(30)
+  assert_quiet_141(status, stderr)
+  # Steps 0 and 1 were read: the chief's final save is past them.
+  assert _checkpoint_step(train_dir) >= 2
+
+
+def _train_a_little(path):
+  data = synthetic.make_data_dir(os.path.join(path, 'data'))
+  testutil.train_fixture(data, os.path.join(path, 'train'), 2, batch_size=8)
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+  """(data_dir, train_dir): a model trained 2 steps, built once a run."""
+  root = testutil.shared_dir(tmp_path_factory, 'closed_output',
+                             _train_a_little)
+  return os.path.join(root, 'data'), os.path.join(root, 'train')
+
+
+def test_eval_exits_141_when_output_closes(trained, tmp_path):
+  data, train_dir = trained
+  status, lines, stderr = close_output_early('cifar10_eval.py', [
+      '--run_once', '--data_dir=' + data, '--checkpoint_dir=' + train_dir,
+      '--eval_dir=' + str(tmp_path / 'eval')], tmp_path,
+      lambda lines: any(': evaluating ' in line for line in lines))
+  # The data line, then the evaluating line; the rest had no reader.
+  assert len(lines) == 2
+  assert_quiet_141(status, stderr)
+
+
+def test_classify_exits_141_when_output_closes(trained, tmp_path):
+  # One picture a batch: lines keep coming after the first one is read.
+  folder = tmp_path / 'pictures'
+  folder.mkdir()
+  rng = np.random.RandomState(0)
+  for i in range(60):
+    Image.fromarray(rng.randint(0, 256, (32, 32, 3)).astype(np.uint8)).save(
+        str(folder / ('%02d.png' % i)))
+  status, lines, stderr = close_output_early('cifar10_classify.py', [
+      '--checkpoint_dir=' + trained[1], '--batch_size=1', str(folder)],
+                                             tmp_path, lambda l: l)
+  assert lines[0].startswith(str(folder / '00.png') + ': ')
+  assert_quiet_141(status, stderr)
+
+
+def test_make_dataset_exits_141_when_output_closes(tmp_path):
+  rng = np.random.RandomState(0)
+  for name in ('cat', 'dog'):
+    os.makedirs(str(tmp_path / 'pics' / name))
+    for i in range(5):
+      Image.fromarray(rng.randint(0, 256, (32, 32, 3)).astype(np.uint8)).save(
+          str(tmp_path / 'pics' / name / ('%d.png' % i)))
+  status, lines, stderr = close_output_early('cifar10_make_dataset.py', [
+      str(tmp_path / 'pics'), '--data_dir=' + str(tmp_path / 'data')],
+                                             tmp_path, lambda l: l)
+  assert lines[0].startswith('Converting 10 pictures in ')
+  assert_quiet_141(status, stderr)
