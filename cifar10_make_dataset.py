@@ -325,8 +325,8 @@ def convert(root, data_dir, test_fraction=0.2, skip_bad_files=False,
     with tf.Session(graph=graph) as sess:
       def decode_run(contents):
         return sess.run(planes, {encoded: contents})
-      train_files = ['data_batch_%d.bin' % (i + 1)
-                     for i in range(len(train) // RECORDS_PER_FILE + 1)]
+      train_files = data_files.train_files(
+          len(train) // RECORDS_PER_FILE + 1)
       for split, items, file_names, per_file in (
           ('training', train, train_files, RECORDS_PER_FILE),
           ('test', test, LAYOUT.test_files, len(test))):

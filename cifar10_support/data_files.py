@@ -27,7 +27,15 @@ CLASS_NAMES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog',
 # Threads that read and preprocess, for each input pipeline by default.
 NUM_PREPROCESS_THREADS = 16
 
-TRAIN_FILES = ['data_batch_%d.bin' % i for i in range(1, 6)]
+
+def train_files(count):
+  """The names of CIFAR-10's layout's first `count` training files,
+  data_batch_1.bin ... (the download has 5; a converted set as many as it
+  needs)."""
+  return ['data_batch_%d.bin' % i for i in range(1, count + 1)]
+
+
+TRAIN_FILES = train_files(5)
 TEST_FILES = ['test_batch.bin']
 
 # One label byte, so at most 256 classes in CIFAR-10's layout.
@@ -75,6 +83,7 @@ LAYOUTS = collections.OrderedDict((layout.dataset, layout) for layout in (
 DATASETS = tuple(LAYOUTS)
 CIFAR10 = LAYOUTS['cifar10']
 
+# The names train_files gives.
 _NUMBERED_TRAIN_FILE = re.compile(r'data_batch_([1-9][0-9]*)\.bin$')
 
 
@@ -147,7 +156,7 @@ def describe(data_dir, dataset='cifar10'):
 def describe_directory(directory, layout=CIFAR10):
   """The DataSet of `layout`'s files in `directory` itself (see
   `describe`)."""
-  train_files = layout.train_files
+  found = layout.train_files
   if layout is CIFAR10:
     numbers = []
     if tf.io.gfile.isdir(directory):
@@ -157,10 +166,9 @@ def describe_directory(directory, layout=CIFAR10):
           numbers.append(int(match.group(1)))
     if numbers:
       # A gap leaves its name in, for the check to report it missing.
-      train_files = tuple('data_batch_%d.bin' % i
-                          for i in range(1, max(numbers) + 1))
+      found = tuple(train_files(max(numbers)))
   names = read_class_names(os.path.join(directory, layout.names_file))
-  return DataSet(layout, directory, train_files, layout.test_files,
+  return DataSet(layout, directory, found, layout.test_files,
                  names or layout.default_names)
 
 
