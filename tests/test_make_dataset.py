@@ -100,6 +100,25 @@ def test_rgb_grey_and_palette_pictures_decode_exactly():
     np.testing.assert_array_equal(got, expected)
 
 
+def test_jpeg_decodes_as_tensorflows_integer_accurate_dct():
+  # The reference is TensorFlow's own decoder with the DCT that
+  # shared/data/make_cifar10_bin.py (the CIFAR-10 copy here) decodes with.
+  jpegs = [_encoded(Image.fromarray(_pixels(seed=s)), 'JPEG', quality=q)
+           for s, q in ((3, 75), (4, 90), (5, 50))]
+  with tf.Graph().as_default():
+    data = tf.placeholder(tf.string, [])
+    accurate = tf.io.decode_jpeg(data, channels=3,
+                                 dct_method='INTEGER_ACCURATE')
+    default = tf.io.decode_jpeg(data, channels=3)
+    with tf.Session(config=testutil.session_config()) as sess:
+      expected = [sess.run([accurate, default], {data: j}) for j in jpegs]
+  got = _decoded(jpegs)
+  for decoded, (reference, fast) in zip(got, expected):
+    np.testing.assert_array_equal(decoded, reference)
+  # Not the default DCT: this test tells the two apart.
+  assert any((reference != fast).any() for reference, fast in expected)
+
+
 def test_sixteen_bit_png_is_rounded_to_eight_bits():
   values = (np.arange(32 * 32, dtype=np.int64) * 64).reshape(32, 32)
   image = Image.fromarray(values.astype(np.int32)).convert('I;16')
