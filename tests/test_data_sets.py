@@ -424,3 +424,21 @@ def test_own_pictures_convert_train_evaluate_and_classify_by_name(tmp_path):
   for name in PICTURE_CLASSES:
     assert re.match(r'%s [0-9.]+$' % name,
                     named[str(new / ('%s.png' % name))]), result.stdout
+
+
+def test_towers_train_cifar100_on_its_100_classes(tmp_path):
+  import cifar10_multi_gpu_train  # pylint: disable=g-import-not-at-top
+  from cifar10_support import run_flags  # pylint: disable=g-import-not-at-top
+  data_dir = synthetic.make_cifar100_dir(str(tmp_path / 'data'), records=64,
+                                         test_records=16)
+  train_dir = str(tmp_path / 'train')
+  result = cifar10_multi_gpu_train.train(
+      run_flags.TrainSettings(data_dir, train_dir, max_steps=3, batch_size=8,
+                              input_threads=1, dataset='cifar100'),
+      num_towers=2, tower_device='cpu')
+  assert result['global_step'] == 3
+  checkpoint = tf.train.latest_checkpoint(train_dir)
+  assert tf.train.load_checkpoint(checkpoint).get_variable_to_shape_map()[
+      'softmax_linear/weights'] == [192, 100]
+  assert checkpoints.checkpoint_classes(checkpoint) == (
+      100, tuple('fine_%d' % i for i in range(100)))

@@ -27,6 +27,7 @@ from cifar10_support import run_flags
 from test_distributed_faults import LEARNING_RATE
 from test_eval import TRAIN_STEPS
 from test_eval import shared_train_dir
+import synthetic
 import testutil
 
 DONE_LINE = re.compile(r'^(Chief|Master|Worker \d): stopped at global step '
@@ -640,3 +641,22 @@ def test_the_docs_build_and_push_the_image_the_manifests_run():
   assert ('sed -i "s#YOUR_REGISTRY#$REGISTRY#" '
           'docs/managed/kubeflow_tfjob.json '
           'docs/managed/vertex_ai_worker_pools.json') in doc
+
+
+def test_a_cifar100_cluster_from_tf_config_trains_on_its_100_classes(tmp_path):
+  # --dataset through TF_CONFIG as in cifar10_train.py: every task reads it.
+  data_dir = synthetic.make_cifar100_dir(str(tmp_path / 'data'), records=64,
+                                         test_records=16)
+  train_dir = str(tmp_path / 'train')
+  cluster = _ManagedCluster(
+      tmp_path, jobs={'ps': 1, 'worker': 2},
+      flags=_flags(data_dir, train_dir, tmp_path, 12, '--dataset=cifar100'))
+  outputs = _run(cluster, ['ps0', 'worker1', 'worker0'])
+  for task in ('worker0', 'worker1'):
+    assert ('Classes: 100 classes (fine_0, fine_1, ' in outputs[task]), (
+        outputs[task][-3000:])
+  checkpoint = tf.train.latest_checkpoint(train_dir)
+  assert tf.train.load_checkpoint(checkpoint).get_variable_to_shape_map()[
+      'softmax_linear/biases'] == [100]
+  assert checkpoints.checkpoint_classes(checkpoint) == (
+      100, tuple('fine_%d' % i for i in range(100)))
