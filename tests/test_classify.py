@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+from PIL import Image
 import pytest
 import tensorflow.compat.v1 as tf
 
@@ -178,10 +179,39 @@ def _odd_pictures(folder, records):
           _write(str(folder / 'record.bmp'), _bmp(records[3]))]
 
 
+def _two_frame_gif(folder, data_dir):
+  """An animated GIF of two test records of different labels, and each of
+  its two frames as a PNG of the pixels the GIF holds (its palette's)."""
+  labels, records = synthetic.read_records(
+      os.path.join(data_dir, 'cifar-10-batches-bin', 'test_batch.bin'))
+  other = int(np.flatnonzero(labels != labels[0])[0])
+  frames = [Image.fromarray(records[i]).convert('P') for i in (0, other)]
+  gif = str(folder / 'two_frames.gif')
+  frames[0].save(gif, save_all=True, append_images=frames[1:], duration=100)
+  assert Image.open(gif).n_frames == 2
+  pngs = [str(folder / ('frame_%d.png' % i)) for i in (1, 2)]
+  for frame, png in zip(frames, pngs):
+    frame.convert('RGB').save(png)
+  return [gif] + pngs
+
+
+def test_a_gif_is_classified_as_its_first_frame(trained, tmp_path):
+  checkpoint, dtype, _ = cifar10_classify.find_checkpoint(trained[1])
+  files = _two_frame_gif(tmp_path, trained[0])
+  classified = list(cifar10_classify.classify(
+      files, checkpoint, dtype, session_config=testutil.session_config()))
+  assert [problem for _, _, problem in classified] == [None] * 3
+  gif, first, second = [p for _, p, _ in classified]
+  np.testing.assert_allclose(gif, first, atol=1e-6)
+  # The frames are told apart, so that the last frame would not pass.
+  assert np.abs(first - second).max() > 0.05
+
+
 def test_script_classifies_odd_pictures_and_names_each_bad_file(
     trained, tmp_path):
   data_dir, train_dir = trained
   good = _odd_pictures(tmp_path, _test_records(data_dir))
+  good += _two_frame_gif(tmp_path, data_dir)[:2]
   empty = _write(str(tmp_path / 'empty.jpg'), b'')
   text = _write(str(tmp_path / 'notes.png'), b'not a picture at all\n')
   no_pictures = tmp_path / 'no_pictures'
@@ -200,6 +230,7 @@ def test_script_classifies_odd_pictures_and_names_each_bad_file(
   for line in lines:
     assert line[1] in cifar10_input.CLASS_NAMES
     assert 1.0 >= float(line[2]) >= float(line[4]) >= float(line[6]) >= 0
+  assert lines[-2][1:] == lines[-1][1:]  # The GIF, as its first frame.
   errors = [line for line in result.stderr.splitlines()
             if line.startswith('cifar10_classify.py: ')]
   assert errors == [
@@ -222,6 +253,19 @@ def test_no_checkpoint_is_one_line(tmp_path):
       'cifar10_classify.py: no checkpoint in --checkpoint_dir=%s: point it at '
       'the --train_dir of a training run, or give --checkpoint_path'
       % tmp_path)
+
+
+def test_top_k_above_the_class_count_is_one_line(trained, pngs):
+  train_dir = trained[1]
+  result = testutil.run_script('cifar10_classify.py', [
+      '--checkpoint_dir=%s' % train_dir, '--top_k=11', pngs[0]], timeout=120)
+  assert result.returncode == 1
+  assert 'Traceback' not in result.stderr
+  assert result.stderr.strip() == (
+      'cifar10_classify.py: --top_k=11 is more than the 10 classes of '
+      'checkpoint %s; give --top_k=10 or fewer'
+      % tf.train.latest_checkpoint(train_dir))
+  assert not result.stdout  # No picture classified.
 
 
 _LOAD_IN_TF2 = '''

@@ -1,0 +1,163 @@
+"""Bad flags (docs/reliability.md): the ranges absl checks as it parses, the
+rule between two flags, an unwritable --train_dir, and a read-only
+--data_dir that already holds the data."""
+
+import contextlib
+import copy
+import ctypes
+import os
+import re
+
+from absl import flags
+import pytest
+
+import cifar10
+import cifar10_train
+from cifar10_support import download
+import testutil
+
+# The trainers' flags with a range (cifar10.py's and cifar10_train.py's,
+# which every trainer imports): the lowest value each takes, and what absl's
+# --help writes for that bound.
+RANGES = {
+    'batch_size': (1, '(a positive integer)'),
+    'max_steps': (1, '(a positive integer)'),
+    'log_frequency': (1, '(a positive integer)'),
+    'save_checkpoint_secs': (1, '(a positive integer)'),
+    'save_checkpoint_steps': (0, '(a non-negative integer)'),
+    'save_summaries_steps': (0, '(a non-negative integer)'),
+}
+
+
+def _own_flag_values():
+  """A FlagValues of copies of the trainers' range flags, as the scripts
+  define them: parsing it leaves the process's FLAGS alone."""
+  flag_values = flags.FlagValues()
+  for name in RANGES:
+    flag_values[name] = copy.deepcopy(flags.FLAGS[name])
+  return flag_values
+
+
+@pytest.mark.parametrize('name', sorted(RANGES))
+def test_each_range_is_checked_as_the_command_line_is_parsed(name):
+  lowest, words = RANGES[name]
+  below = lowest - 1
+  refused = _own_flag_values()
+  with pytest.raises(flags.IllegalFlagValueError) as e:
+    refused(['cifar10_train.py', '--%s=%d' % (name, below)])
+  # What the script's `Flags parsing error` line says after its prefix.
+  assert str(e.value) == 'flag --%s=%d: %d is not %s' % (
+      name, below, below, words.strip('()'))
+  accepted = _own_flag_values()
+  accepted(['cifar10_train.py', '--%s=%d' % (name, lowest)])
+  assert accepted[name].value == lowest
+
+
+def _help_entries(module):
+  """{flag name: its entry} of the help absl prints for `module`'s flags:
+  --help's for the script's own (cifar10_train.py), --helpfull's for the
+  modules it imports (cifar10.py)."""
+  text = flags.FLAGS.module_help(module)
+  entries = re.split(r'\n  (?=--)', text)
+  return {re.match(r'--(?:\[no\])?(\w+)', entry).group(1): entry
+          for entry in entries[1:]}
+
+
+def test_help_shows_each_range():
+  entries = dict(_help_entries(cifar10), **_help_entries(cifar10_train))
+  for name, (_, words) in RANGES.items():
+    assert words in entries[name], entries[name]
+
+
+def _dirs_never_made(tmp_path):
+  """--train_dir, --data_dir and --data_url in tmp_path, which stays empty
+  when the flags are refused; a run that went on would fail on the missing
+  local archive, never reaching the network."""
+  return ['--train_dir=%s' % (tmp_path / 'train'),
+          '--data_dir=%s' % (tmp_path / 'data'),
+          '--data_url=%s' % (tmp_path / 'no_archive.tar.gz')]
+
+
+def test_a_value_out_of_range_stops_the_script_before_anything_is_made(
+    tmp_path):
+  result = testutil.run_script(
+      'cifar10_train.py', ['--max_steps=0'] + _dirs_never_made(tmp_path),
+      timeout=120)
+  assert result.returncode == 1
+  assert 'Traceback' not in result.stderr
+  assert ('FATAL Flags parsing error: flag --max_steps=0: 0 is not a positive '
+          'integer') in result.stderr.splitlines()
+  assert not os.listdir(str(tmp_path))
+
+
+def test_replicas_without_sync_replicas_is_a_flags_parsing_error(tmp_path):
+  result = testutil.run_script(
+      'cifar10_distributed_train.py',
+      ['--job_name=worker', '--replicas_to_aggregate=2'] +
+      _dirs_never_made(tmp_path), timeout=120)
+  assert result.returncode == 1
+  assert 'Traceback' not in result.stderr
+  errors = [line for line in result.stderr.splitlines()
+            if line.startswith('FATAL Flags parsing error: ')]
+  assert len(errors) == 1, result.stderr
+  # absl names the two flags' values before the rule's message.
+  assert 'replicas_to_aggregate=2' in errors[0]
+  assert errors[0].endswith(
+      ': --replicas_to_aggregate only applies with --sync_replicas')
+  assert not os.listdir(str(tmp_path))
+
+
+def test_an_unwritable_train_dir_is_refused_with_the_data_in_place(
+    tmp_path, data_dir):
+  # Every other flag is good and the data is there: the refusal is the
+  # train_dir check's. Root writes anywhere chmod forbids, but not under a
+  # regular file.
+  (tmp_path / 'file').write_text('a file, not a directory')
+  train_dir = str(tmp_path / 'file' / 'train')
+  data_before = sorted(os.walk(data_dir))
+  result = testutil.run_script('cifar10_train.py', [
+      '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
+      '--max_steps=1', '--batch_size=8'], timeout=120)
+  assert result.returncode == 1
+  assert 'Traceback' not in result.stderr
+  assert result.stderr.strip().splitlines()[-1] == (
+      '--train_dir=%s is not a writable directory: NotADirectoryError: Not a '
+      'directory' % train_dir)
+  assert os.listdir(str(tmp_path)) == ['file']
+  assert sorted(os.walk(data_dir)) == data_before
+
+
+_MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MNT_DETACH = 1, 32, 4096, 2
+
+
+@contextlib.contextmanager
+def _read_only_view(source, target):
+  """Yields `target`, an empty directory made to show `source` read-only,
+  to root too, whom file modes do not stop: a read-only bind mount, undone
+  afterwards. Skips the test where this process may not mount."""
+  os.makedirs(target)
+  libc = ctypes.CDLL(None, use_errno=True)
+  if libc.mount(source.encode(), target.encode(), None, _MS_BIND, None):
+    pytest.skip('cannot bind-mount here: %s'
+                % os.strerror(ctypes.get_errno()))
+  try:
+    if libc.mount(None, target.encode(), None,
+                  _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None):
+      raise OSError(ctypes.get_errno(), 'read-only remount of ' + target)
+    yield target
+  finally:
+    libc.umount2(target.encode(), _MNT_DETACH)
+
+
+def test_a_read_only_data_dir_that_holds_the_data_is_used(data_dir, tmp_path,
+                                                          capsys):
+  with _read_only_view(data_dir, str(tmp_path / 'read_only')) as read_only:
+    batches = os.path.join(read_only, 'cifar-10-batches-bin')
+    for directory in (read_only, batches):
+      with pytest.raises(OSError):  # Really unwritable, for root too.
+        open(os.path.join(directory, 'probe'), 'w').close()
+    # The data step of every trainer (train) and of cifar10_eval.py (test).
+    for split in ('train', 'test'):
+      data_set = download.prepare(read_only, split=split)
+      assert data_set.directory == batches
+      assert capsys.readouterr().out.startswith('Data: %s, ' % batches)
