@@ -58,6 +58,10 @@ from cifar10_support import summaries
 from cifar10_support import train_dirs
 
 FLAGS = flags.FLAGS
+# --help lists the flags it shares with cifar10_train.py and, for the
+# evaluator task, cifar10_eval.py too.
+flags.adopt_module_key_flags(cifar10_train)
+flags.adopt_module_key_flags(cifar10_eval)
 
 flags.DEFINE_enum('job_name', None, ['ps', 'worker', 'evaluator'],
                   'This task\'s job: "ps", "worker" or "evaluator" (else '

@@ -41,6 +41,9 @@ flags.DEFINE_string('eval_dir', '/tmp/cifar10_eval',
 flags.DEFINE_enum('eval_data', DEFAULTS['eval_data'], ['test', 'train_eval'],
                   "Either 'test' or 'train_eval'.")
 run_flags.define_checkpoint_dir_flag()
+# --help lists cifar10.py's and run_flags' flags too: this script reads them.
+flags.adopt_module_key_flags(cifar10)
+flags.adopt_module_key_flags(run_flags)
 flags.DEFINE_integer('eval_interval_secs', DEFAULTS['eval_interval_secs'],
                      'How often to run the eval.', lower_bound=1)
 flags.DEFINE_integer('num_examples', DEFAULTS['num_examples'],

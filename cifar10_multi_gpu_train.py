@@ -53,6 +53,8 @@ from cifar10_support import towers
 from cifar10_support import train_dirs
 
 FLAGS = flags.FLAGS
+# --help lists the flags it shares with cifar10_train.py too.
+flags.adopt_module_key_flags(cifar10_train)
 
 flags.DEFINE_integer('num_gpus', 1, 'How many GPUs to use: one tower on each '
                      '(with --tower_device=cpu, on each of as many virtual CPU '

@@ -36,6 +36,9 @@ from cifar10_support import summaries
 from cifar10_support import train_dirs
 
 FLAGS = flags.FLAGS
+# --help lists cifar10.py's and run_flags' flags too: this script reads them.
+flags.adopt_module_key_flags(cifar10)
+flags.adopt_module_key_flags(run_flags)
 
 flags.DEFINE_string('train_dir', '/tmp/cifar10_train',
                     'Directory where to write event logs and checkpoint.')

@@ -5,14 +5,15 @@ rule between two flags, an unwritable --train_dir, and a read-only
 import contextlib
 import copy
 import ctypes
+import importlib
 import os
 import re
 
 from absl import flags
 import pytest
 
-import cifar10
-import cifar10_train
+import cifar10  # pylint: disable=unused-import (its flags)
+import cifar10_train  # pylint: disable=unused-import (its flags)
 from cifar10_support import download
 import testutil
 
@@ -54,18 +55,20 @@ def test_each_range_is_checked_as_the_command_line_is_parsed(name):
 
 
 def _help_entries(module):
-  """{flag name: its entry} of the help absl prints for `module`'s flags:
-  --help's for the script's own (cifar10_train.py), --helpfull's for the
-  modules it imports (cifar10.py)."""
+  """{flag name: its entry} of what `python <module>.py --help` prints: the
+  flags key to the script's module, its own and those it adopts."""
   text = flags.FLAGS.module_help(module)
   entries = re.split(r'\n  (?=--)', text)
   return {re.match(r'--(?:\[no\])?(\w+)', entry).group(1): entry
           for entry in entries[1:]}
 
 
-def test_help_shows_each_range():
-  entries = dict(_help_entries(cifar10), **_help_entries(cifar10_train))
+@pytest.mark.parametrize('script', ['cifar10_train', 'cifar10_multi_gpu_train',
+                                    'cifar10_distributed_train'])
+def test_help_shows_each_range(script):
+  entries = _help_entries(importlib.import_module(script))
   for name, (_, words) in RANGES.items():
+    assert name in entries, sorted(entries)
     assert words in entries[name], entries[name]
 
 
