@@ -131,26 +131,34 @@ def _nan_from_step(first_bad_step):
   return loss
 
 
-@pytest.mark.parametrize('summary_steps', [100, 3])
+@pytest.mark.parametrize('summary_steps', [100, 7])
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(
     tmp_path, data_dir, monkeypatch, summary_steps):
-  # With summaries at step 3 the histograms of NaN values run in the same
+  # With summaries at step 7 the histograms of NaN values run in the same
   # step as the loss check; the outcome must be the same.
-  monkeypatch.setattr(cifar10, 'loss', _nan_from_step(3))
+  monkeypatch.setattr(cifar10, 'loss', _nan_from_step(7))
   train_dir = str(tmp_path / 'train')
   with pytest.raises(train_dirs.DivergedError) as e:
     cifar10_train.train(run_flags.TrainSettings(
         data_dir, train_dir, max_steps=20, batch_size=8, log_frequency=1,
         save_checkpoint_steps=1, save_summaries_steps=summary_steps,
         input_threads=2))
-  good = os.path.join(train_dir, 'model.ckpt-3')
+  good = os.path.join(train_dir, 'model.ckpt-7')
   assert str(e.value) == (
-      'Model diverged with loss = NaN at step 3: training stopped without '
+      'Model diverged with loss = NaN at step 7: training stopped without '
       'saving that step; the last good checkpoint, %s, is left intact and a '
       'new run resumes from it. Lower the learning rate or check the data.'
       % good)
-  assert tf.train.latest_checkpoint(train_dir) == good
-  assert not [n for n in os.listdir(train_dir) if n.startswith('model.ckpt-4')]
+  # Checkpoints 0-7 were written, one a step; the saver keeps the newest 5.
+  # A save of the NaN step would have pruned model.ckpt-3.
+  kept = [os.path.join(train_dir, 'model.ckpt-%d' % step)
+          for step in range(3, 8)]
+  state = tf.train.get_checkpoint_state(train_dir)
+  assert list(state.all_model_checkpoint_paths) == kept
+  assert state.model_checkpoint_path == good
+  on_disk = {name.split('.')[1] for name in os.listdir(train_dir)
+             if name.startswith('model.ckpt-')}
+  assert on_disk == {'ckpt-%d' % step for step in range(3, 8)}
   reader = tf.train.load_checkpoint(good)
   for name in reader.get_variable_to_shape_map():
     assert np.all(np.isfinite(reader.get_tensor(name))), name
