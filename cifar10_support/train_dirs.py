@@ -95,13 +95,16 @@ def train_dir_lock(train_dir):
     if lock_file is None:
       yield None
       return
+    line = ('pid %d on host %s, started %s\n' % (
+        os.getpid(), socket.gethostname(),
+        time.strftime('%Y-%m-%d %H:%M:%S'))).encode()
     try:
       lock_file.seek(0)
       lock_file.truncate()
-      lock_file.write('pid %d on host %s, started %s\n' % (
-          os.getpid(), socket.gethostname(),
-          time.strftime('%Y-%m-%d %H:%M:%S')))
-      lock_file.flush()
+      # Unbuffered: a buffered write that failed would be written again when
+      # the file closes, and fail again, with a traceback.
+      while line:
+        line = line[os.write(lock_file.fileno(), line):]
     except OSError as e:
       raise TrainDirLockError('cannot write the lock file %s (%s): %s'
                               % (path, e.strerror, _ADVICE)) from None

@@ -344,6 +344,33 @@ def test_scripts_refuse_a_checkpoint_without_averages_each_in_its_line(
               (1, 'cifar10_classify.py: ' + classify_line)]
 
 
+def test_run_once_on_a_damaged_checkpoint_exits_with_its_skipping_line(
+    data_dir, train_dir, tmp_path):
+  checkpoint_dir = str(tmp_path / 'train')
+  shutil.copytree(train_dir, checkpoint_dir)
+  damaged = os.path.join(checkpoint_dir, 'model.ckpt-%d' % TRAIN_STEPS)
+  data_file = damaged + '.data-00000-of-00001'
+  os.truncate(data_file, os.path.getsize(data_file) // 2)
+
+  result = run_script('cifar10_eval.py', [
+      '--run_once', '--data_dir=%s' % data_dir,
+      '--checkpoint_dir=%s' % checkpoint_dir,
+      '--eval_dir=%s' % (tmp_path / 'eval'), '--num_examples=20'],
+                      timeout=120)
+
+  assert result.returncode == 1
+  assert 'Traceback' not in result.stderr
+  # The line that skips it when following training, here the error, with
+  # TensorFlow's reason after the colon.
+  prefix = ('cifar10_eval.py: error: cannot read checkpoint %s (pruned by '
+            'training, not completely written, or damaged): ' % damaged)
+  last = result.stderr.strip().splitlines()[-1]
+  assert last.startswith(prefix) and len(last) > len(prefix), last
+  # Not the one before it either: nothing was evaluated.
+  assert 'evaluating' not in result.stdout
+  assert not PRECISION_LINE.search(result.stdout)
+
+
 def test_follows_training_each_checkpoint_once(data_dir, tmp_path, capsys):
   checkpoint_dir = tmp_path / 'train'
   checkpoint_dir.mkdir()

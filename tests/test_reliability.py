@@ -5,11 +5,10 @@ subprocess and signal it; everything is bounded by timeouts.
 """
 
 import os
-import random
 import re
+import select
 import signal
 import subprocess
-import sys
 import threading
 import time
 
@@ -131,26 +130,34 @@ def _nan_from_step(first_bad_step):
   return loss
 
 
-@pytest.mark.parametrize('summary_steps', [100, 3])
+@pytest.mark.parametrize('summary_steps', [100, 7])
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(
     tmp_path, data_dir, monkeypatch, summary_steps):
-  # With summaries at step 3 the histograms of NaN values run in the same
+  # With summaries at step 7 the histograms of NaN values run in the same
   # step as the loss check; the outcome must be the same.
-  monkeypatch.setattr(cifar10, 'loss', _nan_from_step(3))
+  monkeypatch.setattr(cifar10, 'loss', _nan_from_step(7))
   train_dir = str(tmp_path / 'train')
   with pytest.raises(train_dirs.DivergedError) as e:
     cifar10_train.train(run_flags.TrainSettings(
         data_dir, train_dir, max_steps=20, batch_size=8, log_frequency=1,
         save_checkpoint_steps=1, save_summaries_steps=summary_steps,
         input_threads=2))
-  good = os.path.join(train_dir, 'model.ckpt-3')
+  good = os.path.join(train_dir, 'model.ckpt-7')
   assert str(e.value) == (
-      'Model diverged with loss = NaN at step 3: training stopped without '
+      'Model diverged with loss = NaN at step 7: training stopped without '
       'saving that step; the last good checkpoint, %s, is left intact and a '
       'new run resumes from it. Lower the learning rate or check the data.'
       % good)
-  assert tf.train.latest_checkpoint(train_dir) == good
-  assert not [n for n in os.listdir(train_dir) if n.startswith('model.ckpt-4')]
+  # Checkpoints 0-7 were written, one a step; the saver keeps the newest 5.
+  # A save of the NaN step would have pruned model.ckpt-3.
+  kept = [os.path.join(train_dir, 'model.ckpt-%d' % step)
+          for step in range(3, 8)]
+  state = tf.train.get_checkpoint_state(train_dir)
+  assert list(state.all_model_checkpoint_paths) == kept
+  assert state.model_checkpoint_path == good
+  on_disk = {name.split('.')[1] for name in os.listdir(train_dir)
+             if name.startswith('model.ckpt-')}
+  assert on_disk == {'ckpt-%d' % step for step in range(3, 8)}
   reader = tf.train.load_checkpoint(good)
   for name in reader.get_variable_to_shape_map():
     assert np.all(np.isfinite(reader.get_tensor(name))), name
@@ -158,16 +165,22 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(
 
 # --- SIGKILL, SIGTERM, SIGINT -------------------------------------------------
 
+def _trainer_process(data_dir, train_dir, *flags):
+  """cifar10_train.py started, a step line every step; its output (stderr
+  too) in the pipe proc.stdout."""
+  env = testutil.script_env(TF_CPP_MIN_LOG_LEVEL='2')
+  return subprocess.Popen(
+      testutil.script_command('cifar10_train.py') + [
+          '--data_dir=' + data_dir, '--train_dir=' + train_dir,
+          '--batch_size=8', '--max_steps=100000', '--log_frequency=1'] +
+      list(flags), cwd=testutil.ROOT, env=env, stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT, text=True)
+
+
 def start_trainer(data_dir, train_dir, *flags):
   """Starts cifar10_train.py; returns the process, its output lines and the
   thread that reads them (it ends at the end of the output: join it)."""
-  env = testutil.script_env(TF_CPP_MIN_LOG_LEVEL='2')
-  proc = subprocess.Popen(
-      [sys.executable, os.path.join(testutil.ROOT, 'cifar10_train.py'),
-       '--data_dir=' + data_dir, '--train_dir=' + train_dir,
-       '--batch_size=8', '--max_steps=100000', '--log_frequency=1'] +
-      list(flags), cwd=testutil.ROOT, env=env, stdout=subprocess.PIPE,
-      stderr=subprocess.STDOUT, text=True)
+  proc = _trainer_process(data_dir, train_dir, *flags)
   lines = []
 
   def read():
@@ -198,11 +211,6 @@ def logged_steps(lines):
   return [int(m.group(1)) for m in map(STEP_LINE.search, list(lines)) if m]
 
 
-def _saved_step(train_dir):
-  state = tf.train.get_checkpoint_state(train_dir)
-  return int(state.model_checkpoint_path.rsplit('-', 1)[1]) if state else -1
-
-
 def _readable_checkpoint_steps(train_dir):
   """Reads every tensor of every checkpoint the index lists; their steps."""
   state = tf.train.get_checkpoint_state(train_dir)
@@ -227,16 +235,17 @@ def assert_resumed(lines, train_dir, step):
 def test_sigkill_then_restart_resumes_and_signals_stop_cleanly(data_dir,
                                                               tmp_path):
   train_dir = str(tmp_path / 'train')
-  # SIGKILL at an arbitrary moment; with a checkpoint every step, most
-  # moments are inside a save.
-  delay = random.uniform(0, 0.3)
+  # SIGKILL as soon as the line of the 3rd checkpoint after step 0 appears:
+  # training goes on meanwhile, saving a checkpoint every step.
+  saved = 'saved checkpoint %s; ' % os.path.join(train_dir, 'model.ckpt-3')
   proc, lines, _ = start_trainer(data_dir, train_dir, '--save_checkpoint_steps=1')
-  wait_for(proc, lines, lambda: _saved_step(train_dir) >= 3)
-  time.sleep(delay)
+  wait_for(proc, lines, lambda: any(saved in line for line in lines))
   proc.kill()
   proc.wait(30)
   steps = _readable_checkpoint_steps(train_dir)
-  assert steps[-1] >= 3, (delay, steps)
+  print('SIGKILL on the line %r; the index then listed steps %s'
+        % (saved, steps))
+  assert steps[-1] >= 3, steps
   resume_from = steps[-1]
   # What a kill inside a save leaves (2 of 10 random kills did in one run).
   partial = os.path.join(train_dir, 'model.ckpt-%d_temp' % (resume_from + 1))
@@ -266,3 +275,72 @@ def test_sigkill_then_restart_resumes_and_signals_stop_cleanly(data_dir,
             in lines)
     assert _readable_checkpoint_steps(train_dir)[-1] == stopped_at
     resume_from = stopped_at
+
+
+def _signal_caught(pid, signum):
+  """Whether process pid runs a handler of its own on signal signum."""
+  with open('/proc/%d/status' % pid) as f:
+    caught = next(line for line in f if line.startswith('SigCgt:'))
+  return bool(int(caught.split()[1], 16) >> (signum - 1) & 1)
+
+
+def _waits_writing_stdout(pid):
+  """Whether the main thread of process pid waits in a system call on its
+  file descriptor 1: here, a write to a full pipe."""
+  with open('/proc/%d/syscall' % pid) as f:
+    fields = f.read().split()
+  return fields[0] not in ('running', '-1') and fields[1] == '0x1'
+
+
+def test_a_second_signal_stops_at_once_without_a_checkpoint(data_dir,
+                                                            tmp_path):
+  """The first SIGTERM arrives while training cannot stop: its output is a
+  full pipe that nobody reads (a paused pager, say), and it waits to write
+  a step line. The second SIGTERM ends it at once, by the signal, without
+  the final checkpoint the first one asked for."""
+  train_dir = str(tmp_path / 'train')
+  # Periodic checkpoints off: only the start's, model.ckpt-0, is written.
+  proc = _trainer_process(data_dir, train_dir, '--save_checkpoint_secs=3600')
+  output = []
+  filler = None
+  try:
+    # The first step line: the training loop runs, its handlers are set.
+    deadline = time.time() + 180
+    while not STEP_LINE.search(''.join(output)):
+      assert proc.poll() is None and time.time() < deadline, ''.join(output)
+      if select.select([proc.stdout], [], [], 1)[0]:
+        output.append(os.read(proc.stdout.fileno(), 65536).decode())
+    # Fill the pipe (through a non-blocking opening of our own, not the
+    # trainer's) and read no more: the next step line cannot be written.
+    filler = os.open('/proc/self/fd/%d' % proc.stdout.fileno(),
+                     os.O_WRONLY | os.O_NONBLOCK)
+    for size in (4096, 1):
+      try:
+        while True:
+          os.write(filler, b'.' * size)
+      except BlockingIOError:
+        pass
+    wait_for(proc, output, lambda: _waits_writing_stdout(proc.pid))
+    print('First SIGTERM while the trainer waits to write its output, after '
+          '%s' % STEP_LINE.findall(''.join(output)))
+    proc.send_signal(signal.SIGTERM)
+    # Its handler has run (in the interrupted write) and put back the default.
+    wait_for(proc, output,
+             lambda: not _signal_caught(proc.pid, signal.SIGTERM), timeout=60)
+    assert proc.poll() is None  # Still waiting to write: it cannot stop.
+    proc.send_signal(signal.SIGTERM)
+    # Ended by the signal itself (a shell shows 143), not by sys.exit.
+    assert proc.wait(60) == -signal.SIGTERM
+  finally:
+    if filler is not None:
+      os.close(filler)
+    proc.kill()
+    proc.wait(30)
+    proc.stdout.close()
+  state = tf.train.get_checkpoint_state(train_dir)
+  assert list(state.all_model_checkpoint_paths) == [
+      os.path.join(train_dir, 'model.ckpt-0')]
+  assert sorted(name for name in os.listdir(train_dir)
+                if name.startswith('model.ckpt-')) == [
+                    'model.ckpt-0.data-00000-of-00001', 'model.ckpt-0.index',
+                    'model.ckpt-0.meta']

@@ -11,6 +11,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 
 import pytest
 import tensorflow.compat.v1 as tf
@@ -319,6 +320,34 @@ def test_only_damaged_checkpoints_stop_with_one_line(data_dir,
       'another --train_dir' % train_dir)
 
 
+def test_a_listed_checkpoint_whose_files_are_gone_is_skipped(tmp_path, capsys):
+  train_dir = str(tmp_path / 'train')
+  os.makedirs(train_dir)
+  # Two checkpoints of a global step alone: which one restores is all that
+  # counts here.
+  with tf.Graph().as_default():
+    step = tf.train.get_or_create_global_step()
+    saver = tf.train.Saver(save_relative_paths=True)
+    with tf.Session(config=testutil.session_config()) as sess:
+      for value in (0, 4):
+        sess.run(step.assign(value))
+        saver.save(sess, os.path.join(train_dir, 'model.ckpt'),
+                   global_step=value)
+  first, gone = (os.path.join(train_dir, 'model.ckpt-%d' % value)
+                 for value in (0, 4))
+  for path in glob.glob(gone + '.*'):
+    os.remove(path)
+  assert tf.train.get_checkpoint_state(
+      train_dir).all_model_checkpoint_paths == [first, gone]
+
+  with train_dirs.claim(train_dir, fresh_start=False) as start:
+    assert (start.checkpoint, start.step) == (first, 0)
+  assert capsys.readouterr().out == (
+      'Checkpoint %s is listed but its files are missing: trying the one '
+      'before it.\nResuming from checkpoint %s at step 0 (--fresh_start '
+      'trains from scratch).\n' % (gone, first))
+
+
 def test_checkpoints_are_found_without_the_index_and_after_a_move(
     two_checkpoints, tmp_path):
   lines = []
@@ -360,16 +389,67 @@ def test_a_file_system_that_cannot_lock_is_named_and_training_goes_on(
   assert 'cannot lock files' in capsys.readouterr().out
 
 
-def test_lock_file_that_cannot_be_written_is_one_message(tmp_path,
-                                                         monkeypatch):
+def _lock_error(action, lock, reason):
+  return ('cannot %s the lock file %s (%s): training stopped before reading '
+          'or writing anything else; is the disk full? Free some space, then '
+          'run the same command again' % (action, lock, reason))
+
+
+def test_lock_file_that_cannot_be_made_or_opened_is_one_message(
+    tmp_path, monkeypatch):
+  lock = os.path.join(str(tmp_path), train_dirs.LOCK_NAME)
+
   def full(*args):
     raise OSError(errno.ENOSPC, 'No space left on device')
   monkeypatch.setattr(locks, 'open', full, raising=False)
-  with pytest.raises(train_dirs.TrainDirLockError) as e:
+  with pytest.raises(train_dirs.TrainDirLockError) as full_disk:
     with train_dirs.train_dir_lock(str(tmp_path)):
       pass
-  assert str(e.value) == (
-      'cannot create the lock file %s (No space left on device): training '
-      'stopped before reading or writing anything else; is the disk full? '
-      'Free some space, then run the same command again'
-      % os.path.join(str(tmp_path), train_dirs.LOCK_NAME))
+  monkeypatch.undo()
+  # There, but not a file to write (root cannot either).
+  os.mkdir(lock)
+  with pytest.raises(train_dirs.TrainDirLockError) as directory:
+    with train_dirs.train_dir_lock(str(tmp_path)):
+      pass
+  assert [str(full_disk.value), str(directory.value)] == [
+      _lock_error('create', lock, 'No space left on device'),
+      _lock_error('create', lock, os.strerror(errno.EISDIR))]
+
+
+# Runs a script with a limit on the size of every file it writes from then
+# on, once TensorFlow has loaded (whose start-up lines the script's console
+# filter keeps in a file): argv is the limit in bytes, the script, its flags.
+_WITH_FILE_SIZE_LIMIT = """
+import resource, runpy, sys
+from cifar10_support import console
+console.before_tensorflow('__main__')
+resource.setrlimit(resource.RLIMIT_FSIZE,
+                   (int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name='__main__')
+"""
+
+
+def test_lock_file_that_cannot_be_written_stops_the_script_with_one_line(
+    data_dir, tmp_path):
+  train_dir = tmp_path / 'train'
+  train_dir.mkdir()
+  lock = train_dir / train_dirs.LOCK_NAME
+  lock.write_text('pid 1 on host old, started 2026-01-01 00:00:00\n')
+  # A limit of 32 bytes a file: the lock file opens and empties, and its
+  # line ('pid N on host H, started <date time>', 45 bytes at least) is cut
+  # short with EFBIG, as a full disk cuts it with ENOSPC (the file write
+  # fails alike). No .pyc is written under the limit (it would be cut too).
+  result = subprocess.run(
+      [sys.executable, '-c', _WITH_FILE_SIZE_LIMIT, '32',
+       os.path.join(testutil.ROOT, 'cifar10_train.py')] +
+      _args(data_dir, train_dir, '--max_steps=2'),
+      cwd=testutil.ROOT, env=testutil.script_env(PYTHONDONTWRITEBYTECODE='1'),
+      capture_output=True, text=True, timeout=240)
+  assert result.returncode == 1
+  assert result.stderr.strip().splitlines() == [
+      'cifar10_train.py: ' + _lock_error('write', lock, os.strerror(
+          errno.EFBIG))]
+  # Nothing else written, nothing read from train_dir.
+  assert os.listdir(str(train_dir)) == [train_dirs.LOCK_NAME]
+  assert 'checkpoint' not in result.stdout
