@@ -3,6 +3,7 @@
 import ast
 import glob
 import os
+import re
 import subprocess
 import sys
 
@@ -242,3 +243,18 @@ def test_every_file_parses_as_python_3_10_does():
   for path in paths:
     with open(path, encoding='utf-8') as f:
       ast.parse(f.read(), filename=path, feature_version=(3, 10))
+
+
+def test_every_test_the_docs_name_exists():
+  # docs/reliability.md's table (and any page) names tests as
+  # `test_file.py::test_name`; a renamed or removed test must not stay there.
+  named = set()
+  for page in glob.glob(os.path.join(ROOT, 'docs', '**', '*.md'),
+                        recursive=True):
+    with open(page, encoding='utf-8') as f:
+      named.update(re.findall(r'\b(test_\w+\.py)::(test_\w+)', f.read()))
+  assert len(named) > 20
+  for file_name, test_name in sorted(named):
+    with open(os.path.join(ROOT, 'tests', file_name), encoding='utf-8') as f:
+      assert re.search(r'^def %s\(' % test_name, f.read(), re.M), (
+          file_name, test_name)
