@@ -1,15 +1,18 @@
 """Shared test set-up: import paths, quiet TF, the synthetic data fixture,
 and the `slow` marker.
 
-`python -m pytest -m "not slow"` is the quick loop: the unit tests, under a
-minute. A test is slow when it starts a process (a script, a cluster task,
-TensorBoard) or trains: its source, or that of a fixture it uses, calls one
-of SLOW_CALLS. The README's `python -m pytest` runs everything.
+`python -m pytest -m "not slow"` is the quick loop. A test is slow when it,
+or a fixture it uses, starts a process (a script, a cluster task,
+TensorBoard) or trains (a MonitoredSession): it says so itself, with
+`@pytest.mark.slow` or its module's `pytestmark`. Every other test is in the
+quick loop, and the guard below holds the quick loop to that: a test without
+the marker that starts a process or a MonitoredSession fails, saying so. The
+README's `python -m pytest` runs everything.
 """
 
-import inspect
+import functools
 import os
-import re
+import subprocess
 import sys
 
 import pytest
@@ -24,66 +27,70 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 # The kernels the scripts choose (see cifar10_train.py).
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
-
-# What makes a test slow: starting a process, or training a model.
-SLOW_CALLS = re.compile(
-    r'\b(run_script|subprocess\.(run|Popen)|_start|_run_chief|_run|_train|'
-    r'_train_here|train_fixture|train|evaluate|tensorboard)\(')
+# The test now being set up or run, and which, while it is not marked slow.
+_quick_test = [None]
 
 
-def _source(function):
-  try:
-    return inspect.getsource(function)
-  except (OSError, TypeError):
-    return ''
+def _refused_in_quick_tests(what, function, when=lambda: True):
+  @functools.wraps(function)
+  def guarded(*args, **kwargs):
+    if _quick_test[0] and when():
+      nodeid, phase = _quick_test[0]
+      pytest.fail('%s %s%s, so it is slow: mark it @pytest.mark.slow '
+                  '(tests/conftest.py)' % (
+                      nodeid, 'uses a fixture that ' if phase == 'setup'
+                      else '', what), pytrace=False)
+    return function(*args, **kwargs)
+  guarded.guarded = True
+  return guarded
 
 
-def _calls_slow(function, depth=3):
-  """Whether `function`, or a helper of its module it calls, is slow."""
-  source = _source(function)
-  if SLOW_CALLS.search(source):
-    return True
-  if depth == 0:
-    return False
-  module = sys.modules.get(getattr(function, '__module__', None))
-  for name in set(re.findall(r'\b(_?\w+)\(', source)):
-    helper = getattr(module, name, None)
-    if (inspect.isfunction(helper) and helper is not function
-        and _calls_slow(helper, depth - 1)):
-      return True
-  return False
+def _graph_holds_the_model():
+  import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
+  return any(variable.op.name == 'conv1/weights'
+             for variable in tf.global_variables())
 
 
-def _ours(function):
-  """Whether `function` is defined in this repository: pytest's own
-  fixtures (capsys calls a `_start(` of its own) start no process."""
-  try:
-    return inspect.getsourcefile(function).startswith(ROOT + os.sep)
-  except TypeError:
-    return False
-
-
-def _is_slow(item):
-  fixtures = item._fixtureinfo.name2fixturedefs  # pylint: disable=protected-access
-  return _calls_slow(item.function) or any(
-      _calls_slow(definition.func)
-      for name in item.fixturenames for definition in fixtures.get(name, ())
-      if _ours(definition.func))
+def _guard_the_quick_loop():
+  if not getattr(subprocess.Popen.__init__, 'guarded', False):
+    subprocess.Popen.__init__ = _refused_in_quick_tests(
+        'starts a process', subprocess.Popen.__init__)
+  # Loaded by the test modules; MonitoredTrainingSession and every trainer
+  # go through this class. A session of a few ops (a hook's test) is quick.
+  monitored = sys.modules.get('tensorflow.python.training.monitored_session')
+  if monitored and not getattr(monitored._MonitoredSession.__init__,  # pylint: disable=protected-access
+                               'guarded', False):
+    monitored._MonitoredSession.__init__ = _refused_in_quick_tests(  # pylint: disable=protected-access
+        'trains (a MonitoredSession of the model)',
+        monitored._MonitoredSession.__init__,  # pylint: disable=protected-access
+        _graph_holds_the_model)
 
 
 def pytest_configure(config):
   config.addinivalue_line(
-      'markers', 'slow: starts a process or trains a model (conftest.py '
-      'marks these); -m "not slow" leaves them out')
+      'markers', 'slow: starts a process or trains a model, itself or in a '
+      'fixture; -m "not slow" leaves it out')
 
 
 def pytest_collection_modifyitems(items):
   # tf.test.TestCase has a method named test_session that pytest would collect
   # and report as skipped (tensorflow#29439).
   items[:] = [item for item in items if item.name != 'test_session']
-  for item in items:
-    if _is_slow(item):
-      item.add_marker('slow')
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+  _guard_the_quick_loop()
+  quick = not item.get_closest_marker('slow')
+  _quick_test[0] = (item.nodeid, 'setup') if quick else None
+  yield
+  _quick_test[0] = (item.nodeid, 'call') if quick else None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item):
+  yield
+  _quick_test[0] = None
 
 
 @pytest.fixture(scope='session')

@@ -76,6 +76,7 @@ def _machine_expected():
                                              ('AMX', 'amx_tile')))
 
 
+@pytest.mark.slow  # Starts a process.
 def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
   import tensorflow.compat.v1 as tf
 
@@ -566,6 +567,7 @@ def test_a_bf16_ceiling_of_its_own_for_the_bf16_rows():
                        'emulated')
 
 
+@pytest.mark.slow  # Trains.
 def test_step_split_of_a_real_cpu_training_step_adds_up(data_dir, tmp_path):
   """cifar10_train's own session, traced: three parts >= 0, sum = step."""
   import benchmark

@@ -102,6 +102,7 @@ def pngs(trained, tmp_path_factory):
           for i, data in enumerate(encoded)]
 
 
+@pytest.mark.slow  # Its fixture trains.
 def test_png_of_each_test_record_gets_the_eval_graphs_class(trained, pngs):
   data_dir, train_dir = trained
   expected = _eval_graph_classes(data_dir, train_dir)
@@ -124,6 +125,7 @@ def test_png_of_each_test_record_gets_the_eval_graphs_class(trained, pngs):
   assert len(set(classes)) >= 4
 
 
+@pytest.mark.slow  # Its fixture trains.
 def test_each_batch_is_classified_before_the_next_is_read(trained, pngs,
                                                           tmp_path):
   # The script prints each picture's line as it comes: a batch's results
@@ -145,6 +147,7 @@ def test_each_batch_is_classified_before_the_next_is_read(trained, pngs,
   assert first[1].shape == (10,)
 
 
+@pytest.mark.slow  # Its fixture trains.
 def test_a_file_that_does_not_decode_leaves_its_batchs_pictures_as_they_are(
     trained, pngs, tmp_path):
   # The batch fails as a whole; its pictures are classified without the bad
@@ -195,6 +198,7 @@ def _two_frame_gif(folder, data_dir):
   return [gif] + pngs
 
 
+@pytest.mark.slow  # Its fixture trains.
 def test_a_gif_is_classified_as_its_first_frame(trained, tmp_path):
   checkpoint, dtype, _ = cifar10_classify.find_checkpoint(trained[1])
   files = _two_frame_gif(tmp_path, trained[0])
@@ -207,6 +211,7 @@ def test_a_gif_is_classified_as_its_first_frame(trained, tmp_path):
   assert np.abs(first - second).max() > 0.05
 
 
+@pytest.mark.slow  # Its fixture trains.
 def test_script_classifies_odd_pictures_and_names_each_bad_file(
     trained, tmp_path):
   data_dir, train_dir = trained
@@ -245,6 +250,7 @@ def test_script_classifies_odd_pictures_and_names_each_bad_file(
       'TensorFlow can read (Unknown image file format.' % text)
 
 
+@pytest.mark.slow  # Starts a process.
 def test_no_checkpoint_is_one_line(tmp_path):
   result = testutil.run_script('cifar10_classify.py', [
       '--checkpoint_dir=%s' % tmp_path, str(tmp_path)], timeout=120)
@@ -255,6 +261,7 @@ def test_no_checkpoint_is_one_line(tmp_path):
       % tmp_path)
 
 
+@pytest.mark.slow  # Its fixture trains.
 def test_top_k_above_the_class_count_is_one_line(trained, pngs):
   train_dir = trained[1]
   result = testutil.run_script('cifar10_classify.py', [
@@ -284,6 +291,7 @@ np.savez(sys.argv[3], probabilities=out['probabilities'].numpy(),
 '''
 
 
+@pytest.mark.slow  # Its fixture trains.
 def test_savedmodel_serves_what_the_script_prints(trained, pngs, tmp_path):
   data_dir, train_dir = trained
   files = pngs[:20] + _odd_pictures(tmp_path, _test_records(data_dir))[2:3]

@@ -97,6 +97,7 @@ def _checkpoint_step(train_dir):
   return step
 
 
+@pytest.mark.slow  # Starts a process.
 @pytest.mark.parametrize('script,extra', [
     ('cifar10_train.py', []),
     ('cifar10_multi_gpu_train.py', ['--num_gpus=2']),
@@ -125,6 +126,7 @@ def test_trainer_stops_with_a_final_checkpoint_when_output_closes(
           in result.stdout)
 
 
+@pytest.mark.slow  # Starts a process.
 def test_distributed_chief_stops_with_a_final_checkpoint_when_output_closes(
     data_dir, tmp_path):
   ps_port, worker_port = testutil.free_ports(2)
@@ -166,6 +168,7 @@ def trained(tmp_path_factory):
   return os.path.join(root, 'data'), os.path.join(root, 'train')
 
 
+@pytest.mark.slow  # Starts a process.
 def test_eval_exits_141_when_output_closes(trained, tmp_path):
   data, train_dir = trained
   status, lines, stderr = close_output_early('cifar10_eval.py', [
@@ -177,6 +180,7 @@ def test_eval_exits_141_when_output_closes(trained, tmp_path):
   assert_quiet_141(status, stderr)
 
 
+@pytest.mark.slow  # Its fixture trains.
 def test_classify_exits_141_when_output_closes(trained, tmp_path):
   # One picture a batch: lines keep coming after the first one is read.
   folder = tmp_path / 'pictures'
@@ -192,6 +196,7 @@ def test_classify_exits_141_when_output_closes(trained, tmp_path):
   assert_quiet_141(status, stderr)
 
 
+@pytest.mark.slow  # Starts a process.
 def test_make_dataset_exits_141_when_output_closes(tmp_path):
   rng = np.random.RandomState(0)
   for name in ('cat', 'dog'):

@@ -62,6 +62,7 @@ def _level(level):
   return {} if level is None else {'TF_CPP_MIN_LOG_LEVEL': level}
 
 
+@pytest.mark.slow  # Starts a process.
 @pytest.mark.parametrize('level', QUIETING_LEVELS)
 def test_train_and_eval_print_only_their_own_lines(level, data_dir, tmp_path):
   batches = os.path.join(data_dir, 'cifar-10-batches-bin')
@@ -89,6 +90,7 @@ def test_train_and_eval_print_only_their_own_lines(level, data_dir, tmp_path):
   assert result.stderr == ''
 
 
+@pytest.mark.slow  # Starts a process.
 @pytest.mark.parametrize('level', [None, '2'])
 def test_multi_tower_training_prints_only_its_own_lines(level, data_dir,
                                                         tmp_path):
@@ -102,6 +104,7 @@ def test_multi_tower_training_prints_only_its_own_lines(level, data_dir,
   assert result.stderr == ''
 
 
+@pytest.mark.slow  # Starts a process.
 def test_tf_cpp_min_log_level_gives_tensorflow_its_output_back(data_dir,
                                                                tmp_path):
   result = run_script('cifar10_train.py', _train_args(
@@ -116,6 +119,7 @@ def test_tf_cpp_min_log_level_gives_tensorflow_its_output_back(data_dir,
   assert 'INFO:tensorflow:Graph was finalized.' in result.stderr
 
 
+@pytest.mark.slow  # Starts a process.
 def test_a_bad_data_file_still_shows_its_message(data_dir, tmp_path):
   copy = str(tmp_path / 'data')
   shutil.copytree(data_dir, copy)
@@ -133,6 +137,7 @@ def test_a_bad_data_file_still_shows_its_message(data_dir, tmp_path):
   assert 'no_archive.tar.gz' in last
 
 
+@pytest.mark.slow  # Starts a process.
 def test_a_nan_loss_still_shows_its_message(data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
   # cifar10_train.py's own main, run as the script runs it, with a loss that
@@ -160,6 +165,7 @@ def test_a_nan_loss_still_shows_its_message(data_dir, tmp_path):
   assert 'is deprecated' not in result.stdout + result.stderr
 
 
+@pytest.mark.slow  # Starts a process.
 def test_only_known_noise_is_dropped_from_the_import():
   # Written to file descriptor 2 directly, as absl's C++ logging does.
   driver = textwrap.dedent('''

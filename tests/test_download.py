@@ -388,6 +388,7 @@ def test_data_flags_default_to_the_official_archive_of_dataset():
               download.ARCHIVES['cifar10'][1:])
 
 
+@pytest.mark.slow  # Starts a process.
 def test_offline_script_exits_with_one_message(tmp_path):
   data_dir = str(tmp_path / 'data')
   url = closed_port_url()

@@ -110,6 +110,7 @@ def _events(eval_dir):
   return found
 
 
+@pytest.mark.slow  # Starts a process.
 def test_script_run_once_after_training(data_dir, train_dir, tmp_path):
   eval_dir = tmp_path / 'eval'
   eval_dir.mkdir()
@@ -150,6 +151,7 @@ def test_script_run_once_after_training(data_dir, train_dir, tmp_path):
   assert len(events[TRAIN_STEPS, 'conv1/conv1/conv1/sparsity']) == 1
 
 
+@pytest.mark.slow  # Trains.
 def test_test_file_alone_is_enough_and_nothing_is_fetched(data_dir, train_dir,
                                                          tmp_path, capsys):
   only_test = tmp_path / 'data' / 'cifar-10-batches-bin'
@@ -189,6 +191,7 @@ def test_test_file_alone_is_enough_and_nothing_is_fetched(data_dir, train_dir,
       % only_test)
 
 
+@pytest.mark.slow  # Its fixture trains.
 def test_untrained_checkpoint_is_near_chance(data_dir, train_dir):
   result = _eval_once(os.path.join(train_dir, 'model.ckpt-0'), data_dir,
                       eval_data='train_eval', num_examples=100, batch_size=16)
@@ -199,6 +202,7 @@ def test_untrained_checkpoint_is_near_chance(data_dir, train_dir):
   assert result['precision'] <= 0.3
 
 
+@pytest.mark.slow  # Its fixture trains.
 @pytest.mark.parametrize('num_examples,batch_size', [(13, 5), (20, 8),
                                                      (20, 32), (7, 1)])
 def test_counts_exactly_num_examples_for_any_batch_size(
@@ -223,6 +227,7 @@ def test_counts_exactly_num_examples_for_any_batch_size(
     np.testing.assert_array_equal(result['confusion'], reference['confusion'])
 
 
+@pytest.mark.slow  # Its fixture trains.
 def test_per_class_numbers_add_up(data_dir, train_dir):
   result = _eval_once(tf.train.latest_checkpoint(train_dir), data_dir,
                       eval_data='train_eval', num_examples=100, batch_size=16)
@@ -328,6 +333,7 @@ def test_eval_and_classify_open_a_checkpoint_through_one_function(
   assert opened == [path, path]
 
 
+@pytest.mark.slow  # Starts a process.
 def test_scripts_refuse_a_checkpoint_without_averages_each_in_its_line(
     data_dir, tmp_path):
   path, eval_line, classify_line = _unusable_checkpoint(str(tmp_path),
@@ -344,6 +350,7 @@ def test_scripts_refuse_a_checkpoint_without_averages_each_in_its_line(
               (1, 'cifar10_classify.py: ' + classify_line)]
 
 
+@pytest.mark.slow  # Its fixture trains.
 def test_run_once_on_a_damaged_checkpoint_exits_with_its_skipping_line(
     data_dir, train_dir, tmp_path):
   checkpoint_dir = str(tmp_path / 'train')
@@ -426,6 +433,7 @@ def test_follows_training_each_checkpoint_once(data_dir, tmp_path, capsys):
   assert len([key for key in events if key[1] == 'Precision @ 1']) == 2
 
 
+@pytest.mark.slow  # Starts a process.
 def test_run_once_without_checkpoint_exits_naming_checkpoint_dir(
     data_dir, tmp_path):
   checkpoint_dir = tmp_path / 'empty'

@@ -81,6 +81,7 @@ def _dirs_never_made(tmp_path):
           '--data_url=%s' % (tmp_path / 'no_archive.tar.gz')]
 
 
+@pytest.mark.slow  # Starts a process.
 def test_a_value_out_of_range_stops_the_script_before_anything_is_made(
     tmp_path):
   result = testutil.run_script(
@@ -93,6 +94,7 @@ def test_a_value_out_of_range_stops_the_script_before_anything_is_made(
   assert not os.listdir(str(tmp_path))
 
 
+@pytest.mark.slow  # Starts a process.
 def test_replicas_without_sync_replicas_is_a_flags_parsing_error(tmp_path):
   result = testutil.run_script(
       'cifar10_distributed_train.py',
@@ -110,6 +112,7 @@ def test_replicas_without_sync_replicas_is_a_flags_parsing_error(tmp_path):
   assert not os.listdir(str(tmp_path))
 
 
+@pytest.mark.slow  # Starts a process.
 def test_an_unwritable_train_dir_is_refused_with_the_data_in_place(
     tmp_path, data_dir):
   # Every other flag is good and the data is there: the refusal is the

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from absl import flags
+import pytest
 import tensorflow.compat.v1 as tf
 
 import cifar10
@@ -215,6 +216,7 @@ def test_the_scripts_stay_small_and_their_calls_readable():
             name, node.lineno, len(node.args))
 
 
+@pytest.mark.slow  # Starts a process.
 def test_the_support_package_loads_no_tensorflow():
   # console.before_tensorflow must run before TensorFlow loads, so importing it cannot load it.
   code = ('import sys; import cifar10_support.console; '

@@ -221,6 +221,7 @@ def _checkpoint_contents(checkpoint):
           for name, shape in reader.get_variable_to_shape_map().items()}
 
 
+@pytest.mark.slow  # Trains.
 def test_bfloat16_checkpoint_is_float32_and_evaluates_both_ways(data_dir,
                                                                 tmp_path):
   # Trained with and without the flag, each evaluated with and without it.
@@ -369,6 +370,7 @@ def test_bfloat16_training_learns_a_batch_as_float32_does():
   assert late[None] < 0.75 * np.log(10), late
 
 
+@pytest.mark.slow  # Starts a process.
 def test_training_script_with_the_flag_says_how_and_saves_float32(data_dir,
                                                                    tmp_path):
   train_dir = str(tmp_path / 'train')
@@ -387,6 +389,7 @@ def test_training_script_with_the_flag_says_how_and_saves_float32(data_dir,
   assert {dtype for dtype, _ in contents.values()} == {tf.float32, tf.int64}
 
 
+@pytest.mark.slow  # Starts a process.
 def test_cpu_without_bfloat16_says_so_and_trains_in_float32(data_dir,
                                                             tmp_path):
   train_dir = str(tmp_path / 'train')
@@ -402,6 +405,7 @@ def test_cpu_without_bfloat16_says_so_and_trains_in_float32(data_dir,
   assert re.search(r'^Done: step 2 reached', result.stdout, re.M)
 
 
+@pytest.mark.slow  # Starts a process.
 def test_this_machine_prints_its_own_answer(data_dir, tmp_path):
   # No driver: the script as a user runs it, on this CPU.
   result = run_script('cifar10_eval.py', [
@@ -430,6 +434,7 @@ def test_this_machine_prints_its_own_answer(data_dir, tmp_path):
   assert 'No checkpoint file found' in result.stderr
 
 
+@pytest.mark.slow  # Starts a process.
 def test_use_fp16_and_mixed_precision_together_is_a_usage_error(data_dir,
                                                                 tmp_path):
   result = run_script('cifar10_train.py', [

@@ -243,6 +243,7 @@ def _restore_into_single_device_graph(train_dir):
       return sess.run(biases)
 
 
+@pytest.mark.slow  # Starts a process.
 def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path, capsys):
   train_dir = str(tmp_path / 'train')
 
@@ -288,6 +289,7 @@ def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path, capsys):
   assert tf.train.latest_checkpoint(train_dir).endswith('model.ckpt-10')
 
 
+@pytest.mark.slow  # Starts a process.
 def test_num_gpus_below_one_is_a_usage_error(tmp_path):
   result = run_script('cifar10_multi_gpu_train.py', [
       '--num_gpus=0', '--train_dir=%s' % (tmp_path / 'train')], timeout=60)
@@ -356,6 +358,7 @@ def test_gpu_fallback_message_names_the_flag_that_helps():
       '--tower_device=cpu gives each tower its own CPU device.')
 
 
+@pytest.mark.slow  # Starts a process.
 @pytest.mark.parametrize('extra, message', [
     (['--tower_device=cpu'], '--split_gpus splits GPUs and --tower_device=cpu '
                              'puts the towers on CPU devices: drop one of the '

@@ -74,6 +74,7 @@ def test_label_check_passes_good_files_and_counts_records(data_dir):
   assert cifar10_input.check_data_files(paths) == 5 * 20
 
 
+@pytest.mark.slow  # Starts a process.
 def test_script_reports_bad_label_without_traceback(tmp_path):
   root = synthetic.make_data_dir(str(tmp_path / 'data'))
   path = os.path.join(root, 'cifar-10-batches-bin', 'data_batch_3.bin')
@@ -101,6 +102,7 @@ def test_check_flag_writable_dir(tmp_path):
       '--train_dir=%s is not a writable directory: NotADirectoryError' % bad)
 
 
+@pytest.mark.slow  # Starts a process.
 def test_script_rejects_bad_flag_before_building_a_graph(tmp_path):
   (tmp_path / 'file').write_text('not a directory')
   result = testutil.run_script('cifar10_train.py', [
@@ -130,6 +132,7 @@ def _nan_from_step(first_bad_step):
   return loss
 
 
+@pytest.mark.slow  # Trains.
 @pytest.mark.parametrize('summary_steps', [100, 7])
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(
     tmp_path, data_dir, monkeypatch, summary_steps):
@@ -232,6 +235,7 @@ def assert_resumed(lines, train_dir, step):
   assert logged_steps(lines)[0] == step
 
 
+@pytest.mark.slow  # Starts a process.
 def test_sigkill_then_restart_resumes_and_signals_stop_cleanly(data_dir,
                                                               tmp_path):
   train_dir = str(tmp_path / 'train')
@@ -292,6 +296,7 @@ def _waits_writing_stdout(pid):
   return fields[0] not in ('running', '-1') and fields[1] == '0x1'
 
 
+@pytest.mark.slow  # Starts a process.
 def test_a_second_signal_stops_at_once_without_a_checkpoint(data_dir,
                                                             tmp_path):
   """The first SIGTERM arrives while training cannot stop: its output is a

@@ -104,6 +104,7 @@ def _check_resumed(stdout, train_dir, saved, step, max_steps, writer, reader):
   assert not np.array_equal(final['local4/weights'], saved['local4/weights'])
 
 
+@pytest.mark.slow  # Trains.
 def test_each_trainer_resumes_the_others_checkpoints(data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
   chain = ['single', 'towers2', 'towers1', 'towers2', 'single']
@@ -142,6 +143,7 @@ def _run_chief(data_dir, train_dir, max_steps, sync, tmp_path):
   return result.stdout.replace('Worker 0: ', '')
 
 
+@pytest.mark.slow  # Trains.
 def test_distributed_chief_resumes_and_is_resumed(data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
   _run('single', data_dir, train_dir, 4)
@@ -172,6 +174,7 @@ def _listing(directory):
   return listing
 
 
+@pytest.mark.slow  # Trains.
 def test_float16_checkpoint_is_refused_and_left_as_it_was(data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
   cifar10_train.train(run_flags.TrainSettings(

@@ -64,6 +64,7 @@ def test_session_configs_follow_the_rule_and_the_flags(cores):
       sessions.eval_config((1, 0))) == (1, 0)
 
 
+@pytest.mark.slow  # Starts a process.
 def test_a_negative_thread_count_is_a_usage_error(tmp_path):
   result = run_script('cifar10_train.py', [
       '--train_dir=%s' % (tmp_path / 'train'), '--num_inter_threads=-1'])

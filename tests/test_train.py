@@ -82,6 +82,7 @@ def histogram_tags(values):
   return tags
 
 
+@pytest.mark.slow  # Starts a process.
 def test_train_logs_checkpoints_summarizes_and_resumes(data_dir, tmp_path,
                                                        capsys):
   train_dir = str(tmp_path / 'train')
@@ -125,6 +126,7 @@ def test_train_logs_checkpoints_summarizes_and_resumes(data_dir, tmp_path,
   assert _checkpoint_steps(train_dir) == [0, 5]
 
 
+@pytest.mark.slow  # Starts a process.
 def test_missing_data_is_a_clear_error_within_seconds(tmp_path):
   data_dir = tmp_path / 'data'
   (data_dir / 'cifar-10-batches-bin').mkdir(parents=True)

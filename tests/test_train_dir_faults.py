@@ -55,6 +55,7 @@ def test_lock_names_its_holder_and_is_free_again_after(tmp_path):
     assert path == os.path.join(train_dir, train_dirs.LOCK_NAME)
 
 
+@pytest.mark.slow  # Starts a process.
 def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
     data_dir, tmp_path, capsys):
   train_dir = str(tmp_path / 'train')
@@ -104,6 +105,7 @@ def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
                   resume_from)
 
 
+@pytest.mark.slow  # Starts a process.
 def test_distributed_chief_stops_on_a_busy_train_dir(data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
   os.makedirs(train_dir)
@@ -123,6 +125,7 @@ def test_distributed_chief_stops_on_a_busy_train_dir(data_dir, tmp_path):
       '%s' % (train_dir, os.getpid(), socket.gethostname()))
 
 
+@pytest.mark.slow  # Starts a process.
 def test_fresh_start_keeps_the_lock_file(data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
   os.makedirs(train_dir)
@@ -162,6 +165,7 @@ def _listed_checkpoints_restore(train_dir):
   return state.model_checkpoint_path
 
 
+@pytest.mark.slow  # Starts a process.
 def test_full_disk_stops_with_one_message_and_the_next_run_resumes(
     data_dir, tmp_path, capsys):
   mount_point = str(tmp_path / 'small_disk')
@@ -195,6 +199,7 @@ def test_full_disk_stops_with_one_message_and_the_next_run_resumes(
     subprocess.run(['umount', '-l', mount_point], timeout=30)
 
 
+@pytest.mark.slow  # Trains.
 def test_full_disk_injected(data_dir, tmp_path, monkeypatch):
   """Runs everywhere: the saver's third save gets the error TensorFlow
   raised for a full disk in the tmpfs run (a ResourceExhaustedError naming
@@ -269,6 +274,7 @@ def _copy(train_dir, to):
   return to
 
 
+@pytest.mark.slow  # Trains.
 @pytest.mark.parametrize('damage', sorted(DAMAGE))
 def test_damaged_newest_checkpoint_falls_back_and_is_skipped_by_eval(
     data_dir, two_checkpoints, tmp_path, capsys, damage):
@@ -305,6 +311,7 @@ def test_damaged_newest_checkpoint_falls_back_and_is_skipped_by_eval(
       train_dir).all_model_checkpoint_paths
 
 
+@pytest.mark.slow  # Its fixture trains.
 def test_only_damaged_checkpoints_stop_with_one_line(data_dir,
                                                      two_checkpoints, tmp_path):
   train_dir = _copy(two_checkpoints, str(tmp_path / 'train'))
@@ -348,6 +355,7 @@ def test_a_listed_checkpoint_whose_files_are_gone_is_skipped(tmp_path, capsys):
       'trains from scratch).\n' % (gone, first))
 
 
+@pytest.mark.slow  # Its fixture trains.
 def test_checkpoints_are_found_without_the_index_and_after_a_move(
     two_checkpoints, tmp_path):
   lines = []
@@ -368,6 +376,7 @@ def test_checkpoints_are_found_without_the_index_and_after_a_move(
                    'looking at the checkpoint files themselves.' % moved]
 
 
+@pytest.mark.slow  # Trains.
 def test_a_file_system_that_cannot_lock_is_named_and_training_goes_on(
     data_dir, tmp_path, monkeypatch, capsys):
   def no_locks(file, operation):
@@ -430,6 +439,7 @@ runpy.run_path(sys.argv[0], run_name='__main__')
 """
 
 
+@pytest.mark.slow  # Starts a process.
 def test_lock_file_that_cannot_be_written_stops_the_script_with_one_line(
     data_dir, tmp_path):
   train_dir = tmp_path / 'train'
