@@ -269,6 +269,7 @@ class _StandIns(testutil.Tasks):
       other.close()
 
 
+@pytest.mark.slow  # Processes (of the stand-in).
 def test_a_task_whose_port_was_taken_starts_again_once_it_is_free(
     tmp_path, monkeypatch):
   # Another process takes the port as the task starts again after a kill,
@@ -296,6 +297,7 @@ def test_a_task_whose_port_was_taken_starts_again_once_it_is_free(
   assert testutil.LISTENING.search(output), output
 
 
+@pytest.mark.slow  # Processes (of the stand-in).
 def test_tasks_whose_port_was_taken_start_again_on_new_ports(tmp_path):
   tasks = _StandIns(tmp_path, ['ps', 'w0', 'w1'], taken=['w0'])
   first = dict(tasks.ports)
@@ -410,6 +412,7 @@ def test_worker_graph_placement_and_checkpoint_names(data_dir, compute_dtype):
 # --- Real clusters -----------------------------------------------------------
 
 
+@pytest.mark.slow  # A process.
 def test_worker_gives_up_on_an_unreachable_ps_naming_it(data_dir, tmp_path):
 
   def run():
@@ -578,6 +581,7 @@ def _check_chief_checkpoint(train_dir, min_step, max_step):
   return checkpoint
 
 
+@pytest.mark.slow  # Clusters of processes.
 def test_async_cluster_trains_to_the_global_step_and_learns(
     learnable_data_dir, tmp_path):
   outputs, train_dir, _ = testutil.retry_port_taken(lambda: _run_cluster(
@@ -593,6 +597,7 @@ def test_async_cluster_trains_to_the_global_step_and_learns(
       tmp_path / 'eval')) >= testutil.LEARNED
 
 
+@pytest.mark.slow  # Clusters of processes.
 def test_sync_cluster_trains_to_the_global_step_and_learns(
     learnable_data_dir, tmp_path):
   outputs, train_dir, rerun = testutil.retry_port_taken(lambda: _run_cluster(
@@ -765,6 +770,7 @@ def test_a_lost_session_whose_ps_task_stays_away_stops_naming_it(
       'stopping.' % address)
 
 
+@pytest.mark.slow  # Clusters of processes.
 def test_a_worker_whose_data_has_other_classes_than_the_chiefs_stops(
     data_dir, tmp_path):
   # Worker 1 reads a data set of three classes of its own; the chief,

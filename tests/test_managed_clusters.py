@@ -305,6 +305,7 @@ def test_bad_tf_config_of_a_managed_cluster_is_one_line(tf_config, message):
     clusters.resolve_cluster(None, 0, '', '', json.dumps(tf_config))
 
 
+@pytest.mark.slow  # A process each.
 @pytest.mark.parametrize('tf_config,line', [
     ({'cluster': {'chief': ['c:1'], 'ps': ['p:1'], 'boss': ['b:1']},
       'task': {'type': 'chief', 'index': 0}},
@@ -600,6 +601,7 @@ def test_the_docs_build_and_push_the_image_the_manifests_run():
           'docs/managed/vertex_ai_worker_pools.json') in doc
 
 
+@pytest.mark.slow  # Clusters of processes.
 def test_a_cifar100_cluster_from_tf_config_trains_on_its_100_classes(tmp_path):
   # --dataset through TF_CONFIG as in cifar10_train.py: every task reads it.
   data_dir = synthetic.make_cifar100_dir(str(tmp_path / 'data'), records=64,

@@ -22,6 +22,10 @@ from cifar10_support import run_flags
 import testutil
 from testutil import ROOT
 
+# Each test trains, or reads a TensorBoard server's runs that a fixture
+# trained.
+pytestmark = pytest.mark.slow
+
 STEPS = 25
 EVERY = 10
 
