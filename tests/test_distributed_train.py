@@ -8,7 +8,7 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
+import sys
 
 from absl import app
 from absl import flags
@@ -45,8 +45,6 @@ LEARN_STEPS = 200
 # over: the loss rises and the run ends near chance or diverges. Delay-1
 # SGD on one device, no cluster, does the same; at 0.05 both learn.
 ASYNC_LEARNING_RATE = 0.05
-# Every process of a cluster test must have ended by then.
-CLUSTER_TIMEOUT_SECS = 240
 
 
 def start_task(args, log_path, tf_config=None, learning_rate=None):
@@ -217,21 +215,146 @@ def test_a_run_whose_port_was_taken_runs_again():
     testutil.retry_port_taken(always_taken)
 
 
-def test_wait_for_addresses_is_bounded_and_names_the_address():
+# A stand-in for the script, for testutil.Tasks: it listens on the port
+# given, saying so as the script does, or says that the port is taken and
+# ends, as the script does.
+_SERVE = """
+import socket, sys, time
+s = socket.socket()
+try:
+  s.bind(('127.0.0.1', int(sys.argv[1])))
+except OSError:
+  sys.exit('Could not start the server of /job:ps/task:0')
+s.listen()
+print('ps task 0 serving at 127.0.0.1:%s; ...' % sys.argv[1], flush=True)
+time.sleep(600)
+"""
+
+
+class _StandIns(testutil.Tasks):
+  """Tasks of the stand-in; another process (self.others) takes the port
+  of each task in `taken` just before that task first starts."""
+
+  def __init__(self, tmp_path, tasks, taken):
+    super().__init__({task: str(tmp_path / (task + '.log'))
+                      for task in tasks})
+    self.taken = set(taken)
+    self.others = []
+    self.starts = []
+    self.afreshes = 0
+    self.ports = dict(zip(tasks, testutil.free_ports(len(tasks))))
+
+  def afresh(self):
+    self.afreshes += 1
+    self.ports = dict(zip(self.ports, testutil.free_ports(len(self.ports))))
+
+  def port(self, task):
+    return self.ports[task]
+
+  def start(self, task):
+    if task in self.taken:
+      self.taken.remove(task)
+      self.others.append(socket.socket())
+      self.others[-1].bind(('127.0.0.1', self.ports[task]))
+      self.others[-1].listen()
+    self.starts.append((task, self.ports[task]))
+    with open(self.logs[task], 'a') as log:
+      self.processes[task] = subprocess.Popen(
+          [sys.executable, '-c', _SERVE, str(self.ports[task])], stdout=log,
+          stderr=subprocess.STDOUT)
+
+  def stop(self):
+    super().stop()
+    for other in self.others:
+      other.close()
+
+
+@pytest.mark.slow  # Processes (of the stand-in).
+def test_a_task_whose_port_was_taken_starts_again_once_it_is_free(
+    tmp_path, monkeypatch):
+  # Another process takes the port as the task starts again after a kill,
+  # and lets it go once it was found taken.
+  tasks = _StandIns(tmp_path, ['ps'], taken=['ps'])
+  port_bindable = testutil.port_bindable
+
+  def bindable(port):
+    free = port_bindable(port)
+    if not free and tasks.others:
+      tasks.others.pop().close()
+    return free
+
+  monkeypatch.setattr(testutil, 'port_bindable', bindable)
+  open(tasks.logs['ps'], 'w').close()  # The killed task's.
+  try:
+    tasks.restart('ps')
+    assert tasks.processes['ps'].poll() is None
+  finally:
+    tasks.stop()
+  output = tasks.log('ps')
+  port = tasks.port('ps')
+  assert tasks.starts == [('ps', port), ('ps', port)]
+  assert output.count(testutil.PORT_TAKEN) == 1, output
+  assert testutil.LISTENING.search(output), output
+
+
+@pytest.mark.slow  # Processes (of the stand-in).
+def test_tasks_whose_port_was_taken_start_again_on_new_ports(tmp_path):
+  tasks = _StandIns(tmp_path, ['ps', 'w0', 'w1'], taken=['w0'])
+  first = dict(tasks.ports)
+  try:
+    tasks.start_all(['ps', 'w1', 'w0'])
+    assert all(p.poll() is None for p in tasks.processes.values())
+  finally:
+    tasks.stop()
+  # Every task started on its first port, then on the one afresh() gave.
+  assert tasks.afreshes == 1
+  order = ('ps', 'w1', 'w0')
+  assert tasks.starts == ([(task, first[task]) for task in order] +
+                          [(task, tasks.ports[task]) for task in order])
+  # The logs are the second attempt's.
+  for task in tasks.logs:
+    assert tasks.log(task) == (
+        'ps task 0 serving at 127.0.0.1:%d; ...\n' % tasks.ports[task])
+
+
+class _Clock(object):
+  """clusters' clock in a test: each sleep moves it on, no real time
+  passes, so how long a wait lasted is counted, not measured on a machine
+  whose load decides it."""
+
+  def __init__(self, limit):
+    self.now = 0.0
+    self._limit = limit
+
+  def time(self):
+    return self.now
+
+  def sleep(self, secs):
+    self.now += secs
+    # An unbounded wait fails here instead of at pytest's timeout.
+    assert self.now < self._limit, 'still waiting at %s s' % self.now
+
+
+def test_wait_for_addresses_is_bounded_and_names_the_address(monkeypatch):
   listening = socket.socket()
   listening.bind(('127.0.0.1', 0))
   listening.listen()
+  clock = _Clock(limit=10)
+  monkeypatch.setattr(clusters, 'time', clock)
   try:
     good = '127.0.0.1:%d' % listening.getsockname()[1]
     clusters.wait_for_addresses({'/job:ps/task:0': good}, wait_secs=5)
-    bad = '127.0.0.1:%d' % testutil.free_ports(1)[0]
-    start = time.time()
-    with pytest.raises(TimeoutError) as raised:
-      clusters.wait_for_addresses({'/job:ps/task:0': good, '/job:ps/task:1': bad},
-                              wait_secs=1, poll_secs=0.2)
+    assert clock.now == 0  # It answered at once: no wait.
+    with testutil.refused_ports(1) as (port,):
+      bad = '127.0.0.1:%d' % port
+      with pytest.raises(TimeoutError) as raised:
+        clusters.wait_for_addresses({'/job:ps/task:0': good,
+                                     '/job:ps/task:1': bad},
+                                    wait_secs=1, poll_secs=0.2)
   finally:
     listening.close()
-  assert time.time() - start < 10
+  # It gave up once the wait was over, polling every 0.2 s until then.
+  assert 1 <= clock.now < 1.2
   message = str(raised.value)
   assert 'No answer after 1 s from /job:ps/task:1 at %s' % bad in message
   assert '/job:ps/task:0' not in message
@@ -289,14 +412,23 @@ def test_worker_graph_placement_and_checkpoint_names(data_dir, compute_dtype):
 # --- Real clusters -----------------------------------------------------------
 
 
+@pytest.mark.slow  # A process.
 def test_worker_gives_up_on_an_unreachable_ps_naming_it(data_dir, tmp_path):
-  ps_port, worker_port = testutil.free_ports(2)
-  result = testutil.run_script('cifar10_distributed_train.py', [
-      '--job_name=worker', '--task_index=0',
-      '--ps_hosts=127.0.0.1:%d' % ps_port,
-      '--worker_hosts=127.0.0.1:%d' % worker_port,
-      '--startup_wait_secs=2', '--data_dir=%s' % data_dir,
-      '--train_dir=%s' % tmp_path], timeout=120)
+
+  def run():
+    worker_port, = testutil.free_ports(1)
+    result = testutil.run_script('cifar10_distributed_train.py', [
+        '--job_name=worker', '--task_index=0',
+        '--ps_hosts=127.0.0.1:%d' % ps_port,
+        '--worker_hosts=127.0.0.1:%d' % worker_port,
+        '--startup_wait_secs=2', '--data_dir=%s' % data_dir,
+        '--train_dir=%s' % tmp_path])
+    if result.returncode == 1 and testutil.PORT_TAKEN in result.stderr:
+      raise testutil.PortTaken()
+    return result
+
+  with testutil.refused_ports(1) as (ps_port,):
+    result = testutil.retry_port_taken(run)
   assert result.returncode == 1
   assert ('Worker 0: No answer after 2 s from /job:ps/task:0 at 127.0.0.1:%d'
           % ps_port) in result.stderr
@@ -354,9 +486,9 @@ def _run_cluster(tmp_path, data_dir, extra_flags, tf_config_worker_1=False,
                                   learning_rate=learning_rate))
     processes.append(start_task(chief + ['--train_dir=' + train_dir], logs[1],
                                 learning_rate=learning_rate))
-    deadline = time.time() + CLUSTER_TIMEOUT_SECS
-    codes = [p.wait(timeout=max(deadline - time.time(), 1))
-             for p in processes[1:]]
+    testutil.wait_for('the workers to end', lambda: all(
+        p.poll() is not None for p in processes[1:]), logs)
+    codes = [p.returncode for p in processes[1:]]
     outputs = [open(path).read() for path in logs[1:]]
     if codes != [0, 0] and any(testutil.PORT_TAKEN in open(path).read()
                                for path in logs):
@@ -366,9 +498,9 @@ def _run_cluster(tmp_path, data_dir, extra_flags, tf_config_worker_1=False,
     assert processes[0].poll() is None, open(logs[0]).read()[-3000:]
     rerun = None
     if rerun_chief:
-      rerun = testutil.run_script(
-          'cifar10_distributed_train.py',
-          chief + ['--train_dir=%s' % (tmp_path / 'train_2')], timeout=120)
+      rerun = testutil.retry_port_taken(lambda: _run_on_port(
+          ports[1], 'cifar10_distributed_train.py',
+          chief + ['--train_dir=%s' % (tmp_path / 'train_2')]))
   finally:
     for p in processes:
       if p.poll() is None:
@@ -382,6 +514,18 @@ def _run_cluster(tmp_path, data_dir, extra_flags, tf_config_worker_1=False,
   # Stopped by our SIGTERM, not by itself.
   assert processes[0].returncode == -signal.SIGTERM
   return outputs, train_dir, rerun
+
+
+def _run_on_port(port, script, args):
+  """testutil.run_script of a task whose server listens on `port`, the
+  address of one that has ended: once the port can be bound, and
+  testutil.PortTaken if another process bound it first."""
+  testutil.wait_for('port %d to be free' % port,
+                    lambda: testutil.port_bindable(port), [], secs=60)
+  result = testutil.run_script(script, args)
+  if result.returncode and testutil.PORT_TAKEN in result.stderr:
+    raise testutil.PortTaken()
+  return result
 
 
 def _finished(outputs):
@@ -437,6 +581,7 @@ def _check_chief_checkpoint(train_dir, min_step, max_step):
   return checkpoint
 
 
+@pytest.mark.slow  # Clusters of processes.
 def test_async_cluster_trains_to_the_global_step_and_learns(
     learnable_data_dir, tmp_path):
   outputs, train_dir, _ = testutil.retry_port_taken(lambda: _run_cluster(
@@ -452,6 +597,7 @@ def test_async_cluster_trains_to_the_global_step_and_learns(
       tmp_path / 'eval')) >= testutil.LEARNED
 
 
+@pytest.mark.slow  # Clusters of processes.
 def test_sync_cluster_trains_to_the_global_step_and_learns(
     learnable_data_dir, tmp_path):
   outputs, train_dir, rerun = testutil.retry_port_taken(lambda: _run_cluster(
@@ -609,18 +755,22 @@ def test_a_lost_session_names_the_ps_task_tf_names():
       s.close()
 
 
-def test_a_lost_session_whose_ps_task_stays_away_stops_naming_it():
-  address = '127.0.0.1:%d' % testutil.free_ports(1)[0]
-  start = time.time()
-  with pytest.raises(TimeoutError) as raised:
-    clusters.wait_for_lost_ps_tasks('Worker 1', {'/job:ps/task:0': address},
-                                    1, '')
-  assert time.time() - start < 10
+def test_a_lost_session_whose_ps_task_stays_away_stops_naming_it(
+    monkeypatch):
+  clock = _Clock(limit=10)
+  monkeypatch.setattr(clusters, 'time', clock)
+  with testutil.refused_ports(1) as (port,):
+    address = '127.0.0.1:%d' % port
+    with pytest.raises(TimeoutError) as raised:
+      clusters.wait_for_lost_ps_tasks('Worker 1', {'/job:ps/task:0': address},
+                                      1, '')
+  assert 1 <= clock.now < 1.5  # Its polls every 0.5 s, for the 1 s given.
   assert str(raised.value).startswith(
       'ps task 0 at %s did not come back within 1 s (--startup_wait_secs): '
       'stopping.' % address)
 
 
+@pytest.mark.slow  # Clusters of processes.
 def test_a_worker_whose_data_has_other_classes_than_the_chiefs_stops(
     data_dir, tmp_path):
   # Worker 1 reads a data set of three classes of its own; the chief,
@@ -642,7 +792,9 @@ def test_a_worker_whose_data_has_other_classes_than_the_chiefs_stops(
       processes.append(start_task(
           ['--job_name=worker', '--task_index=1', '--data_dir=' + own_data]
           + common, logs[2]))
-      codes = [p.wait(timeout=CLUSTER_TIMEOUT_SECS) for p in processes[1:]]
+      testutil.wait_for('the workers to end', lambda: all(
+          p.poll() is not None for p in processes[1:]), logs)
+      codes = [p.returncode for p in processes[1:]]
     finally:
       for p in processes:
         p.terminate()

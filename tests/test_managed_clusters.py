@@ -13,9 +13,7 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
-import time
 
 import pytest
 import tensorflow.compat.v1 as tf
@@ -38,11 +36,9 @@ EVALUATOR_LINE = re.compile(
     r'^Evaluator: (\S+) \(global step (\d+), --max_steps=(\d+)\): '
     r'precision @ 1 = (\d\.\d{3})\.$')
 PRECISION_LINE = testutil.PRECISION_LINE
-# No scenario may take longer than this.
-SCENARIO_SECS = 300
 
 
-class _ManagedCluster(object):
+class _ManagedCluster(testutil.Tasks):
   """One process per task, each with the same command and its TF_CONFIG.
 
   Args:
@@ -61,28 +57,42 @@ class _ManagedCluster(object):
   def __init__(self, tmp_path, jobs, flags, evaluator=False, extra=None,
                task_extra=None, learning_rate=LEARNING_RATE):
     self.jobs = jobs
-    self.new_ports()
+    self.flags = flags
+    self._pick_ports()
     self.tasks = ['%s%d' % (job, i) for job, n in jobs.items()
                   for i in range(n)] + (['evaluator0'] if evaluator else [])
-    self.flags = flags
     self.learning_rate = learning_rate
     self.extra = extra or {}
     self.task_extra = task_extra or {}
-    self.logs = {task: str(tmp_path / (task + '.log')) for task in self.tasks}
-    self.processes = {}
+    super().__init__({task: str(tmp_path / (task + '.log'))
+                      for task in self.tasks})
 
-  def new_ports(self):
-    """Every task's address, picked anew; the scenario's time, anew."""
-    self.deadline = time.time() + SCENARIO_SECS
+  def _pick_ports(self):
     ports = iter(testutil.free_ports(sum(self.jobs.values())))
     self.cluster = {job: ['127.0.0.1:%d' % next(ports) for _ in range(n)]
                     for job, n in self.jobs.items()}
 
+  def afresh(self):
+    """Every task's address picked anew, and nothing left of an attempt on
+    the old ones."""
+    self._pick_ports()
+    for flag in self.flags:
+      if flag.startswith(('--train_dir=', '--eval_dir=')):
+        shutil.rmtree(flag.split('=', 1)[1], ignore_errors=True)
+
+  @staticmethod
+  def _job_and_index(task):
+    job = task.rstrip('0123456789')
+    return job, int(task[len(job):])
+
   def tf_config(self, task):
-    job, index = task.rstrip('0123456789'), int(task[len(task.rstrip(
-        '0123456789')):])
+    job, index = self._job_and_index(task)
     return json.dumps(dict(self.extra, cluster=self.cluster, task=dict(
         self.task_extra, type=job, index=index)))
+
+  def port(self, task):
+    job, index = self._job_and_index(task)
+    return int(self.cluster[job][index].rsplit(':', 1)[1])
 
   def start(self, task):
     env = testutil.script_env(TF_CONFIG=self.tf_config(task))
@@ -91,41 +101,6 @@ class _ManagedCluster(object):
           testutil.script_command('cifar10_distributed_train.py',
                                   self.learning_rate) + self.flags,
           cwd=testutil.ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-
-  def log(self, task):
-    with open(self.logs[task]) as f:
-      return f.read()
-
-  def tails(self):
-    return '\n'.join('--- %s\n%s' % (task, self.log(task)[-2500:])
-                     for task in self.tasks if os.path.exists(self.logs[task]))
-
-  def wait_for(self, what, condition):
-    """Polls condition() until it returns something true; returns that."""
-    while time.time() < self.deadline:
-      found = condition()
-      if found:
-        return found
-      if any(p.poll() not in (None, 0) for t, p in self.processes.items()
-             if not t.startswith('ps')):
-        break
-      time.sleep(0.2)
-    pytest.fail('waiting for %s:\n%s' % (what, self.tails()))
-
-  def finish(self):
-    """Waits for every task but the ps; returns their exit statuses."""
-    try:
-      return {task: process.wait(timeout=max(self.deadline - time.time(), 1))
-              for task, process in self.processes.items()
-              if not task.startswith('ps')}
-    except subprocess.TimeoutExpired:
-      pytest.fail('the tasks did not end:\n' + self.tails())
-
-  def stop(self):
-    for process in self.processes.values():
-      if process.poll() is None:
-        process.send_signal(signal.SIGKILL)
-      process.wait()
 
 
 TFJOB_MANIFEST = os.path.join(testutil.ROOT, 'docs', 'managed',
@@ -176,30 +151,14 @@ def _flags(data_dir, train_dir, tmp_path, max_steps, *extra):
 
 
 def _run(cluster, order):
-  """Starts the tasks in `order`, waits for all but the ps; their logs.
-
-  Again on new ports if a task found its port taken before it bound it
-  (testutil.retry_port_taken)."""
-
-  def run_once():
-    try:
-      for task in order:
-        cluster.start(task)
-      codes = cluster.finish()
-    finally:
-      cluster.stop()
-    if set(codes.values()) != {0} and testutil.PORT_TAKEN in cluster.tails():
-      for path in cluster.logs.values():
-        if os.path.exists(path):
-          os.remove(path)
-      for flag in cluster.flags:  # What the attempt wrote: start afresh.
-        if flag.startswith(('--train_dir=', '--eval_dir=')):
-          shutil.rmtree(flag.split('=', 1)[1], ignore_errors=True)
-      cluster.new_ports()
-      raise testutil.PortTaken()
-    assert set(codes.values()) == {0}, (codes, cluster.tails())
-
-  testutil.retry_port_taken(run_once)
+  """Starts the tasks in `order` (again on new ports if one found its port
+  taken), waits for all but the ps; their logs."""
+  try:
+    cluster.start_all(order)
+    codes = cluster.finish()
+  finally:
+    cluster.stop()
+  assert set(codes.values()) == {0}, (codes, cluster.tails())
   outputs = {task: cluster.log(task) for task in cluster.tasks}
   for task, output in outputs.items():
     assert 'Traceback' not in output, '%s:\n%s' % (task, output[-3000:])
@@ -346,6 +305,7 @@ def test_bad_tf_config_of_a_managed_cluster_is_one_line(tf_config, message):
     clusters.resolve_cluster(None, 0, '', '', json.dumps(tf_config))
 
 
+@pytest.mark.slow  # A process each.
 @pytest.mark.parametrize('tf_config,line', [
     ({'cluster': {'chief': ['c:1'], 'ps': ['p:1'], 'boss': ['b:1']},
       'task': {'type': 'chief', 'index': 0}},
@@ -363,7 +323,7 @@ def test_bad_tf_config_of_a_managed_cluster_is_one_line(tf_config, message):
 def test_a_task_given_bad_tf_config_prints_one_line_and_exits_1(tf_config,
                                                                 line):
   result = testutil.run_script('cifar10_distributed_train.py', [],
-                               timeout=120, TF_CONFIG=json.dumps(tf_config))
+                               TF_CONFIG=json.dumps(tf_config))
   assert (result.returncode, result.stdout, result.stderr) == (1, '',
                                                                line + '\n')
 
@@ -477,15 +437,13 @@ def test_the_chief_job_killed_and_restarted_resumes(data_dir, tmp_path):
       tmp_path, {'chief': 1, 'ps': 1, 'worker': 1},
       _flags(data_dir, train_dir, tmp_path, max_steps))
   try:
-    for task in ('ps0', 'worker0', 'chief0'):
-      cluster.start(task)
+    cluster.start_all(['ps0', 'worker0', 'chief0'])
     cluster.wait_for('a checkpoint at step 20', lambda: len(
         checkpoints.listed(train_dir)) >= 3)
     before = checkpoints.step_of(checkpoints.newest(train_dir))
-    cluster.processes['chief0'].send_signal(signal.SIGKILL)
-    cluster.processes['chief0'].wait(timeout=30)
+    cluster.kill('chief0')
     offset = len(cluster.log('chief0'))
-    cluster.start('chief0')
+    cluster.restart('chief0')
     resumed = cluster.wait_for('the chief to resume', lambda: re.search(
         r'^Resuming from checkpoint \S+model\.ckpt-(\d+) at step', cluster.log(
             'chief0')[offset:], re.M))
@@ -508,7 +466,7 @@ def test_an_evaluator_from_the_flags_evaluates_up_to_max_steps(
       '--job_name=evaluator', '--data_dir=%s' % data_dir,
       '--train_dir=%s' % finished_run, '--max_steps=%d' % TRAIN_STEPS,
       '--eval_dir=%s' % (tmp_path / 'eval'), '--num_examples=20',
-      '--batch_size=8'], timeout=180)
+      '--batch_size=8'])
   assert result.returncode == 0, result.stderr[-3000:]
   assert result.stderr == ''
   last = EVALUATOR_LINE.fullmatch(result.stdout.strip().splitlines()[-1])
@@ -522,15 +480,15 @@ def test_an_evaluator_stops_when_the_chief_stays_away(data_dir, tmp_path,
                                                       finished_run):
   # The chief stopped before --max_steps (nobody listens at its address):
   # the evaluator evaluates what there is, then stops with one line.
-  chief, ps = ['127.0.0.1:%d' % port for port in testutil.free_ports(2)]
-  tf_config = json.dumps({'cluster': {'chief': [chief], 'ps': [ps]},
-                          'task': {'type': 'evaluator', 'index': 0}})
-  result = testutil.run_script('cifar10_distributed_train.py', [
-      '--data_dir=%s' % data_dir, '--train_dir=%s' % finished_run,
-      '--max_steps=%d' % (TRAIN_STEPS + 100), '--startup_wait_secs=2',
-      '--eval_interval_secs=1', '--eval_dir=%s' % (tmp_path / 'eval'),
-      '--num_examples=20', '--batch_size=8'], timeout=180,
-                               TF_CONFIG=tf_config)
+  with testutil.refused_ports(2) as ports:
+    chief, ps = ['127.0.0.1:%d' % port for port in ports]
+    tf_config = json.dumps({'cluster': {'chief': [chief], 'ps': [ps]},
+                            'task': {'type': 'evaluator', 'index': 0}})
+    result = testutil.run_script('cifar10_distributed_train.py', [
+        '--data_dir=%s' % data_dir, '--train_dir=%s' % finished_run,
+        '--max_steps=%d' % (TRAIN_STEPS + 100), '--startup_wait_secs=2',
+        '--eval_interval_secs=1', '--eval_dir=%s' % (tmp_path / 'eval'),
+        '--num_examples=20', '--batch_size=8'], TF_CONFIG=tf_config)
   assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
   assert 'Traceback' not in result.stderr
   assert PRECISION_LINE.search(result.stdout)  # It evaluated what there was.
@@ -643,6 +601,7 @@ def test_the_docs_build_and_push_the_image_the_manifests_run():
           'docs/managed/vertex_ai_worker_pools.json') in doc
 
 
+@pytest.mark.slow  # Clusters of processes.
 def test_a_cifar100_cluster_from_tf_config_trains_on_its_100_classes(tmp_path):
   # --dataset through TF_CONFIG as in cifar10_train.py: every task reads it.
   data_dir = synthetic.make_cifar100_dir(str(tmp_path / 'data'), records=64,

@@ -2,12 +2,12 @@
 real TensorBoard server's HTTP data API, as a browser reads it.
 """
 
+import functools
 import glob
 import json
 import os
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 
@@ -21,6 +21,10 @@ from cifar10_support import evaluation
 from cifar10_support import run_flags
 import testutil
 from testutil import ROOT
+
+# Each test trains, or reads a TensorBoard server's runs that a fixture
+# trained.
+pytestmark = pytest.mark.slow
 
 STEPS = 25
 EVERY = 10
@@ -92,39 +96,62 @@ def test_save_summaries_steps_zero_writes_no_summaries(data_dir, tmp_path):
   assert os.path.exists(os.path.join(train_dir, 'model.ckpt-5.index'))
 
 
-@pytest.fixture(scope='module')
-def tensorboard(logdir):
-  """A TensorBoard server on logdir; yields a function GET path -> JSON."""
-  port, = testutil.free_ports(1)
-  server = subprocess.Popen(
-      [sys.executable, '-m', 'tensorboard.main', '--logdir', logdir,
-       '--host', '127.0.0.1', '--port', str(port), '--load_fast=false',
-       '--reload_interval=1'],
-      cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def _get(port, path, **query):
+  """GET http://127.0.0.1:port/path?query, as JSON."""
+  url = 'http://127.0.0.1:%d%s' % (port, path)
+  if query:
+    url += '?' + urllib.parse.urlencode(query)
+  with urllib.request.urlopen(url, timeout=30) as response:
+    return json.loads(response.read())
 
-  def get(path, **query):
-    url = 'http://127.0.0.1:%d%s' % (port, path)
-    if query:
-      url += '?' + urllib.parse.urlencode(query)
-    with urllib.request.urlopen(url, timeout=30) as response:
-      return json.loads(response.read())
 
+def _shows_every_run(port):
   try:
-    deadline = time.time() + 120
-    while True:
-      try:
-        tags = get('/data/plugin/scalars/tags')
-        if {'train', 'eval', 'towers'} <= set(tags):
-          break
-      except OSError:
-        pass
-      assert server.poll() is None, server.stderr.read()[-3000:]
-      assert time.time() < deadline, 'TensorBoard did not load ' + logdir
-      time.sleep(0.5)
-    yield get
+    return {'train', 'eval', 'towers'} <= set(_get(
+        port, '/data/plugin/scalars/tags'))
+  except (OSError, ValueError):  # Not listening yet, or not loaded.
+    return False
+
+
+@pytest.fixture(scope='module')
+def tensorboard(logdir, tmp_path_factory):
+  """A TensorBoard server on logdir; yields a function GET path -> JSON."""
+  console = str(tmp_path_factory.mktemp('tensorboard') / 'console.log')
+
+  def start():
+    port, = testutil.free_ports(1)
+    # Its console goes to a file: a pipe nobody reads could fill and block
+    # it.
+    with open(console, 'w') as log:
+      server = subprocess.Popen(
+          [sys.executable, '-m', 'tensorboard.main', '--logdir', logdir,
+           '--host', '127.0.0.1', '--port', str(port), '--load_fast=false',
+           '--reload_interval=1'],
+          cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+      testutil.wait_for('TensorBoard to show every run of ' + logdir,
+                        lambda: (server.poll() is not None or
+                                 _shows_every_run(port)), [console])
+    except BaseException:
+      server.kill()
+      server.wait()
+      raise
+    if server.poll() is not None:
+      with open(console) as f:
+        output = f.read()
+      # Another process bound the port after free_ports picked it.
+      if 'TensorBoard could not bind to port %d, it was already in use' % (
+          port) in output:
+        raise testutil.PortTaken()
+      pytest.fail('TensorBoard ended:\n' + output[-3000:])
+    return server, port
+
+  server, port = testutil.retry_port_taken(start)
+  try:
+    yield functools.partial(_get, port)
   finally:
     server.terminate()
-    server.wait(timeout=30)
+    server.wait(timeout=60)
 
 
 def test_tensorboard_shows_loss_curves_from_their_start_to_the_last_step(

@@ -1,5 +1,6 @@
 """Helpers the tests share: bounded sessions, script runs, fixtures built once."""
 
+import contextlib
 import fcntl
 import os
 import random
@@ -8,7 +9,9 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 
+import pytest
 import tensorflow.compat.v1 as tf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -167,6 +170,11 @@ TASK_PORTS = range(20000, 32768)
 
 # What the script prints when its server cannot bind its port.
 PORT_TAKEN = 'Could not start the server of'
+# What it prints once its server listens: a ps task's line, or a training
+# task's before it waits for the ps tasks.
+LISTENING = re.compile(r'^(ps task \d+ serving at \S+;|(Chief|Master|Worker '
+                       r'\d+): waiting up to \d+ s for the ps tasks\.$)',
+                       re.M)
 
 
 def own_ports():
@@ -180,22 +188,49 @@ def own_ports():
   return TASK_PORTS[int(worker[len('gw'):])::count]
 
 
+def _bound_sockets(count):
+  """`count` sockets, each bound to a different port of own_ports() on
+  127.0.0.1, not listening."""
+  share = own_ports()
+  sockets = []
+  for port in random.sample(share, min(200, len(share))):
+    s = socket.socket()
+    try:
+      s.bind(('127.0.0.1', port))
+    except OSError:
+      s.close()
+      continue
+    sockets.append(s)
+    if len(sockets) == count:
+      return sockets
+  for s in sockets:
+    s.close()
+  raise RuntimeError('no %d free ports in %s' % (count, share))
+
+
 def free_ports(count):
   """`count` different ports on 127.0.0.1 that nothing listens on now,
   outside the ephemeral range and in this worker's own share of it; for the
-  tasks of a test cluster, a server, or an address where nothing listens."""
-  ports = []
-  share = own_ports()
-  for port in random.sample(share, min(200, len(share))):
-    with socket.socket() as s:
-      try:
-        s.bind(('127.0.0.1', port))
-      except OSError:
-        continue
-    ports.append(port)
-    if len(ports) == count:
-      return ports
-  raise RuntimeError('no %d free ports in %s' % (count, share))
+  tasks of a test cluster, or a server."""
+  sockets = _bound_sockets(count)
+  ports = [s.getsockname()[1] for s in sockets]
+  for s in sockets:
+    s.close()
+  return ports
+
+
+@contextlib.contextmanager
+def refused_ports(count):
+  """`count` ports, as free_ports', where nothing listens for certain while
+  the block runs: held bound, not listening, so a connection to one is
+  refused and no other process (another test run's server) can listen on
+  one meanwhile."""
+  sockets = _bound_sockets(count)
+  try:
+    yield [s.getsockname()[1] for s in sockets]
+  finally:
+    for s in sockets:
+      s.close()
 
 
 class PortTaken(Exception):
@@ -204,11 +239,198 @@ class PortTaken(Exception):
 
 
 def retry_port_taken(run, attempts=3):
-  """run(), again on new ports (run picks them) while it raises PortTaken;
-  the last attempt's PortTaken fails the test."""
+  """run(), again while it raises PortTaken: on new ports, which run picks,
+  or on its own port once that is free again (Tasks.restart); the last
+  attempt's PortTaken fails the test."""
   for attempt in range(attempts):
     try:
       return run()
     except PortTaken:
       if attempt == attempts - 1:
         raise
+
+
+def port_bindable(port):
+  """Whether a server could listen on `port` now, bound as TensorFlow's
+  gRPC servers bind it: on every interface, with SO_REUSEADDR, so that the
+  connections of a killed server in TIME_WAIT do not hold it, a process
+  listening on it does."""
+  try:
+    s, address = socket.socket(socket.AF_INET6), '::'  # IPv4 too.
+  except OSError:  # No IPv6 here.
+    s, address = socket.socket(), '0.0.0.0'
+  with s:
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+      s.bind((address, port))
+    except OSError:
+      return False
+  return True
+
+
+# How long the tests let the processes they wait on print nothing before
+# they call it a hang and fail, showing their output. Under load they print
+# more slowly, never not at all: a healthy task's longest silence is its
+# start, importing TensorFlow (4 to 25 s seen on the shared 2-core machine
+# at loads of 10 to 20), or a wait the test set shorter (--startup_wait_secs).
+# Well inside pytest's timeout (pytest.ini), so a hang fails with the output.
+QUIET_SECS = 180
+
+
+def wait_for(what, condition, logs, failed=lambda: None, secs=None,
+             quiet_secs=QUIET_SECS, poll_secs=0.2):
+  """Polls condition() until it returns something true; returns that.
+
+  No wall-clock budget, which load could use up, unless `secs` is given:
+  fails the test once nothing has been written to any of `logs` (paths) for
+  `quiet_secs`, or once failed() returns something true (a process that
+  ended with an error, say), showing the end of each log.
+  """
+  def written():
+    return sum(os.path.getsize(path) for path in logs if os.path.exists(path))
+
+  size, since = written(), time.monotonic()
+  deadline = since + secs if secs else None
+  while True:
+    found = condition()
+    if found:
+      return found
+    failure = failed()
+    now = written()
+    if now != size:
+      size, since = now, time.monotonic()
+    if deadline and time.monotonic() > deadline:
+      failure = failure or 'not within %d s' % secs
+    if failure or time.monotonic() - since > quiet_secs:
+      found = condition()  # Come true as a process ended, say.
+      if found:
+        return found
+      pytest.fail('waiting for %s: %s\n%s' % (
+          what, failure or 'nothing printed for %d s' % quiet_secs,
+          '\n'.join('--- %s\n%s' % (path, _tail(path)) for path in logs)))
+    time.sleep(poll_secs)
+
+
+def _tail(path, chars=2500):
+  if not os.path.exists(path):
+    return ''
+  with open(path) as f:
+    return f.read()[-chars:]
+
+
+class Tasks(object):
+  """The processes of a test cluster on 127.0.0.1, one per task, each
+  task's output appended to its log; tasks whose names begin with 'ps'
+  serve until they are stopped.
+
+  A subclass gives start(task), which starts the task's process into
+  self.processes, its output appended to self.logs[task]; port(task); and
+  afresh(), which picks every task's port anew and deletes what the tasks
+  wrote (for start_all).
+  """
+
+  def __init__(self, logs):
+    self.logs = logs
+    self.processes = {}
+
+  def serves(self, task):
+    """Whether the task's process runs a server (an evaluator's does not)."""
+    return not task.startswith('evaluator')
+
+  def start_all(self, order):
+    """Starts the tasks in `order` and waits until every server listens.
+    While one finds its port taken, stops every task and starts them all
+    again afresh(), as retry_port_taken allows."""
+
+    def start():
+      for task in order:
+        self.start(task)
+      servers = [task for task in order if self.serves(task)]
+
+      def ended_before_listening():
+        return [task for task in servers
+                if self.processes[task].poll() is not None and
+                not LISTENING.search(self.log(task))]
+
+      ended = self.wait_for('every server to listen', lambda: (
+          ended_before_listening() or all(
+              LISTENING.search(self.log(task)) for task in servers)))
+      if ended is True:
+        return
+      self.stop()
+      if not any(PORT_TAKEN in self.log(task) for task in ended):
+        pytest.fail('%s ended before listening:\n%s' % (ended, self.tails()))
+      for path in self.logs.values():
+        if os.path.exists(path):
+          os.remove(path)
+      self.processes = {}
+      self.afresh()
+      raise PortTaken()
+
+    retry_port_taken(start)
+
+  def log(self, task):
+    with open(self.logs[task]) as f:
+      return f.read()
+
+  def tails(self):
+    return '\n'.join('--- %s\n%s' % (task, _tail(path))
+                     for task, path in self.logs.items())
+
+  def _failed(self, restarting):
+    return ', '.join('%s ended with exit status %d' % (task, p.returncode)
+                     for task, p in sorted(self.processes.items())
+                     if not task.startswith('ps') and task != restarting and
+                     p.poll() not in (None, 0))
+
+  def wait_for(self, what, condition, restarting=None, secs=None):
+    """testutil.wait_for on every task's log, failing as soon as a task
+    but a ps (and `restarting`) has ended with an error."""
+    return wait_for(what, condition, list(self.logs.values()),
+                    lambda: self._failed(restarting), secs=secs)
+
+  def finish(self, tasks=None):
+    """Waits for `tasks`, by default all but the ps tasks, to end; returns
+    {task: exit status}."""
+    tasks = tasks or [task for task in self.processes
+                      if not task.startswith('ps')]
+    wait_for('%s to end' % ', '.join(tasks), lambda: all(
+        self.processes[task].poll() is not None for task in tasks),
+             list(self.logs.values()))
+    return {task: self.processes[task].returncode for task in tasks}
+
+  def kill(self, task):
+    """SIGKILL, as a crash or a lost machine; returns once it has ended."""
+    self.processes[task].kill()
+    self.processes[task].wait(timeout=60)
+
+  def restart(self, task):
+    """Starts `task` again on its own port, once that can be bound, until
+    it listens: again if another process bound the port first (which
+    retry_port_taken allows a few times)."""
+    port = self.port(task)
+
+    def start():
+      # A killed server's port is free as its process ends; a port taken
+      # meanwhile may be let go soon (a probe like free_ports').
+      self.wait_for('port %d to be free' % port,
+                    lambda: port_bindable(port), restarting=task, secs=60)
+      offset = len(self.log(task))
+      self.start(task)
+      process = self.processes[task]
+      self.wait_for('%s to listen on port %d' % (task, port), lambda: (
+          LISTENING.search(self.log(task)[offset:]) or
+          process.poll() is not None), restarting=task)
+      output = self.log(task)[offset:]
+      if not LISTENING.search(output):
+        if PORT_TAKEN in output:
+          raise PortTaken()
+        pytest.fail('%s ended before it listened:\n%s' % (task, self.tails()))
+
+    retry_port_taken(start)
+
+  def stop(self):
+    for process in self.processes.values():
+      if process.poll() is None:
+        process.kill()
+      process.wait()
