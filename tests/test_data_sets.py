@@ -281,6 +281,7 @@ def test_a_picture_is_named_with_the_checkpoints_classes():
   assert line == 'x.png: 青/blue 0.700, зелёный 0.200'
 
 
+@pytest.mark.slow  # Starts a process.
 @pytest.mark.parametrize('script,flag', [
     ('cifar10_train.py', '--train_dir'),
     ('cifar10_multi_gpu_train.py', '--train_dir'),
@@ -324,6 +325,7 @@ def test_the_savedmodel_names_the_checkpoints_classes(tmp_path):
       OWN_CLASSES[i] for i in probabilities.argmax(axis=1)]
 
 
+@pytest.mark.slow  # Starts a process.
 def test_cifar100_is_learned_as_users_train_it(tmp_path):
   # 2,000 records whose colour tells their fine label (one of 100): 300
   # steps reached 0.61-0.66 in three measured runs; chance is 0.01.
@@ -376,6 +378,7 @@ def _write_picture_tree(root, per_class, rng):
   return broken
 
 
+@pytest.mark.slow  # Starts a process.
 def test_own_pictures_convert_train_evaluate_and_classify_by_name(tmp_path):
   rng = np.random.RandomState(0)
   pictures = str(tmp_path / 'pictures')
@@ -426,6 +429,7 @@ def test_own_pictures_convert_train_evaluate_and_classify_by_name(tmp_path):
                     named[str(new / ('%s.png' % name))]), result.stdout
 
 
+@pytest.mark.slow  # Trains.
 def test_towers_train_cifar100_on_its_100_classes(tmp_path):
   import cifar10_multi_gpu_train  # pylint: disable=g-import-not-at-top
   from cifar10_support import run_flags  # pylint: disable=g-import-not-at-top

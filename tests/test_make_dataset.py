@@ -427,6 +427,7 @@ def _refusal_kept(tmp_path):
 
 # The script, as a user runs it (slow: a process each).
 
+@pytest.mark.slow  # Starts a process.
 def test_script_writes_a_data_set_and_says_what(tmp_path):
   _tree(tmp_path / 'pics', {'cat': 3, 'dog': 4})
   data_dir = tmp_path / 'data'
@@ -439,6 +440,7 @@ def test_script_writes_a_data_set_and_says_what(tmp_path):
       'records.' % (data_dir / 'cifar-10-batches-bin'))
 
 
+@pytest.mark.slow  # Starts a process.
 def test_script_names_each_bad_file_and_exits_1(tmp_path):
   _tree(tmp_path / 'pics', {'cat': 3, 'dog': 4})
   bad = _save(str(tmp_path / 'pics' / 'dog' / 'broken.gif'), b'GIF89a...')
