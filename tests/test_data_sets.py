@@ -344,6 +344,8 @@ def test_cifar100_is_learned_as_users_train_it(tmp_path):
                               session_config=testutil.session_config(2)))
   assert evaluated['num_examples'] == 500
   assert len(evaluated['per_class']) == 100
+  # 17 runs (2026-11-26, loaded 2-vCPU Xeon): 0.554-0.706, median 0.622;
+  # 10 untrained checkpoints: 0.000-0.018.
   assert evaluated['precision'] >= 0.3, evaluated['precision']
 
 
@@ -407,9 +409,11 @@ def test_own_pictures_convert_train_evaluate_and_classify_by_name(tmp_path):
       '--eval_dir=%s' % (tmp_path / 'eval'), '--run_once'])
   assert result.returncode == 0, result.stderr[-3000:]
   assert 'on 18 test examples' in result.stdout
-  # An untrained model is right on about a third.
   precision = float(re.search(r'precision @ 1 = ([0-9.]+)',
                               result.stdout).group(1))
+  # 16 runs (2026-11-26, loaded 2-vCPU Xeon): every one 1.000 (18 of 18),
+  # and classify named all 3 new pictures; 10 untrained checkpoints:
+  # 0.000-0.667, about a third.
   assert precision >= 0.9, result.stdout
   for name in PICTURE_CLASSES:
     assert re.search(r'^%s +6 ' % name, result.stdout, re.M), result.stdout
