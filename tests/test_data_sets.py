@@ -411,10 +411,10 @@ def test_own_pictures_convert_train_evaluate_and_classify_by_name(tmp_path):
   assert 'on 18 test examples' in result.stdout
   precision = float(re.search(r'precision @ 1 = ([0-9.]+)',
                               result.stdout).group(1))
-  # 16 runs (2026-11-26, loaded 2-vCPU Xeon): every one 1.000 (18 of 18),
-  # and classify named all 3 new pictures; 10 untrained checkpoints:
-  # 0.000-0.667, about a third.
-  assert precision >= 0.9, result.stdout
+  # 17 runs (2026-11-26, loaded 2-vCPU Xeon): every one 1.000 (18 of 18),
+  # and classify named all 3 new pictures; 20 untrained checkpoints: 0 to
+  # 12 of 18 (0.667). 16 of 18 leaves two misses' margin.
+  assert precision >= 0.85, result.stdout
   for name in PICTURE_CLASSES:
     assert re.search(r'^%s +6 ' % name, result.stdout, re.M), result.stdout
 
