@@ -261,8 +261,9 @@ def test_describe_machine_reports_cpu_cores_features_tf_and_onednn(monkeypatch):
   line = benchmark.describe_machine()
   assert '; TensorFlow %s; ' % benchmark.tf.__version__ in line
   assert ', %d cores' % os.cpu_count() in line
-  assert line.startswith('machine: %s, ' % _machine_expected()[0])
-  assert '; %s; ' % _machine_expected()[1] in line
+  model, features = _machine_expected()
+  assert line.startswith('machine: %s, ' % model)
+  assert '; %s; ' % features in line
 
 
 def test_describe_threads_describes_a_session_config():
