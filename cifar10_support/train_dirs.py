@@ -50,8 +50,26 @@ class DiskFullError(RuntimeError):
 RUN_ERRORS = (data_files.DataError, DivergedError, DiskFullError,
               TrainDirLockError, checkpoints.ResumeError)
 
-_ADVICE = ('training stopped before reading or writing anything else; is '
-           'the disk full? Free some space, then run the same command again')
+_STOPPED = 'training stopped before reading or writing anything else'
+# What the user can do about each reason a lock file cannot be made or
+# written; any other reason is shown as it is.
+_ADVICE = dict(
+    [(errno.ENOSPC, 'is the disk full? Free some space'),
+     (errno.EDQUOT, 'is the disk full? Free some space'),
+     (errno.EFBIG, 'is the disk full? Free some space'),
+     (errno.EISDIR, 'a directory has its name; move that away'),
+     (errno.EACCES, 'give this user write permission there'),
+     (errno.EPERM, 'give this user write permission there'),
+     (errno.EROFS, 'give a --train_dir on a writable file system')])
+
+
+def _lock_file_error(action, path, error):
+  """TrainDirLockError: the lock file at path cannot be `action`ed for
+  OSError `error`, with what the user can do about it."""
+  advice = _ADVICE.get(error.errno, 'fix that')
+  return TrainDirLockError(
+      'cannot %s the lock file %s (%s): %s; %s, then run the same command '
+      'again' % (action, path, error.strerror, _STOPPED, advice))
 
 
 @contextlib.contextmanager
@@ -90,8 +108,7 @@ def train_dir_lock(train_dir):
       lock_file = stack.enter_context(
           locks.exclusive(path, busy, unsupported))
     except OSError as e:
-      raise TrainDirLockError('cannot create the lock file %s (%s): %s'
-                              % (path, e.strerror, _ADVICE)) from None
+      raise _lock_file_error('create', path, e) from None
     if lock_file is None:
       yield None
       return
@@ -106,8 +123,7 @@ def train_dir_lock(train_dir):
       while line:
         line = line[os.write(lock_file.fileno(), line):]
     except OSError as e:
-      raise TrainDirLockError('cannot write the lock file %s (%s): %s'
-                              % (path, e.strerror, _ADVICE)) from None
+      raise _lock_file_error('write', path, e) from None
     yield path
 
 

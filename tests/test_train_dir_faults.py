@@ -398,31 +398,48 @@ def test_a_file_system_that_cannot_lock_is_named_and_training_goes_on(
   assert 'cannot lock files' in capsys.readouterr().out
 
 
-def _lock_error(action, lock, reason):
+FULL = 'is the disk full? Free some space'
+
+
+def _lock_error(action, lock, reason, advice=FULL):
   return ('cannot %s the lock file %s (%s): training stopped before reading '
-          'or writing anything else; is the disk full? Free some space, then '
-          'run the same command again' % (action, lock, reason))
+          'or writing anything else; %s, then run the same command again'
+          % (action, lock, reason, advice))
 
 
 def test_lock_file_that_cannot_be_made_or_opened_is_one_message(
     tmp_path, monkeypatch):
   lock = os.path.join(str(tmp_path), train_dirs.LOCK_NAME)
 
-  def full(*args):
-    raise OSError(errno.ENOSPC, 'No space left on device')
-  monkeypatch.setattr(locks, 'open', full, raising=False)
-  with pytest.raises(train_dirs.TrainDirLockError) as full_disk:
-    with train_dirs.train_dir_lock(str(tmp_path)):
-      pass
-  monkeypatch.undo()
+  def refused(code):
+    def open_lock(*args):
+      raise OSError(code, os.strerror(code))
+    monkeypatch.setattr(locks, 'open', open_lock, raising=False)
+    with pytest.raises(train_dirs.TrainDirLockError) as refusal:
+      with train_dirs.train_dir_lock(str(tmp_path)):
+        pass
+    monkeypatch.undo()
+    return str(refusal.value)
+
+  # Each reason with what the user can do about it; any other as it is.
+  assert refused(errno.EACCES) == _lock_error(
+      'create', lock, os.strerror(errno.EACCES),
+      'give this user write permission there')
+  assert refused(errno.EROFS) == _lock_error(
+      'create', lock, os.strerror(errno.EROFS),
+      'give a --train_dir on a writable file system')
+  assert refused(errno.EIO) == _lock_error(
+      'create', lock, os.strerror(errno.EIO), 'fix that')
+  full_disk = refused(errno.ENOSPC)
   # There, but not a file to write (root cannot either).
   os.mkdir(lock)
   with pytest.raises(train_dirs.TrainDirLockError) as directory:
     with train_dirs.train_dir_lock(str(tmp_path)):
       pass
-  assert [str(full_disk.value), str(directory.value)] == [
-      _lock_error('create', lock, 'No space left on device'),
-      _lock_error('create', lock, os.strerror(errno.EISDIR))]
+  assert [full_disk, str(directory.value)] == [
+      _lock_error('create', lock, os.strerror(errno.ENOSPC)),
+      _lock_error('create', lock, os.strerror(errno.EISDIR),
+                  'a directory has its name; move that away')]
 
 
 # Runs a script with a limit on the size of every file it writes from then
