@@ -52,15 +52,13 @@ RUN_ERRORS = (data_files.DataError, DivergedError, DiskFullError,
 
 _STOPPED = 'training stopped before reading or writing anything else'
 # What the user can do about each reason a lock file cannot be made or
-# written; any other reason is shown as it is.
-_ADVICE = dict(
-    [(errno.ENOSPC, 'is the disk full? Free some space'),
-     (errno.EDQUOT, 'is the disk full? Free some space'),
-     (errno.EFBIG, 'is the disk full? Free some space'),
-     (errno.EISDIR, 'a directory has its name; move that away'),
-     (errno.EACCES, 'give this user write permission there'),
-     (errno.EPERM, 'give this user write permission there'),
-     (errno.EROFS, 'give a --train_dir on a writable file system')])
+# written; for any other reason, 'fix that'.
+_FULL = 'is the disk full? Free some space'
+_NOT_WRITABLE = 'give this user write permission there'
+_ADVICE = {errno.ENOSPC: _FULL, errno.EDQUOT: _FULL, errno.EFBIG: _FULL,
+           errno.EACCES: _NOT_WRITABLE, errno.EPERM: _NOT_WRITABLE,
+           errno.EROFS: 'give a --train_dir on a writable file system',
+           errno.EISDIR: 'a directory has its name; move that away'}
 
 
 def _lock_file_error(action, path, error):
