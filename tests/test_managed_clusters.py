@@ -388,10 +388,9 @@ def test_vertex_ai_chief_ps_workers_train_synchronously_and_learn(
   # Vertex AI custom training: worker pool 0 is the chief, pool 1 the
   # workers, pool 2 the ps, pool 3 an evaluator left out of the cluster;
   # TF_CONFIG also carries the job and a trial. The script's own batch size
-  # and learning rate, on learnable data: the chief job's run must learn
-  # (as test_distributed_train's synchronous cluster, in as many updates).
+  # and learning rate, on learnable data: the chief job's run must learn.
   train_dir = str(tmp_path / 'train')
-  max_steps = 100
+  max_steps = 200
   cluster = _ManagedCluster(
       tmp_path, flags=[
           '--data_dir=%s' % learnable_data_dir, '--train_dir=%s' % train_dir,
