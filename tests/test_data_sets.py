@@ -327,8 +327,8 @@ def test_the_savedmodel_names_the_checkpoints_classes(tmp_path):
 
 @pytest.mark.slow  # Starts a process.
 def test_cifar100_is_learned_as_users_train_it(tmp_path):
-  # 2,000 records whose colour tells their fine label (one of 100): 300
-  # steps reached 0.61-0.66 in three measured runs; chance is 0.01.
+  # 2,000 records whose colour tells their fine label (one of 100); chance
+  # is 0.01. The bar against the measured runs: docs/reliability.md.
   data_dir = synthetic.make_cifar100_dir(str(tmp_path / 'data'),
                                          records=2000, test_records=500)
   train_dir = str(tmp_path / 'train')
@@ -344,8 +344,8 @@ def test_cifar100_is_learned_as_users_train_it(tmp_path):
                               session_config=testutil.session_config(2)))
   assert evaluated['num_examples'] == 500
   assert len(evaluated['per_class']) == 100
-  # 17 runs (2026-11-26, loaded 2-vCPU Xeon): 0.554-0.706, median 0.622;
-  # 10 untrained checkpoints: 0.000-0.018.
+  # Measured runs 0.530-0.706 (EPYC-Zen4 and Xeon-207); 10 untrained
+  # checkpoints 0.000-0.018.
   assert evaluated['precision'] >= 0.3, evaluated['precision']
 
 
@@ -411,9 +411,9 @@ def test_own_pictures_convert_train_evaluate_and_classify_by_name(tmp_path):
   assert 'on 18 test examples' in result.stdout
   precision = float(re.search(r'precision @ 1 = ([0-9.]+)',
                               result.stdout).group(1))
-  # 17 runs (2026-11-26, loaded 2-vCPU Xeon): every one 1.000 (18 of 18),
-  # and classify named all 3 new pictures; 20 untrained checkpoints: 0 to
-  # 12 of 18 (0.667). 16 of 18 leaves two misses' margin.
+  # Every measured run 18 of 18 (docs/reliability.md), and classify named
+  # all 3 new pictures; 20 untrained checkpoints: 0 to 12 of 18 (0.667).
+  # 16 of 18 leaves two misses' margin.
   assert precision >= 0.85, result.stdout
   for name in PICTURE_CLASSES:
     assert re.search(r'^%s +6 ' % name, result.stdout, re.M), result.stdout
