@@ -239,8 +239,8 @@ def train(settings, worker):
   with contextlib.ExitStack() as claimed:
     if is_chief:  # Only the chief reads and writes train_dir.
       start = claimed.enter_context(
-          train_dirs.claim(settings.train_dir, settings.fresh_start))
-      train_dirs.check_then_record_classes(start, data_set)
+          train_dirs.claim(settings.train_dir, settings.fresh_start,
+                           data_set))
     with tf.Graph().as_default(), signals.stop_requests() as stop_signals:
       graph = build_worker_graph(settings, worker, data_set)
       logger = progress.StepLogger(graph['loss'], settings.batch_size,
@@ -259,8 +259,6 @@ def train(settings, worker):
           worker, config, start, lost_session_errors,
           global_step=graph['global_step'],
           classes=(graph['chief_classes'], data_set))
-      if is_chief:
-        train_dirs.remove_interrupted_saves(settings.train_dir)
       hooks = step_hooks(logger, graph['loss'], settings.max_steps)
       if worker.sync_replicas:
         hooks += [graph['sync_optimizer'].make_session_run_hook(is_chief),

@@ -130,8 +130,9 @@ def eval_once(checkpoint_path, settings, eval_dir=None):
     'per_class' and 'confusion'.
 
   Raises:
-    checkpoints.CheckpointError: it lacks the model (NotTheModelError) or its
-      moving averages.
+    checkpoints.CheckpointMismatchError: it lacks a variable of the model
+      (NotTheModelError) or of its moving averages, or holds one of another
+      shape.
     checkpoints.ClassesMismatchError: it was trained on other classes than
       the data's.
     checkpoints.CheckpointUnreadableError: its files are missing or
@@ -143,19 +144,22 @@ def eval_once(checkpoint_path, settings, eval_dir=None):
   reader, dtype, global_step = checkpoints.open_model_checkpoint(
       checkpoint_path)
   checkpoints.check_classes(checkpoint_path, data_set, reader)
-  print('%s: evaluating %s (global step %d, %s weights) on %d %s examples'
-        % (datetime.now(), checkpoint_path, global_step, dtype.name,
-           num_examples, settings.eval_data), flush=True)
-  if dtype != tf.float32 and settings.compute_dtype is not None:
-    print('Note: %s holds %s weights (--use_fp16): --mixed_precision does '
-          'not apply, the model computes in %s.'
-          % (checkpoint_path, dtype.name, dtype.name), flush=True)
+  # --mixed_precision does not apply to float16 weights.
+  fp16_note = dtype != tf.float32 and settings.compute_dtype is not None
+  if fp16_note:
     settings = settings._replace(compute_dtype=None)
   with tf.Graph().as_default() as graph:
     eval_graph = build_eval_graph(settings, use_fp16=dtype == tf.float16,
                                   data_set=data_set)
     checkpoints.check_averages_restorable(
         reader, eval_graph.variables_to_restore, checkpoint_path)
+    print('%s: evaluating %s (global step %d, %s weights) on %d %s examples'
+          % (datetime.now(), checkpoint_path, global_step, dtype.name,
+             num_examples, settings.eval_data), flush=True)
+    if fp16_note:
+      print('Note: %s holds %s weights (--use_fp16): --mixed_precision does '
+            'not apply, the model computes in %s.'
+            % (checkpoint_path, dtype.name, dtype.name), flush=True)
     saver = tf.train.Saver(eval_graph.variables_to_restore)
     # The epoch counter of the single-pass input is a local variable.
     init_local = tf.local_variables_initializer()
@@ -198,8 +202,9 @@ def eval_once(checkpoint_path, settings, eval_dir=None):
 def evaluate(checkpoint_dir, eval_dir, settings, max_evaluations=None,
              sleep=time.sleep, settings_checked=False):
   """Evaluates the newest checkpoint in checkpoint_dir once (run_once), or
-  each new one as training writes them, skipping one that was pruned or half
-  written when read; returns the list of `eval_once` results.
+  each new one as training writes them, skipping, with a line, one that was
+  pruned or half written when read or holds another model; returns the list
+  of `eval_once` results.
 
   Args:
     eval_dir: where summaries go; created if missing, never deleted.
@@ -211,7 +216,7 @@ def evaluate(checkpoint_dir, eval_dir, settings, max_evaluations=None,
   Raises:
     ValueError: bad settings or data files, before any graph is built.
     checkpoints.CheckpointError: no checkpoint with run_once, or one without
-      the model or its moving averages.
+      the model or its moving averages; following, one of other classes.
   """
   if not settings_checked:
     evaluation.check_settings(settings)
@@ -221,7 +226,8 @@ def evaluate(checkpoint_dir, eval_dir, settings, max_evaluations=None,
       checkpoint_dir, settings.run_once, settings.eval_interval_secs, sleep):
     try:
       results.append(eval_once(path, settings, eval_dir))
-    except checkpoints.CheckpointUnreadableError as e:
+    except (checkpoints.CheckpointUnreadableError,
+            checkpoints.CheckpointMismatchError) as e:
       if settings.run_once:
         raise
       print('Skipping: %s.' % e, flush=True)
@@ -252,8 +258,8 @@ def evaluate_as_flagged(flag_values, checkpoint_dir, until_step=None,
     return evaluate(checkpoint_dir, flag_values.eval_dir,
                     settings._replace(until_step=until_step), sleep=sleep,
                     settings_checked=True)
-  except checkpoints.CheckpointError as e:
-    fail(e)
+  except (checkpoints.CheckpointError, data_files.DataError) as e:
+    fail(e)  # DataError: the class names file beside a checkpoint.
 
 
 # Output closed early (`| head`): exit status 141 at once, quietly.

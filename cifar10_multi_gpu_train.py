@@ -260,8 +260,8 @@ def train(settings, num_towers=1, tower_device='gpu', config=None):
     if visible < num_towers:
       print(towers.fallback_message(num_towers, visible))
   data_set = data_files.describe(settings.data_dir, settings.dataset)
-  with train_dirs.claim(settings.train_dir, settings.fresh_start) as start:
-    train_dirs.check_then_record_classes(start, data_set)
+  with train_dirs.claim(settings.train_dir, settings.fresh_start,
+                        data_set) as start:
     if start.nothing_to_train(settings.max_steps):
       return {'global_step': start.step, 'loss': None,
               'examples_per_sec': None, 'signal': None}
@@ -277,12 +277,11 @@ def train(settings, num_towers=1, tower_device='gpu', config=None):
           tower_device=tower_device, compute_dtype=settings.compute_dtype,
           data_set=data_set)
 
-      # The checkpoint found above, restored by the session's scaffold
-      # (whose saver writes this run's checkpoints); the summaries are the
-      # global ones and the last tower's.
+      # The checkpoint found above, once it fits this graph, restored by the
+      # session's scaffold (whose saver writes this run's checkpoints); the
+      # summaries are the global ones and the last tower's.
       summary_op = tf.summary.merge(step.summaries)
       plan = start.restore_plan()
-      train_dirs.remove_interrupted_saves(settings.train_dir)
       scaffold = checkpoints.restoring_scaffold(plan, settings.train_dir,
                                                 summary_op=summary_op)
 

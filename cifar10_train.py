@@ -94,9 +94,10 @@ def train(settings):
   # The data set as its files describe it: classes, training records.
   data_set = data_files.describe(settings.data_dir, settings.dataset)
   # Lock train_dir and find where training starts: the newest checkpoint that
-  # restores, or step 0 (--fresh_start empties it first).
-  with train_dirs.claim(settings.train_dir, settings.fresh_start) as start:
-    train_dirs.check_then_record_classes(start, data_set)
+  # restores, of the data's classes, or step 0 (--fresh_start empties it
+  # first).
+  with train_dirs.claim(settings.train_dir, settings.fresh_start,
+                        data_set) as start:
     if start.nothing_to_train(settings.max_steps):
       return {'global_step': start.step, 'loss': None,
               'examples_per_sec': None, 'signal': None}
@@ -121,10 +122,9 @@ def train(settings):
           loss_scaling=mixed_precision.needs_loss_scale(settings.compute_dtype),
           num_examples_per_epoch=data_set.records(data_set.train_files))
 
-      # The checkpoint found above, restored by the session's scaffold
-      # (whose saver writes this run's checkpoints).
+      # The checkpoint found above, once it fits this graph, restored by the
+      # session's scaffold (whose saver writes this run's checkpoints).
       plan = start.restore_plan()
-      train_dirs.remove_interrupted_saves(settings.train_dir)
       scaffold = checkpoints.restoring_scaffold(plan, settings.train_dir)
 
       logger = progress.StepLogger(loss, settings.batch_size,

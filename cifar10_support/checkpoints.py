@@ -45,7 +45,15 @@ class CheckpointUnreadableError(CheckpointError):
     self.problem = problem
 
 
-class NotTheModelError(CheckpointError):
+class ResumeError(ValueError):
+  """Training cannot resume from train_dir; the message says why."""
+
+
+class CheckpointMismatchError(CheckpointError, ResumeError):
+  """The checkpoint holds another model; the message names what differs."""
+
+
+class NotTheModelError(CheckpointMismatchError):
   """A checkpoint lacks `missing`, a variable of the CIFAR-10 model."""
 
   def __init__(self, checkpoint, missing):
@@ -53,14 +61,6 @@ class NotTheModelError(CheckpointError):
                      'point --checkpoint_dir at a cifar10_train.py --train_dir'
                      % (checkpoint, missing))
     self.missing = missing
-
-
-class ResumeError(ValueError):
-  """Training cannot resume from train_dir; the message says why."""
-
-
-class CheckpointMismatchError(ResumeError):
-  """The checkpoint holds another model; the message names what differs."""
 
 
 class NoRestorableCheckpointError(ResumeError):
@@ -153,9 +153,10 @@ def newest_restorable(train_dir, report=print):
 
 def open_model_checkpoint(checkpoint, averaged=False):
   """(reader, the weights' dtype, global step: saved, else in the name, else
-  0) of a checkpoint of the CIFAR-10 model, every value read back; with
-  averaged, the weights' moving averages are looked for too, before a graph
-  is built for them (`check_averages_restorable` checks each one's, after).
+  0) of a checkpoint of the CIFAR-10 model, every value read back: its first
+  and last layers are looked for (with averaged, their moving averages too)
+  before a graph is built for them; `check_averages_restorable` checks every
+  variable after.
 
   Raises:
     CheckpointUnreadableError: its files are missing, incomplete or damaged.
@@ -164,11 +165,12 @@ def open_model_checkpoint(checkpoint, averaged=False):
   reader, problem = verified_reader(checkpoint)
   if problem:
     raise CheckpointUnreadableError(checkpoint, problem)
-  for name in [MODEL_PROBE] + ([MODEL_PROBE + AVERAGE_SUFFIX] if averaged
-                              else []):
+  probes = [MODEL_PROBE, CLASSES_PROBE]
+  for name in probes + ([probe + AVERAGE_SUFFIX for probe in probes]
+                        if averaged else []):
     if not reader.has_tensor(name):
       raise NotTheModelError(checkpoint, name)
-  if reader.has_tensor('global_step'):
+  if reader.get_variable_to_shape_map().get('global_step') == []:
     global_step = int(reader.get_tensor('global_step'))
   else:  # Not saved by a training script: take it from the name, if there.
     global_step = step_of(checkpoint) or 0
@@ -177,7 +179,8 @@ def open_model_checkpoint(checkpoint, averaged=False):
 
 
 def check_averages_restorable(reader, variables_to_restore, checkpoint):
-  """Raises CheckpointError, naming what is missing or of the wrong shape,
+  """Raises CheckpointMismatchError, naming what is missing or of the wrong
+  shape,
   unless a checkpoint has every moving average of variables_to_restore (key
   -> variable, cifar10.moving_averages_to_restore())."""
   shapes = reader.get_variable_to_shape_map()
@@ -185,17 +188,17 @@ def check_averages_restorable(reader, variables_to_restore, checkpoint):
   if missing:
     raw_names = [variables_to_restore[key].op.name for key in missing]
     if all(name in shapes for name in raw_names):
-      raise CheckpointError(
+      raise CheckpointMismatchError(
           'checkpoint %s has no moving averages of the weights (no %s): '
           'evaluation uses the averaged weights, which cifar10_train.py '
           'saves; this checkpoint was written without them'
           % (checkpoint, missing[0]))
-    raise CheckpointError(
+    raise CheckpointMismatchError(
         'checkpoint %s does not match the CIFAR-10 model: missing %s'
         % (checkpoint, ', '.join(missing)))
   for key, var in sorted(variables_to_restore.items()):
     if shapes[key] != var.shape.as_list():
-      raise CheckpointError(
+      raise CheckpointMismatchError(
           'checkpoint %s holds %s with shape %s; the model needs %s'
           % (checkpoint, key, shapes[key], var.shape.as_list()))
 
@@ -203,9 +206,16 @@ def check_averages_restorable(reader, variables_to_restore, checkpoint):
 def checkpoint_classes(checkpoint, reader=None):
   """(count, names) of the classes `checkpoint` was trained on: count from
   its last layer, names from CLASSES_FILE beside it (None without one, or
-  one of another count). reader: its tf.train.load_checkpoint, if open."""
+  one of another count). reader: its tf.train.load_checkpoint, if open.
+
+  Raises:
+    CheckpointMismatchError: it has no last layer of one value per class.
+  """
   reader = reader or tf.train.load_checkpoint(checkpoint)
-  count = reader.get_variable_to_shape_map()[CLASSES_PROBE][0]
+  shape = reader.get_variable_to_shape_map().get(CLASSES_PROBE)
+  if shape is None or len(shape) != 1:
+    raise another_model(checkpoint, CLASSES_PROBE, 'one value per class')
+  count = shape[0]
   names = data_files.read_class_names(
       os.path.join(os.path.dirname(checkpoint), CLASSES_FILE))
   return count, names if names and len(names) == count else None
@@ -225,7 +235,8 @@ def class_names_for(count, names):
 def check_classes(checkpoint, data_set, reader=None):
   """Raises ClassesMismatchError, one message naming both, unless data_set
   (a data_files.DataSet) has the classes `checkpoint` was trained on: their
-  count, and their names where the checkpoint records them."""
+  count, and their names where the checkpoint records them (see
+  `checkpoint_classes` for one without a last layer)."""
   count, names = checkpoint_classes(checkpoint, reader)
   if count == data_set.num_classes and names in (None, data_set.class_names):
     return
@@ -267,6 +278,15 @@ def _describe(shape, dtype):
   return '%s %s' % (tf.as_dtype(dtype).name, list(shape))
 
 
+def another_model(checkpoint, name, needed):
+  """The CheckpointMismatchError of a checkpoint to resume from that lacks
+  `name`, which this model needs as `needed`."""
+  return CheckpointMismatchError(
+      'checkpoint %s has no %s, which this model needs (%s): it was written '
+      'by another model. Nothing was changed; train this one in another '
+      '--train_dir' % (checkpoint, name, needed))
+
+
 def plan_restore(checkpoint):
   """The `RestorePlan` of the default graph's variables from `checkpoint`:
   the model state must be there, the other variables where it has them.
@@ -287,10 +307,7 @@ def plan_restore(checkpoint):
     here = _describe(var.shape.as_list(), var.dtype.base_dtype)
     if name not in shapes:
       if name in required:
-        raise CheckpointMismatchError(
-            'checkpoint %s has no %s, which this model needs (%s): it was '
-            'written by another model. Nothing was changed; train this one in '
-            'another --train_dir' % (checkpoint, name, here))
+        raise another_model(checkpoint, name, here)
       missing.append(name)
       continue
     there = _describe(shapes[name], dtypes[name])

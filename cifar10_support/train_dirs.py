@@ -1,10 +1,8 @@
 """A training run's train_dir, from claiming it to where training starts.
 
-    with train_dirs.claim(path, fresh_start) as start:  # lock, say where
-      train_dirs.check_then_record_classes(start, data_set)
+    with train_dirs.claim(path, fresh_start, data_set) as start:  # lock
       if start.nothing_to_train(max_steps): ...
-      ...build the graph; plan = start.restore_plan()...
-      train_dirs.remove_interrupted_saves(path)
+      ...build the graph; plan = start.restore_plan()  # say where...
       with train_dirs.stop_on_full_disk(path):  # one line, not a trace
         ...train...   # a NaN: raise train_dirs.diverged_error(step, path)
 
@@ -128,21 +126,35 @@ def train_dir_lock(train_dir):
 class StartPoint(object):
   """Where training starts in a claimed train_dir (what `claim` yields): the
   newest `checkpoint` there that restores, or None, and its global `step`
-  (0 without one)."""
+  (0 without one), for training data_files.DataSet `data_set`.
 
-  def __init__(self, train_dir, checkpoint):
+  Raises:
+    checkpoints.ClassesMismatchError: the checkpoint was trained on other
+      classes than data_set's.
+    checkpoints.CheckpointMismatchError: it has no last layer or global step.
+  """
+
+  def __init__(self, train_dir, checkpoint, data_set):
     self.train_dir = train_dir
     self.checkpoint = checkpoint
+    self.data_set = data_set
     self.step = 0
     if checkpoint:
+      reader = tf.train.load_checkpoint(checkpoint)
+      checkpoints.check_classes(checkpoint, data_set, reader)
       # The name's step; a checkpoint named without one carries its own.
       self.step = checkpoints.step_of(checkpoint)
       if self.step is None:
-        self.step = int(tf.train.load_variable(checkpoint, 'global_step'))
+        if reader.get_variable_to_shape_map().get('global_step') != []:
+          raise checkpoints.another_model(checkpoint, 'global_step',
+                                          'one integer')
+        self.step = int(reader.get_tensor('global_step'))
 
   def restore_plan(self):
     """The checkpoints.RestorePlan of the graph just built (None without a
-    checkpoint); prints what starts fresh.
+    checkpoint). Once it fits, and only then, training starts here: this
+    says so, records the data's classes beside the checkpoints (so that
+    evaluation and classify name them) and removes interrupted saves.
 
     Raises:
       checkpoints.CheckpointMismatchError: the checkpoint is of another
@@ -151,9 +163,13 @@ class StartPoint(object):
     plan = None
     if self.checkpoint is not None:
       plan = checkpoints.plan_restore(self.checkpoint)
+      print('Resuming from checkpoint %s at step %d (--fresh_start trains '
+            'from scratch).' % (self.checkpoint, self.step))
       line = checkpoints.not_in_checkpoint_message(plan)
       if line:
         print(line)
+    checkpoints.record_classes(self.train_dir, self.data_set)
+    remove_interrupted_saves(self.train_dir)
     return plan
 
   def nothing_to_train(self, max_steps):
@@ -177,14 +193,17 @@ def run_errors_end_the_process():
 
 
 @contextlib.contextmanager
-def claim(train_dir, fresh_start):
-  """Locks train_dir for the block and yields its `StartPoint`, saying it;
-  fresh_start deletes everything there but the lock file first. Damaged
-  checkpoints are skipped (one line each), never deleted.
+def claim(train_dir, fresh_start, data_set):
+  """Locks train_dir for the block and yields its `StartPoint` for training
+  data_set; fresh_start deletes everything there but the lock file first.
+  Damaged checkpoints are skipped (one line each), never deleted; the one
+  found is said once it fits the graph (StartPoint.restore_plan).
 
   Raises:
     TrainDirBusyError: another trainer holds train_dir.
     checkpoints.NoRestorableCheckpointError: every checkpoint is damaged.
+    checkpoints.ResumeError: the newest that restores is of other classes
+      or another model (see StartPoint).
   """
   tf.io.gfile.makedirs(train_dir)
   with train_dir_lock(train_dir):
@@ -198,12 +217,10 @@ def claim(train_dir, fresh_start):
           tf.io.gfile.rmtree(path)
         else:
           tf.io.gfile.remove(path)
-    start = StartPoint(train_dir, checkpoints.newest_restorable(train_dir))
+    start = StartPoint(train_dir, checkpoints.newest_restorable(train_dir),
+                       data_set)
     if start.checkpoint is None:
       print('No checkpoint in %s: training from step 0.' % train_dir)
-    else:
-      print('Resuming from checkpoint %s at step %d (--fresh_start trains '
-            'from scratch).' % (start.checkpoint, start.step))
     yield start
 
 
@@ -226,20 +243,10 @@ def diverged_error(step, train_dir=None):
       % (step, kept))
 
 
-def check_then_record_classes(start, data_set):
-  """Raises checkpoints.ClassesMismatchError, naming both, unless
-  data_set's classes are those of the checkpoint `start` resumes from; then
-  writes them beside the checkpoints (checkpoints.CLASSES_FILE), so that
-  evaluation and classify name them."""
-  if start.checkpoint:
-    checkpoints.check_classes(start.checkpoint, data_set)
-  checkpoints.record_classes(start.train_dir, data_set)
-
-
 def remove_interrupted_saves(train_dir):
   """Removes the temporary directories of saves cut short (a kill, a full
   disk): the index only ever names complete checkpoints, so none is read.
-  Call it once the checkpoint to resume from is known to fit the graph
+  Called once the checkpoint to resume from is known to fit the graph
   (StartPoint.restore_plan), so that a refused run changes nothing."""
   for partial in tf.io.gfile.glob(os.path.join(train_dir, 'model.ckpt-*_temp')):
     print('Removing %s, an interrupted save.' % partial)

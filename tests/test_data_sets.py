@@ -5,6 +5,7 @@ classify follow it, and a checkpoint keeps its classes (issue #43)."""
 import os
 import re
 
+from absl.testing import flagsaver
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
@@ -220,26 +221,33 @@ def test_other_classes_than_the_checkpoints_are_refused_naming_both(
     checkpoints.check_classes(unnamed, cifar)
 
 
+def _restore_plan(start):
+  """start.restore_plan() in a graph of no variables, which any checkpoint
+  fits: where a trainer records the classes."""
+  with tf.Graph().as_default():
+    start.restore_plan()
+
+
 def test_training_records_the_classes_and_refuses_others_on_resume(
     tmp_path, own_data, data_dir):
   train_dir = str(tmp_path / 'train')
   path = _checkpoint(train_dir, 3)  # An older run: no names recorded.
   own = data_files.describe(own_data)
-  with train_dirs.claim(train_dir, fresh_start=False) as start:
+  with train_dirs.claim(train_dir, False, own) as start:
     assert start.checkpoint == path
-    train_dirs.check_then_record_classes(start, own)
+    _restore_plan(start)
   assert checkpoints.checkpoint_classes(path) == (3, OWN_CLASSES)
-  with train_dirs.claim(train_dir, fresh_start=False) as start:
-    with pytest.raises(checkpoints.ClassesMismatchError):
-      train_dirs.check_then_record_classes(
-          start, own._replace(class_names=('a', 'b', 'c')))
+  with pytest.raises(checkpoints.ClassesMismatchError):
+    with train_dirs.claim(train_dir, False,
+                          own._replace(class_names=('a', 'b', 'c'))):
+      pass
   # Refused, the record stays as it was; the same classes again leave the
   # file untouched.
   assert checkpoints.checkpoint_classes(path) == (3, OWN_CLASSES)
   record = os.path.join(train_dir, checkpoints.CLASSES_FILE)
   written = os.stat(record).st_mtime_ns, os.stat(record).st_ino
-  with train_dirs.claim(train_dir, fresh_start=False) as start:
-    train_dirs.check_then_record_classes(start, own)
+  with train_dirs.claim(train_dir, False, own) as start:
+    _restore_plan(start)
   assert (os.stat(record).st_mtime_ns, os.stat(record).st_ino) == written
   assert issubclass(checkpoints.ClassesMismatchError,
                     train_dirs.RUN_ERRORS)
@@ -260,6 +268,29 @@ def test_eval_refuses_a_checkpoint_of_other_classes(tmp_path, own_data):
                      match='has 3 classes .* was trained on 10 classes'):
     cifar10_eval.eval_once(path, evaluation.EvalSettings(own_data,
                                                          batch_size=8))
+
+
+def test_eval_names_a_damaged_names_file_beside_the_checkpoint(tmp_path,
+                                                              data_dir):
+  train_dir = str(tmp_path / 'train')
+  _checkpoint(train_dir, 10)
+  names_file = os.path.join(train_dir, checkpoints.CLASSES_FILE)
+  with open(names_file, 'wb') as f:
+    f.write(b'\xff\xfe')
+  was_parsed = cifar10_eval.FLAGS.is_parsed()
+  try:
+    with flagsaver.flagsaver():
+      cifar10_eval.FLAGS([
+          'cifar10_eval.py', '--data_dir=%s' % data_dir, '--run_once',
+          '--eval_dir=%s' % (tmp_path / 'eval')])
+      with pytest.raises(SystemExit) as ended:
+        cifar10_eval.evaluate_as_flagged(cifar10_eval.FLAGS, train_dir)
+  finally:
+    if not was_parsed:  # Leave the flags as other tests expect them.
+      cifar10_eval.FLAGS.unparse_flags()
+  assert str(ended.value.code).endswith(
+      ': error: Class names file %s is not UTF-8 text (invalid start byte); '
+      'expected one class name per line' % names_file)
 
 
 @pytest.mark.parametrize('top_k,given,expected', [

@@ -279,9 +279,18 @@ def test_tied_logits_count_as_one_prediction_not_a_hit_for_each(
 
 def _unusable_checkpoint(directory, fault):
   """(path, eval's line, classify's line) of a checkpoint in directory that
-  both scripts refuse: one without moving averages, without the model, or
-  whose data file is cut short."""
+  both scripts refuse: one without moving averages, without the model, of
+  another model (testutil.another_models_checkpoint), or whose data file is
+  cut short."""
   path = os.path.join(directory, 'model.ckpt-5')
+  if fault == 'another model':
+    assert testutil.another_models_checkpoint(directory, 5) == path
+    return path, (
+        'checkpoint %s does not hold the CIFAR-10 model (no '
+        'softmax_linear/biases); point --checkpoint_dir at a cifar10_train.py '
+        '--train_dir' % path), (
+            'checkpoint %s holds no CIFAR-10 model with moving averages (no '
+            'softmax_linear/biases)' % path)
   if fault == 'no model':
     with tf.Graph().as_default():
       tf.get_variable('other', [2], initializer=tf.zeros_initializer())
@@ -312,7 +321,8 @@ def _unusable_checkpoint(directory, fault):
           'cannot read checkpoint %s: %s' % (path, problem))
 
 
-@pytest.mark.parametrize('fault', ['no averages', 'no model', 'damaged'])
+@pytest.mark.parametrize('fault', ['no averages', 'no model', 'another model',
+                                   'damaged'])
 def test_eval_and_classify_open_a_checkpoint_through_one_function(
     data_dir, tmp_path, monkeypatch, fault):
   path, eval_line, classify_line = _unusable_checkpoint(str(tmp_path), fault)
@@ -334,10 +344,10 @@ def test_eval_and_classify_open_a_checkpoint_through_one_function(
 
 
 @pytest.mark.slow  # Starts a process.
-def test_scripts_refuse_a_checkpoint_without_averages_each_in_its_line(
-    data_dir, tmp_path):
-  path, eval_line, classify_line = _unusable_checkpoint(str(tmp_path),
-                                                        'no averages')
+@pytest.mark.parametrize('fault', ['no averages', 'another model'])
+def test_scripts_refuse_a_checkpoint_they_cannot_use_each_in_its_line(
+    data_dir, tmp_path, fault):
+  path, eval_line, classify_line = _unusable_checkpoint(str(tmp_path), fault)
   refusals = [
       run_script('cifar10_eval.py', [
           '--data_dir=%s' % data_dir, '--checkpoint_dir=%s' % tmp_path,
@@ -348,6 +358,8 @@ def test_scripts_refuse_a_checkpoint_without_averages_each_in_its_line(
           for r in refusals] == [
               (1, 'cifar10_eval.py: error: ' + eval_line),
               (1, 'cifar10_classify.py: ' + classify_line)]
+  assert not any('Traceback' in r.stderr for r in refusals)
+  assert 'evaluating' not in refusals[0].stdout
 
 
 @pytest.mark.slow  # Its fixture trains.
@@ -395,13 +407,17 @@ def test_follows_training_each_checkpoint_once(data_dir, tmp_path, capsys):
     tf.train.update_checkpoint_state(str(checkpoint_dir),
                                      str(checkpoint_dir / 'model.ckpt-10'))
 
+  def another_model():
+    testutil.another_models_checkpoint(str(checkpoint_dir), 11)
+
   # What training does while the evaluator sleeps between looks.
   actions = [
       lambda: save_checkpoint(str(checkpoint_dir / 'model.ckpt'), 1, 0, 1),
       lambda: None,  # No new checkpoint: nothing is evaluated.
       pruned,
       half_written,
-      lambda: save_checkpoint(str(checkpoint_dir / 'model.ckpt'), 11, 0, 2),
+      another_model,
+      lambda: save_checkpoint(str(checkpoint_dir / 'model.ckpt'), 12, 0, 2),
   ]
   sleeps = []
 
@@ -416,20 +432,23 @@ def test_follows_training_each_checkpoint_once(data_dir, tmp_path, capsys):
       max_evaluations=2, sleep=sleep)
 
   output = capsys.readouterr().out
-  assert [r['global_step'] for r in results] == [1, 11]
+  assert [r['global_step'] for r in results] == [1, 12]
   assert [r['confusion'][:, c].sum() for r, c in zip(results, (1, 2))] == [
       20, 20]
-  assert sleeps == [3] * 5
+  assert sleeps == [3] * 6
   assert 'No checkpoint file found in %s; waiting' % checkpoint_dir in output
   assert 'Skipping: cannot read checkpoint %s' % (
       checkpoint_dir / 'model.ckpt-9') in output
   assert 'Skipping: cannot read checkpoint %s' % (
       checkpoint_dir / 'model.ckpt-10') in output
+  assert ('Skipping: checkpoint %s does not hold the CIFAR-10 model (no '
+          'softmax_linear/biases)' % (checkpoint_dir / 'model.ckpt-11')
+          in output)
   assert output.count('precision @ 1 =') == 2
   assert (eval_dir / 'keep.txt').exists()
   events = _events(str(eval_dir))
   assert events[1, 'Precision @ 1'] == [pytest.approx(0.1)]
-  assert events[11, 'Precision @ 1'] == [pytest.approx(0.1)]
+  assert events[12, 'Precision @ 1'] == [pytest.approx(0.1)]
   assert len([key for key in events if key[1] == 'Precision @ 1']) == 2
 
 

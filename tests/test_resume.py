@@ -13,6 +13,7 @@ import io
 import os
 import re
 import shutil
+import socket
 import subprocess
 
 import numpy as np
@@ -196,6 +197,57 @@ def test_float16_checkpoint_is_refused_and_left_as_it_was(data_dir, tmp_path):
       '(--use_fp16 must be as it was when the checkpoint was written). '
       'Nothing was changed; resume with the settings it was written with, or '
       'train this model in another --train_dir' % train_dir)
+  assert 'Resuming' not in result.stdout
+  assert _listing(train_dir) == before
+
+
+def _refusal(script, data_dir, train_dir):
+  """(result, the label its lines start with) of script run on train_dir
+  as a user runs it; a cluster's chief with a stand-in ps task that only
+  accepts connections, as the chief refuses a checkpoint before its session
+  reaches one."""
+  args = ['--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
+          '--batch_size=%d' % BATCH, '--max_steps=10']
+  if script != 'cifar10_distributed_train.py':
+    return testutil.run_script(script, args, timeout=120), script
+
+  def run():
+    worker_port, = testutil.free_ports(1)
+    result = testutil.run_script(script, args + [
+        '--job_name=worker', '--task_index=0',
+        '--ps_hosts=127.0.0.1:%d' % ps.getsockname()[1],
+        '--worker_hosts=127.0.0.1:%d' % worker_port,
+        '--startup_wait_secs=30'], timeout=120)
+    if result.returncode == 1 and testutil.PORT_TAKEN in result.stderr:
+      raise testutil.PortTaken()
+    return result
+
+  with socket.socket() as ps:
+    ps.bind(('127.0.0.1', 0))
+    ps.listen()
+    return testutil.retry_port_taken(run), 'Worker 0'
+
+
+@pytest.mark.slow  # Starts a process.
+@pytest.mark.parametrize('script', ['cifar10_train.py',
+                                    'cifar10_multi_gpu_train.py',
+                                    'cifar10_distributed_train.py'])
+def test_a_checkpoint_of_another_model_is_refused_in_one_line_and_left(
+    data_dir, tmp_path, script):
+  train_dir = str(tmp_path / 'train')
+  os.makedirs(train_dir)
+  checkpoint = testutil.another_models_checkpoint(train_dir)
+  before = _listing(train_dir)
+
+  result, label = _refusal(script, data_dir, train_dir)
+
+  assert result.returncode == 1
+  assert 'Traceback' not in result.stderr
+  assert result.stderr.rstrip().splitlines()[-1] == (
+      '%s: checkpoint %s has no softmax_linear/biases, which this model needs '
+      '(one value per class): it was written by another model. Nothing was '
+      'changed; train this one in another --train_dir' % (label, checkpoint))
+  assert 'Resuming' not in result.stdout
   assert _listing(train_dir) == before
 
 

@@ -19,6 +19,7 @@ import tensorflow.compat.v1 as tf
 import cifar10_eval
 import cifar10_train
 from cifar10_support import checkpoints
+from cifar10_support import data_files
 from cifar10_support import evaluation
 from cifar10_support import locks
 from cifar10_support import run_flags
@@ -327,15 +328,18 @@ def test_only_damaged_checkpoints_stop_with_one_line(data_dir,
       'another --train_dir' % train_dir)
 
 
-def test_a_listed_checkpoint_whose_files_are_gone_is_skipped(tmp_path, capsys):
+def test_a_listed_checkpoint_whose_files_are_gone_is_skipped(data_dir, tmp_path,
+                                                             capsys):
   train_dir = str(tmp_path / 'train')
   os.makedirs(train_dir)
-  # Two checkpoints of a global step alone: which one restores is all that
-  # counts here.
+  # Two checkpoints of a global step and the last layer (of the data's
+  # classes): which one restores is all that counts here.
   with tf.Graph().as_default():
     step = tf.train.get_or_create_global_step()
+    tf.get_variable(checkpoints.CLASSES_PROBE, [10])
     saver = tf.train.Saver(save_relative_paths=True)
     with tf.Session(config=testutil.session_config()) as sess:
+      sess.run(tf.global_variables_initializer())
       for value in (0, 4):
         sess.run(step.assign(value))
         saver.save(sess, os.path.join(train_dir, 'model.ckpt'),
@@ -347,12 +351,13 @@ def test_a_listed_checkpoint_whose_files_are_gone_is_skipped(tmp_path, capsys):
   assert tf.train.get_checkpoint_state(
       train_dir).all_model_checkpoint_paths == [first, gone]
 
-  with train_dirs.claim(train_dir, fresh_start=False) as start:
+  data_set = data_files.describe(data_dir)
+  capsys.readouterr()
+  with train_dirs.claim(train_dir, False, data_set) as start:
     assert (start.checkpoint, start.step) == (first, 0)
   assert capsys.readouterr().out == (
       'Checkpoint %s is listed but its files are missing: trying the one '
-      'before it.\nResuming from checkpoint %s at step 0 (--fresh_start '
-      'trains from scratch).\n' % (gone, first))
+      'before it.\n' % gone)
 
 
 @pytest.mark.slow  # Its fixture trains.

@@ -33,6 +33,22 @@ def config_threads(config):
   return config.intra_op_parallelism_threads, inter
 
 
+def another_models_checkpoint(directory, step=5):
+  """The path of a checkpoint at `step` in directory that another model
+  wrote: a conv1/weights of another shape, its moving average and the
+  global step; no softmax_linear/biases (this model's last layer)."""
+  with tf.Graph().as_default():
+    weights = tf.get_variable('conv1/weights', [3, 3, 3, 8],
+                              initializer=tf.zeros_initializer())
+    tf.train.ExponentialMovingAverage(0.9).apply([weights])
+    global_step = tf.train.get_or_create_global_step()
+    with tf.Session(config=session_config()) as sess:
+      sess.run(tf.global_variables_initializer())
+      sess.run(global_step.assign(step))
+      return tf.train.Saver().save(
+          sess, os.path.join(directory, 'model.ckpt'), global_step=step)
+
+
 def script_env(**overrides):
   """The environment a user's shell gives a script, plus `overrides`.
 
