@@ -2,6 +2,7 @@
 
 import ast
 import glob
+import hashlib
 import os
 import re
 import subprocess
@@ -260,3 +261,18 @@ def test_every_test_the_docs_name_exists():
     with open(os.path.join(ROOT, 'tests', file_name), encoding='utf-8') as f:
       assert re.search(r'^def %s\(' % test_name, f.read(), re.M), (
           file_name, test_name)
+
+
+# The SHA-256 of the Apache License 2.0 as the Apache Software Foundation
+# publishes it (LICENSE-2.0.txt), and as Debian ships it in
+# /usr/share/common-licenses/Apache-2.0.
+APACHE_2_SHA256 = (
+    'cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30')
+
+
+def test_the_licence_is_the_apache_2_text_under_this_editions_copyright():
+  with open(os.path.join(ROOT, 'LICENSE'), 'rb') as f:
+    copyright_line, text = f.read().split(b'\n', 1)
+  assert copyright_line.startswith(b'Copyright 2026 The authors of this ')
+  assert b'Google' not in copyright_line  # None of the original's code.
+  assert hashlib.sha256(text).hexdigest() == APACHE_2_SHA256
