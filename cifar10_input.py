@@ -49,7 +49,6 @@ CIFAR10 = data_files.CIFAR10
 DataError = data_files.DataError
 check_data_files = data_files.check_data_files
 check_batch_size = data_files.check_batch_size
-eval_files = data_files.eval_files
 
 # Threads that run the reader and the preprocessing in parallel.
 NUM_PREPROCESS_THREADS = data_files.NUM_PREPROCESS_THREADS  # 16

@@ -37,6 +37,7 @@ import cifar10_eval
 import cifar10_input
 import cifar10_multi_gpu_train
 from cifar10_support import checkpoints
+from cifar10_support import data_files
 from cifar10_support import download
 from cifar10_support import evaluation
 from cifar10_support import mixed_precision
@@ -398,7 +399,7 @@ class ClassifyVariant(Variant):
 
   def __init__(self, data_dir, scratch, num_files, batch_size, config):
     pixels = synthetic.read_records(os.path.join(
-        data_dir, download.BATCHES_DIR, cifar10_input.eval_files('test')[0]))[1]
+        data_dir, download.BATCHES_DIR, data_files.TEST_FILES[0]))[1]
     os.makedirs(scratch)
     self.files = []
     for i, picture in enumerate(pixels[:num_files]):
@@ -634,7 +635,7 @@ def main():
   batch = args.batch_size
   # 10,000 in the real test set; fewer in a small data dir (the test's).
   num_test = cifar10_input.check_data_files([os.path.join(
-      data_dir, download.BATCHES_DIR, cifar10_input.eval_files('test')[0])])
+      data_dir, download.BATCHES_DIR, data_files.TEST_FILES[0])])
   eval_batches = -(-num_test // batch)
 
   threads = sessions.ThreadCounts(args.num_intra_threads,

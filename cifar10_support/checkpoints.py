@@ -78,6 +78,13 @@ def step_of(path):
   return int(suffix) if suffix.isdigit() else None
 
 
+def saved_step(reader):
+  """The global step a checkpoint's reader holds, or None."""
+  if reader.get_variable_to_shape_map().get('global_step') == []:
+    return int(reader.get_tensor('global_step'))
+  return None
+
+
 def verified_reader(checkpoint):
   """(reader, None) once every value of `checkpoint` has read back (which
   verifies its checksums), else (None, a one-line reason)."""
@@ -153,10 +160,9 @@ def newest_restorable(train_dir, report=print):
 
 def open_model_checkpoint(checkpoint, averaged=False):
   """(reader, the weights' dtype, global step: saved, else in the name, else
-  0) of a checkpoint of the CIFAR-10 model, every value read back: its first
-  and last layers are looked for (with averaged, their moving averages too)
-  before a graph is built for them; `check_averages_restorable` checks every
-  variable after.
+  0) of a checkpoint of the CIFAR-10 model, every value read back; its first
+  and last layers (averaged: their moving averages too) are looked for
+  before a graph is built (`check_averages_restorable` checks all, after).
 
   Raises:
     CheckpointUnreadableError: its files are missing, incomplete or damaged.
@@ -170,9 +176,8 @@ def open_model_checkpoint(checkpoint, averaged=False):
                         if averaged else []):
     if not reader.has_tensor(name):
       raise NotTheModelError(checkpoint, name)
-  if reader.get_variable_to_shape_map().get('global_step') == []:
-    global_step = int(reader.get_tensor('global_step'))
-  else:  # Not saved by a training script: take it from the name, if there.
+  global_step = saved_step(reader)
+  if global_step is None:  # Not a training script's: the name's, if there.
     global_step = step_of(checkpoint) or 0
   return (reader, reader.get_variable_to_dtype_map()[MODEL_PROBE],
           global_step)
@@ -206,11 +211,8 @@ def check_averages_restorable(reader, variables_to_restore, checkpoint):
 def checkpoint_classes(checkpoint, reader=None):
   """(count, names) of the classes `checkpoint` was trained on: count from
   its last layer, names from CLASSES_FILE beside it (None without one, or
-  one of another count). reader: its tf.train.load_checkpoint, if open.
-
-  Raises:
-    CheckpointMismatchError: it has no last layer of one value per class.
-  """
+  one of another count); CheckpointMismatchError without a last layer.
+  reader: its tf.train.load_checkpoint, if open."""
   reader = reader or tf.train.load_checkpoint(checkpoint)
   shape = reader.get_variable_to_shape_map().get(CLASSES_PROBE)
   if shape is None or len(shape) != 1:
@@ -235,8 +237,7 @@ def class_names_for(count, names):
 def check_classes(checkpoint, data_set, reader=None):
   """Raises ClassesMismatchError, one message naming both, unless data_set
   (a data_files.DataSet) has the classes `checkpoint` was trained on: their
-  count, and their names where the checkpoint records them (see
-  `checkpoint_classes` for one without a last layer)."""
+  count, and their names where the checkpoint records them."""
   count, names = checkpoint_classes(checkpoint, reader)
   if count == data_set.num_classes and names in (None, data_set.class_names):
     return
@@ -279,8 +280,8 @@ def _describe(shape, dtype):
 
 
 def another_model(checkpoint, name, needed):
-  """The CheckpointMismatchError of a checkpoint to resume from that lacks
-  `name`, which this model needs as `needed`."""
+  """The CheckpointMismatchError of a checkpoint to resume from without
+  `name`, which this model needs (as `needed`)."""
   return CheckpointMismatchError(
       'checkpoint %s has no %s, which this model needs (%s): it was written '
       'by another model. Nothing was changed; train this one in another '

@@ -278,9 +278,3 @@ def check_batch_size(batch_size):
     raise ValueError('batch_size must be a positive integer, got %r'
                      % (batch_size,))
 
-
-def eval_files(eval_data):
-  """CIFAR-10's file names of 'test' (or True) or 'train_eval' (or False);
-  ValueError for anything else (DataSet.eval_files: those a data set has)."""
-  return DataSet(CIFAR10, '', TRAIN_FILES, TEST_FILES,
-                 CLASS_NAMES).eval_files(eval_data)

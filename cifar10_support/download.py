@@ -52,10 +52,7 @@ ARCHIVES['cifar100'] = ARCHIVES['cifar100_coarse'] = Archive(
 assert all(ARCHIVES[d].directory == data_files.LAYOUTS[d].batches_dir
            for d in data_files.DATASETS), 'an archive per --dataset'
 
-# CIFAR-10's, by their names of old (other code and tests use them).
-DATA_URL = ARCHIVES['cifar10'].url
-DATA_MD5 = ARCHIVES['cifar10'].md5
-DATA_BYTES = ARCHIVES['cifar10'].bytes
+# CIFAR-10's, by their names of old (other code uses them).
 ARCHIVE_NAME = ARCHIVES['cifar10'].name
 BATCHES_DIR = ARCHIVES['cifar10'].directory
 # One lock in a data_dir, whatever the archive: downloads there take turns.

@@ -126,13 +126,8 @@ def train_dir_lock(train_dir):
 class StartPoint(object):
   """Where training starts in a claimed train_dir (what `claim` yields): the
   newest `checkpoint` there that restores, or None, and its global `step`
-  (0 without one), for training data_files.DataSet `data_set`.
-
-  Raises:
-    checkpoints.ClassesMismatchError: the checkpoint was trained on other
-      classes than data_set's.
-    checkpoints.CheckpointMismatchError: it has no last layer or global step.
-  """
+  (0 without one), for training data_files.DataSet `data_set`; raises
+  checkpoints.check_classes' errors."""
 
   def __init__(self, train_dir, checkpoint, data_set):
     self.train_dir = train_dir
@@ -142,24 +137,15 @@ class StartPoint(object):
     if checkpoint:
       reader = tf.train.load_checkpoint(checkpoint)
       checkpoints.check_classes(checkpoint, data_set, reader)
-      # The name's step; a checkpoint named without one carries its own.
-      self.step = checkpoints.step_of(checkpoint)
-      if self.step is None:
-        if reader.get_variable_to_shape_map().get('global_step') != []:
-          raise checkpoints.another_model(checkpoint, 'global_step',
-                                          'one integer')
-        self.step = int(reader.get_tensor('global_step'))
+      # The name's step, else its own (none: restore_plan refuses it).
+      self.step = (checkpoints.step_of(checkpoint) or
+                   checkpoints.saved_step(reader) or 0)
 
   def restore_plan(self):
     """The checkpoints.RestorePlan of the graph just built (None without a
-    checkpoint). Once it fits, and only then, training starts here: this
-    says so, records the data's classes beside the checkpoints (so that
-    evaluation and classify name them) and removes interrupted saves.
-
-    Raises:
-      checkpoints.CheckpointMismatchError: the checkpoint is of another
-        model; train_dir is left as it was.
-    """
+    checkpoint); once it fits, says so, records the data's classes beside
+    it (for eval and classify) and removes interrupted saves. Raises
+    checkpoints.CheckpointMismatchError, changing nothing, if it does not."""
     plan = None
     if self.checkpoint is not None:
       plan = checkpoints.plan_restore(self.checkpoint)
@@ -196,14 +182,12 @@ def run_errors_end_the_process():
 def claim(train_dir, fresh_start, data_set):
   """Locks train_dir for the block and yields its `StartPoint` for training
   data_set; fresh_start deletes everything there but the lock file first.
-  Damaged checkpoints are skipped (one line each), never deleted; the one
-  found is said once it fits the graph (StartPoint.restore_plan).
+  Damaged checkpoints are skipped (one line each), never deleted.
 
   Raises:
     TrainDirBusyError: another trainer holds train_dir.
     checkpoints.NoRestorableCheckpointError: every checkpoint is damaged.
-    checkpoints.ResumeError: the newest that restores is of other classes
-      or another model (see StartPoint).
+    checkpoints.ResumeError: the newest that restores is of other classes.
   """
   tf.io.gfile.makedirs(train_dir)
   with train_dir_lock(train_dir):

@@ -16,6 +16,7 @@ import cifar10_classify
 import cifar10_eval
 import cifar10_input
 from cifar10_support import checkpoints
+from cifar10_support import data_files
 from cifar10_support import download
 from cifar10_support import evaluation
 import testutil
@@ -166,8 +167,8 @@ def test_test_file_alone_is_enough_and_nothing_is_fetched(data_dir, train_dir,
 
   # What the script's main does with these flags, in this process.
   download.maybe_download_and_extract(
-      str(only_test.parent), url, download.DATA_MD5,
-      files=cifar10_input.eval_files('test'))
+      str(only_test.parent), url, download.ARCHIVES['cifar10'].md5,
+      files=list(data_files.TEST_FILES))
   cifar10_eval.evaluate(train_dir, str(tmp_path / 'e'),
                         evaluation.EvalSettings(
                             str(only_test.parent), num_examples=20,

@@ -94,7 +94,7 @@ def test_cifar10_input_keeps_the_data_file_names():
   for name in ['DataError', 'check_data_files', 'TRAIN_FILES',
                'CLASS_NAMES', 'LABEL_BYTES', 'HEIGHT', 'WIDTH', 'DEPTH',
                'RECORD_BYTES', 'NUM_PREPROCESS_THREADS',
-               'check_batch_size', 'eval_files']:
+               'check_batch_size']:
     assert getattr(cifar10_input, name) is getattr(data_files, name), name
   assert cifar10_input.RECORD_BYTES == 3073
   assert cifar10_input.NUM_CLASSES == len(cifar10_input.CLASS_NAMES)
@@ -239,18 +239,22 @@ def test_check_data_files_counts_records(tmp_path):
   assert cifar10_input.check_data_files(files) == 35
 
 
+# The official layout's files (the directory plays no part).
+CIFAR10_FILES = data_files.describe('')
+
+
 @pytest.mark.parametrize('eval_data, files', [
     ('test', ['test_batch.bin']), (True, ['test_batch.bin']),
     ('train_eval', cifar10_input.TRAIN_FILES),
     (False, cifar10_input.TRAIN_FILES)])
 def test_eval_files(eval_data, files):
-  assert cifar10_input.eval_files(eval_data) == files
+  assert CIFAR10_FILES.eval_files(eval_data) == files
 
 
 def test_unknown_eval_data_is_an_error_not_the_training_set():
   with pytest.raises(ValueError, match="eval_data must be 'test' or "
                      "'train_eval', got 'tset'"):
-    cifar10_input.eval_files('tset')
+    CIFAR10_FILES.eval_files('tset')
 
 
 def test_bad_batch_size_is_an_error(data_dir):
