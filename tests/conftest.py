@@ -116,3 +116,14 @@ def learnable_data_dir(tmp_path_factory):
   return testutil.shared_dir(
       tmp_path_factory, 'cifar10_learnable',
       lambda path: synthetic.make_data_dir(path, records_per_file=512))
+
+
+@pytest.fixture(scope='session')
+def learned_train_dir(data_dir, tmp_path_factory):
+  """testutil.learned_train_dir: a model trained on data_dir that learned
+  the colours, built once per run; for the tests whose promise is about a
+  trained model (a process that evaluates or classifies after training).
+  A test that needs only a checkpoint writes one (testutil.model_checkpoint,
+  testutil.colour_checkpoint)."""
+  import testutil  # pylint: disable=g-import-not-at-top
+  return testutil.learned_train_dir(data_dir, tmp_path_factory)

@@ -14,7 +14,6 @@ import re
 import sys
 
 import pytest
-from cifar10_support import mixed_precision
 
 from testutil import ROOT
 from testutil import run_script
@@ -76,6 +75,45 @@ def _machine_expected():
                                              ('AMX', 'amx_tile')))
 
 
+def _mixed_rows_expected():
+  """(row suffix, dtype name, line, CPU feature) of --mixed_precision=bf16's
+  rows here, read from /proc/cpuinfo and TensorFlow's GPU details without
+  the benchmark's code: the line is the scripts' (docs/mixed_precision.md),
+  but a CPU without bfloat16 runs the rows emulated (benchmarks/README.md);
+  the feature is the first of amx_bf16 and avx512_bf16 in the CPU's flags,
+  None on a GPU or without either."""
+  import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
+  kept = 'variables, loss, gradients and checkpoints stay float32.'
+  gpus = tf.config.list_physical_devices('GPU')
+  if gpus:
+    found = [tf.config.experimental.get_device_details(gpu).get(
+        'compute_capability') for gpu in gpus]
+    capability = min(tuple(c) for c in found if c) if any(found) else None
+    if capability and capability >= (8, 0):
+      return '_bf16', 'bfloat16', (
+          'Mixed precision: bfloat16 on the GPU (compute capability %d.%d); '
+          '%s' % (capability + (kept,))), None
+    return '_fp16', 'float16', (
+        'Mixed precision: float16 with dynamic loss scaling, since this GPU '
+        '(compute capability %s) has no fast bfloat16; %s' % (
+            '%d.%d' % capability if capability else 'unknown', kept)), None
+  try:
+    with open('/proc/cpuinfo') as f:
+      flags = set(' '.join(re.findall(r'^flags\s*: (.*)$', f.read(),
+                                      re.M)).split())
+  except OSError:
+    flags = set()
+  feature = next((flag for flag in ('amx_bf16', 'avx512_bf16')
+                  if flag in flags), None)
+  if feature:
+    return '_bf16', 'bfloat16', (
+        'Mixed precision: bfloat16 on the CPU (%s); %s' % (feature, kept)), (
+            feature)
+  return '_bf16', 'bfloat16', (
+      'bf16 rows: this CPU has neither AVX512_BF16 nor AMX, so oneDNN '
+      'emulates bfloat16 (the scripts stay float32 here).'), None
+
+
 @pytest.mark.slow  # Starts a process.
 def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
   import tensorflow.compat.v1 as tf
@@ -127,16 +165,13 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
   assert re.search(r'^round 2/2 done, RSS \d+ MiB$', out, re.M), out
   # Named for the type this machine's rows compute in: bf16, or fp16 on a
   # GPU without bfloat16.
-  import benchmark
   on_gpu = bool(tf.config.list_physical_devices('GPU'))
-  dtype, line, _ = benchmark.mixed_precision_rows(
-      'bf16', on_gpu, mixed_precision.cpu_bf16_feature(),
-      mixed_precision.gpu_capability() if on_gpu else None)
+  suffix, dtype_name, line, cpu_feature = _mixed_rows_expected()
   assert line in out.splitlines(), out[:3000]
-  mixed = {benchmark.row_name(name, dtype): name for name in MIXED}
+  mixed = {name + suffix: name for name in MIXED}
   # bfloat16 rows have a ceiling of their own (float16 ones, on a GPU
   # without bfloat16, are against float32's).
-  bf16 = dtype == tf.bfloat16
+  bf16 = dtype_name == 'bfloat16'
   matmuls = MATMULS + (MATMULS_BF16 if bf16 else [])
   rows = {m.group(1): (m.group(3), m.group(4)) for m in ROW.finditer(out)
           if m.group(1) in VARIANTS + matmuls + list(mixed)}
@@ -178,7 +213,7 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
             if ratios[m] == '1.00 (bf16 ceiling)'] == [name16], out
     assert float(value16) == max(gflops[m] for m in MATMULS_BF16), out
     assert (line.group(10) or '').lower() == (
-        '' if on_gpu else mixed_precision.cpu_bf16_feature() or ''), line.group(0)
+        '' if on_gpu else cpu_feature or ''), line.group(0)
     tops['bf16 ceiling'] = (name16, float(value16))
   else:  # float16 rows, on a GPU without bfloat16: no bf16 ceiling.
     assert not BF16_CEILING.search(out) and 'bf16 ceiling' not in out, out
@@ -208,17 +243,17 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
       r'^(\w+) +step ([\d.]+) ms = input ([\d.]+) ms \(\d+%\) \+ compute '
       r'([\d.]+) ms \(\d+%\) \+ host ([\d.]+) ms \(\d+%: ', out, re.M)
   assert sorted(name for name, *_ in splits) == sorted(
-      ['towers', 'towers2', 'train', benchmark.row_name('train', dtype)]), out
+      ['towers', 'towers2', 'train', 'train' + suffix]), out
   for _, step, *parts in splits:
     assert sum(map(float, parts)) == pytest.approx(float(step), abs=0.2), out
   # The mixed-precision step's ops by type and dtype: its convolutions
   # compute in the mixed type, and every op type is counted.
-  train_mixed = benchmark.row_name('train', dtype)
+  train_mixed = 'train' + suffix
   profile = re.search(r'^%s: op time by type and output dtype \(([\d.]+) ms '
                       r'of ops in all\):\n((?:  .*\n)+)' % train_mixed, out,
                       re.M)
   assert profile, out
-  assert re.search(r'^  \w*Conv2D\w* +%s ' % dtype.name, profile.group(2),
+  assert re.search(r'^  \w*Conv2D\w* +%s ' % dtype_name, profile.group(2),
                    re.M), profile.group(2)
   # Then its costliest ops by name, each with its time, share and type.
   named = re.search(r'^%s: the costliest ops by name:\n((?:  .*\n)+)'

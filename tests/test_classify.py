@@ -11,6 +11,7 @@ import numpy as np
 from PIL import Image
 import pytest
 import tensorflow.compat.v1 as tf
+from tensorflow.core.protobuf import saved_model_pb2
 
 import cifar10
 import cifar10_classify
@@ -23,21 +24,17 @@ LINE = re.compile(r'^(.*): ([a-z]+) (\d\.\d{3}), ([a-z]+) (\d\.\d{3}), '
                   r'([a-z]+) (\d\.\d{3})$', re.M)
 
 
-def _train_on_200(root):
-  data_dir = synthetic.make_data_dir(os.path.join(root, 'data'),
-                                     records_per_file=NUM_RECORDS)
-  # Seeded, at the fixtures' learning rate: a model that tells the classes
-  # apart, every run (4 of 4 measured runs at precision 1.0).
-  testutil.train_fixture(data_dir, os.path.join(root, 'train'), 200,
-                         batch_size=24)
-
-
 @pytest.fixture(scope='module')
-def trained(tmp_path_factory):
+def colour_model(tmp_path_factory):
   """(data_dir, train_dir): synthetic records, 200 in the test file, and a
-  model trained on them; built once per test run (testutil.shared_dir)."""
-  root = testutil.shared_dir(tmp_path_factory, 'classify', _train_on_200)
-  return os.path.join(root, 'data'), os.path.join(root, 'train')
+  model that tells their colours apart (testutil.colour_checkpoint: written
+  directly, not trained; every record right, and its raw weights, which
+  classify must not read, wrong)."""
+  root = tmp_path_factory.mktemp('classify')
+  data_dir = synthetic.make_data_dir(str(root / 'data'),
+                                     records_per_file=NUM_RECORDS)
+  testutil.colour_checkpoint(str(root / 'train'), 5)
+  return data_dir, str(root / 'train')
 
 
 def _test_records(data_dir):
@@ -94,17 +91,17 @@ def _eval_graph_classes(data_dir, train_dir):
 
 
 @pytest.fixture(scope='module')
-def pngs(trained, tmp_path_factory):
+def pngs(colour_model, tmp_path_factory):
   """The test records written as PNG files, in file order."""
   folder = tmp_path_factory.mktemp('pngs')
-  encoded = _encode(_test_records(trained[0]), tf.io.encode_png)
+  encoded = _encode(_test_records(colour_model[0]), tf.io.encode_png)
   return [_write(str(folder / ('record_%03d.png' % i)), data)
           for i, data in enumerate(encoded)]
 
 
-@pytest.mark.slow  # Its fixture trains.
-def test_png_of_each_test_record_gets_the_eval_graphs_class(trained, pngs):
-  data_dir, train_dir = trained
+def test_png_of_each_test_record_gets_the_eval_graphs_class(colour_model,
+                                                           pngs):
+  data_dir, train_dir = colour_model
   expected = _eval_graph_classes(data_dir, train_dir)
   checkpoint, dtype, _ = cifar10_classify.find_checkpoint(train_dir)
 
@@ -118,19 +115,18 @@ def test_png_of_each_test_record_gets_the_eval_graphs_class(trained, pngs):
   classes = np.array([p.argmax() for _, p in results])
   np.testing.assert_array_equal(classes, expected)
   # A model that tells classes apart, so that agreeing means something:
-  # well above chance (0.1; 200 steps end at 0.4-1.0), several classes.
+  # well above chance (0.1), several classes.
   labels = synthetic.read_records(
       os.path.join(data_dir, 'cifar-10-batches-bin', 'test_batch.bin'))[0]
   assert (classes == labels).mean() > 0.25
   assert len(set(classes)) >= 4
 
 
-@pytest.mark.slow  # Its fixture trains.
-def test_each_batch_is_classified_before_the_next_is_read(trained, pngs,
+def test_each_batch_is_classified_before_the_next_is_read(colour_model, pngs,
                                                           tmp_path):
   # The script prints each picture's line as it comes: a batch's results
   # come before the next batch's files are even opened.
-  checkpoint, dtype, _ = cifar10_classify.find_checkpoint(trained[1])
+  checkpoint, dtype, _ = cifar10_classify.find_checkpoint(colour_model[1])
   later = str(tmp_path / 'later.png')
   results = cifar10_classify.classify(
       [pngs[0], later, pngs[1]], checkpoint, dtype, batch_size=1,
@@ -147,12 +143,11 @@ def test_each_batch_is_classified_before_the_next_is_read(trained, pngs,
   assert first[1].shape == (10,)
 
 
-@pytest.mark.slow  # Its fixture trains.
 def test_a_file_that_does_not_decode_leaves_its_batchs_pictures_as_they_are(
-    trained, pngs, tmp_path):
+    colour_model, pngs, tmp_path):
   # The batch fails as a whole; its pictures are classified without the bad
   # file, exactly as in a batch of their own.
-  checkpoint, dtype, _ = cifar10_classify.find_checkpoint(trained[1])
+  checkpoint, dtype, _ = cifar10_classify.find_checkpoint(colour_model[1])
   text = _write(str(tmp_path / 'notes.png'), b'not a picture at all\n')
   alone = list(cifar10_classify.classify(
       pngs[:3], checkpoint, dtype, session_config=testutil.session_config()))
@@ -198,10 +193,9 @@ def _two_frame_gif(folder, data_dir):
   return [gif] + pngs
 
 
-@pytest.mark.slow  # Its fixture trains.
-def test_a_gif_is_classified_as_its_first_frame(trained, tmp_path):
-  checkpoint, dtype, _ = cifar10_classify.find_checkpoint(trained[1])
-  files = _two_frame_gif(tmp_path, trained[0])
+def test_a_gif_is_classified_as_its_first_frame(colour_model, tmp_path):
+  checkpoint, dtype, _ = cifar10_classify.find_checkpoint(colour_model[1])
+  files = _two_frame_gif(tmp_path, colour_model[0])
   classified = list(cifar10_classify.classify(
       files, checkpoint, dtype, session_config=testutil.session_config()))
   assert [problem for _, _, problem in classified] == [None] * 3
@@ -211,10 +205,13 @@ def test_a_gif_is_classified_as_its_first_frame(trained, tmp_path):
   assert np.abs(first - second).max() > 0.05
 
 
-@pytest.mark.slow  # Its fixture trains.
+@pytest.mark.slow  # Starts a process; its fixture trains.
 def test_script_classifies_odd_pictures_and_names_each_bad_file(
-    trained, tmp_path):
-  data_dir, train_dir = trained
+    data_dir, learned_train_dir, tmp_path):
+  # The script's console, after training: the SavedModel's line, each
+  # picture's line in the order given, each bad file's line, exit status 1.
+  train_dir = learned_train_dir
+  export_dir = str(tmp_path / 'model')
   good = _odd_pictures(tmp_path, _test_records(data_dir))
   good += _two_frame_gif(tmp_path, data_dir)[:2]
   empty = _write(str(tmp_path / 'empty.jpg'), b'')
@@ -225,11 +222,16 @@ def test_script_classifies_odd_pictures_and_names_each_bad_file(
   missing = str(tmp_path / 'missing.png')
 
   result = testutil.run_script('cifar10_classify.py', [
-      '--checkpoint_dir=%s' % train_dir, missing] + good[:2] +
-                               [empty, text, str(no_pictures)] + good[2:])
+      '--checkpoint_dir=%s' % train_dir, '--export_dir=%s' % export_dir,
+      missing] + good[:2] + [empty, text, str(no_pictures)] + good[2:])
 
   assert result.returncode == 1
   assert 'Traceback' not in result.stderr
+  assert result.stdout.startswith(
+      'Wrote a SavedModel of %s to %s (signatures serving_default: images, '
+      'pixels: pixels).\n' % (tf.train.latest_checkpoint(train_dir),
+                               export_dir)), result.stdout[:2000]
+  assert os.path.exists(os.path.join(export_dir, 'saved_model.pb'))
   lines = LINE.findall(result.stdout)
   assert [line[0] for line in lines] == good  # In the order given.
   for line in lines:
@@ -250,29 +252,32 @@ def test_script_classifies_odd_pictures_and_names_each_bad_file(
       'TensorFlow can read (Unknown image file format.' % text)
 
 
-@pytest.mark.slow  # Starts a process.
 def test_no_checkpoint_is_one_line(tmp_path):
-  result = testutil.run_script('cifar10_classify.py', [
-      '--checkpoint_dir=%s' % tmp_path, str(tmp_path)], timeout=120)
-  assert result.returncode == 1
-  assert result.stderr.strip().splitlines()[-1] == (
-      'cifar10_classify.py: no checkpoint in --checkpoint_dir=%s: point it at '
-      'the --train_dir of a training run, or give --checkpoint_path'
-      % tmp_path)
+  # The script's line is 'cifar10_classify.py: ' and this (its process test
+  # of an error: test_eval.py's
+  # test_scripts_refuse_a_checkpoint_they_cannot_use_each_in_its_line).
+  with pytest.raises(cifar10_classify.ClassifyError) as refused:
+    cifar10_classify.find_checkpoint(str(tmp_path))
+  assert str(refused.value) == (
+      'no checkpoint in --checkpoint_dir=%s: point it at the --train_dir of '
+      'a training run, or give --checkpoint_path' % tmp_path)
 
 
-@pytest.mark.slow  # Its fixture trains.
-def test_top_k_above_the_class_count_is_one_line(trained, pngs):
-  train_dir = trained[1]
-  result = testutil.run_script('cifar10_classify.py', [
-      '--checkpoint_dir=%s' % train_dir, '--top_k=11', pngs[0]], timeout=120)
-  assert result.returncode == 1
-  assert 'Traceback' not in result.stderr
-  assert result.stderr.strip() == (
+def test_top_k_above_the_class_count_is_one_line(colour_model, pngs, capsys):
+  # What the script's main does with these flags (the process that prints
+  # the line, exit status 1: test_eval.py's
+  # test_scripts_refuse_a_checkpoint_they_cannot_use_each_in_its_line).
+  train_dir = colour_model[1]
+  line = testutil.exit_line(
+      lambda: cifar10_classify.main(['cifar10_classify.py', pngs[0]]),
+      'cifar10_classify.py',
+      ['--checkpoint_dir=%s' % train_dir, '--top_k=11', pngs[0]],
+      cifar10_classify.FLAGS)
+  assert line == (
       'cifar10_classify.py: --top_k=11 is more than the 10 classes of '
       'checkpoint %s; give --top_k=10 or fewer'
       % tf.train.latest_checkpoint(train_dir))
-  assert not result.stdout  # No picture classified.
+  assert not capsys.readouterr().out  # No picture classified.
 
 
 _LOAD_IN_TF2 = '''
@@ -287,20 +292,20 @@ pixels = tf.io.decode_png(tf.io.read_file(files[0]), channels=3)
 by_pixels = model.signatures['pixels'](pixels=pixels[None])
 np.savez(sys.argv[3], probabilities=out['probabilities'].numpy(),
          classes=np.array([c.decode() for c in out['classes'].numpy()]),
-         pixels=by_pixels['probabilities'].numpy())
+         pixels=by_pixels['probabilities'].numpy(),
+         pixels_classes=np.array(
+             [c.decode() for c in by_pixels['classes'].numpy()]))
 '''
 
 
-@pytest.mark.slow  # Its fixture trains.
-def test_savedmodel_serves_what_the_script_prints(trained, pngs, tmp_path):
-  data_dir, train_dir = trained
+@pytest.mark.slow  # Starts a process.
+def test_savedmodel_serves_what_the_script_prints(colour_model, pngs, tmp_path):
+  data_dir, train_dir = colour_model
   files = pngs[:20] + _odd_pictures(tmp_path, _test_records(data_dir))[2:3]
   export_dir = str(tmp_path / 'model')
-  result = testutil.run_script('cifar10_classify.py', [
-      '--checkpoint_dir=%s' % train_dir, '--export_dir=%s' % export_dir])
-  assert result.returncode == 0, result.stderr[-3000:]
-  assert 'Wrote a SavedModel of %s to %s' % (
-      tf.train.latest_checkpoint(train_dir), export_dir) in result.stdout
+  # What --export_dir runs (its line: the script's console test above).
+  checkpoint, dtype, names = cifar10_classify.find_checkpoint(train_dir)
+  cifar10_classify.export(checkpoint, export_dir, dtype, names)
 
   # Plain TensorFlow 2, eager, no compat module, in a process of its own.
   out = str(tmp_path / 'served.npz')
@@ -309,30 +314,33 @@ def test_savedmodel_serves_what_the_script_prints(trained, pngs, tmp_path):
                   json.dumps(files), out], check=True, env=env, timeout=120)
   served = np.load(out)
 
-  checkpoint, dtype, _ = cifar10_classify.find_checkpoint(train_dir)
   expected = np.stack([p for _, p, _ in cifar10_classify.classify(
       files, checkpoint, dtype, session_config=testutil.session_config())])
   np.testing.assert_allclose(served['probabilities'], expected, atol=1e-5)
   np.testing.assert_allclose(served['pixels'], expected[:1], atol=1e-5)
   assert list(served['classes']) == [
       cifar10_input.CLASS_NAMES[p.argmax()] for p in expected]
+  assert list(served['pixels_classes']) == list(served['classes'][:1])
 
-  shown = subprocess.run(
-      [os.path.join(os.path.dirname(sys.executable), 'saved_model_cli'),
-       'show', '--dir', export_dir, '--all'], capture_output=True, text=True,
-      env=env, timeout=120)
-  assert shown.returncode == 0, shown.stderr[-2000:]
-  for text in ("signature_def['serving_default']", "signature_def['pixels']",
-               "inputs['images']", "inputs['pixels']",
-               "outputs['probabilities']", "outputs['classes']"):
-    assert text in shown.stdout
+  # The signatures as `saved_model_cli show --all` lists them: its
+  # saved_model.pb's, by key, with their inputs and outputs.
+  with open(os.path.join(export_dir, 'saved_model.pb'), 'rb') as f:
+    saved = saved_model_pb2.SavedModel.FromString(f.read())
+  assert [list(graph.meta_info_def.tags) for graph in saved.meta_graphs] == [
+      ['serve']]
+  signatures = saved.meta_graphs[0].signature_def
+  assert {key: (sorted(signatures[key].inputs), sorted(signatures[key].outputs))
+          for key in ('serving_default', 'pixels')} == {
+              'serving_default': (['images'], ['classes', 'probabilities']),
+              'pixels': (['pixels'], ['classes', 'probabilities'])}
 
-  again = testutil.run_script('cifar10_classify.py', [
-      '--checkpoint_dir=%s' % train_dir, '--export_dir=%s' % export_dir])
-  assert again.returncode == 1
-  assert again.stderr.strip().splitlines()[-1].endswith(
-      'exists already: give a new directory (a SavedModel is never written '
-      'over another)')
+  # Never written over: --export_dir again is refused (the script's line is
+  # 'cifar10_classify.py: ' and this).
+  with pytest.raises(cifar10_classify.ClassifyError) as refused:
+    cifar10_classify.export(checkpoint, export_dir, dtype, names)
+  assert str(refused.value) == (
+      '--export_dir=%s exists already: give a new directory (a SavedModel is '
+      'never written over another)' % export_dir)
 
 
 def test_find_checkpoint_names_an_unreadable_or_averageless_checkpoint(

@@ -5,7 +5,6 @@ classify follow it, and a checkpoint keeps its classes (issue #43)."""
 import os
 import re
 
-from absl.testing import flagsaver
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
@@ -13,9 +12,13 @@ import tensorflow.compat.v1 as tf
 import cifar10
 import cifar10_classify
 import cifar10_eval
+import cifar10_make_dataset
+import cifar10_multi_gpu_train
+import cifar10_train
 from cifar10_support import checkpoints
 from cifar10_support import data_files
 from cifar10_support import evaluation
+from cifar10_support import run_flags
 from cifar10_support import train_dirs
 import synthetic
 import testutil
@@ -150,18 +153,9 @@ def test_the_last_layer_has_the_data_sets_classes():
 
 
 def _checkpoint(directory, num_classes, class_names=None):
-  """A checkpoint of an untrained model of num_classes classes; class_names
-  are recorded beside it if given."""
-  os.makedirs(directory, exist_ok=True)
-  with tf.Graph().as_default():
-    cifar10.inference(tf.zeros([1, 24, 24, 3]), num_classes=num_classes)
-    tf.train.ExponentialMovingAverage(cifar10.MOVING_AVERAGE_DECAY).apply(
-        tf.trainable_variables())
-    saver = tf.train.Saver()
-    with tf.Session(config=testutil.session_config()) as sess:
-      sess.run(tf.global_variables_initializer())
-      path = saver.save(sess, os.path.join(directory, 'model.ckpt'),
-                        global_step=1)
+  """A checkpoint (model.ckpt-1) of an untrained model of num_classes
+  classes; class_names are recorded beside it if given."""
+  path = testutil.model_checkpoint(directory, 1, num_classes)
   if class_names:
     with open(os.path.join(directory, checkpoints.CLASSES_FILE), 'wb') as f:
       f.write(data_files.class_names_text(class_names))
@@ -277,33 +271,23 @@ def test_eval_names_a_damaged_names_file_beside_the_checkpoint(tmp_path,
   names_file = os.path.join(train_dir, checkpoints.CLASSES_FILE)
   with open(names_file, 'wb') as f:
     f.write(b'\xff\xfe')
-  was_parsed = cifar10_eval.FLAGS.is_parsed()
-  try:
-    with flagsaver.flagsaver():
-      cifar10_eval.FLAGS([
-          'cifar10_eval.py', '--data_dir=%s' % data_dir, '--run_once',
-          '--eval_dir=%s' % (tmp_path / 'eval')])
-      with pytest.raises(SystemExit) as ended:
-        cifar10_eval.evaluate_as_flagged(cifar10_eval.FLAGS, train_dir)
-  finally:
-    if not was_parsed:  # Leave the flags as other tests expect them.
-      cifar10_eval.FLAGS.unparse_flags()
-  assert str(ended.value.code).endswith(
-      ': error: Class names file %s is not UTF-8 text (invalid start byte); '
-      'expected one class name per line' % names_file)
+  line = testutil.exit_line(
+      lambda: cifar10_eval.evaluate_as_flagged(cifar10_eval.FLAGS, train_dir),
+      'cifar10_eval.py', ['--data_dir=%s' % data_dir, '--run_once',
+                          '--eval_dir=%s' % (tmp_path / 'eval')],
+      cifar10_eval.FLAGS)
+  assert line == (
+      'cifar10_eval.py: error: Class names file %s is not UTF-8 text (invalid '
+      'start byte); expected one class name per line' % names_file)
 
 
 @pytest.mark.parametrize('top_k,given,expected', [
-    (3, False, 2), (2, True, 2), (1, True, 1), (3, True, None)])
+    (3, False, 2), (2, True, 2), (1, True, 1)])
 def test_top_k_is_at_most_the_class_count(top_k, given, expected):
+  # More than the classes, given: refused (test_classify.py's
+  # test_top_k_above_the_class_count_is_one_line); by default, the classes.
   names = ('cat', 'dog')
-  if expected is None:
-    with pytest.raises(cifar10_classify.ClassifyError,
-                       match=r'--top_k=3 is more than the 2 classes of '
-                       r'checkpoint ck; give --top_k=2 or fewer'):
-      cifar10_classify.checked_top_k(top_k, given, names, 'ck')
-  else:
-    assert cifar10_classify.checked_top_k(top_k, given, names, 'ck') == expected
+  assert cifar10_classify.checked_top_k(top_k, given, names, 'ck') == expected
 
 
 def test_a_picture_is_named_with_the_checkpoints_classes():
@@ -312,26 +296,40 @@ def test_a_picture_is_named_with_the_checkpoints_classes():
   assert line == 'x.png: 青/blue 0.700, зелёный 0.200'
 
 
-@pytest.mark.slow  # Starts a process.
-@pytest.mark.parametrize('script,flag', [
-    ('cifar10_train.py', '--train_dir'),
-    ('cifar10_multi_gpu_train.py', '--train_dir'),
-    ('cifar10_eval.py', '--checkpoint_dir')])
+def _refusal_line(script, data_dir, train_dir, eval_dir):
+  """The line `script`'s main ends with on train_dir, by the functions it
+  runs (a process's one line and exit status 1 for such an error: each
+  script's process test, test_resume.py's and test_eval.py's refusals of
+  another model's checkpoint)."""
+  if script == 'cifar10_eval.py':
+    return testutil.exit_line(
+        lambda: cifar10_eval.evaluate_as_flagged(cifar10_eval.FLAGS,
+                                                 train_dir),
+        script, ['--data_dir=%s' % data_dir, '--eval_dir=%s' % eval_dir,
+                 '--run_once'], cifar10_eval.FLAGS)
+  train = {'cifar10_train.py': cifar10_train.train,
+           'cifar10_multi_gpu_train.py': cifar10_multi_gpu_train.train}[script]
+  return testutil.trainer_line(script, train, run_flags.TrainSettings(
+      data_dir, train_dir, batch_size=8, max_steps=10))
+
+
+@pytest.mark.parametrize('script', ['cifar10_train.py',
+                                    'cifar10_multi_gpu_train.py',
+                                    'cifar10_eval.py'])
 def test_each_script_refuses_other_classes_in_one_line(tmp_path, data_dir,
-                                                       script, flag):
+                                                       script, capsys):
   train_dir = str(tmp_path / 'train')
   _checkpoint(train_dir, 3, OWN_CLASSES)
-  args = ['--data_dir=%s' % data_dir, '%s=%s' % (flag, train_dir)]
-  if script == 'cifar10_eval.py':
-    args += ['--eval_dir=%s' % (tmp_path / 'eval'), '--run_once']
-  result = testutil.run_script(script, args, timeout=120)
-  assert result.returncode == 1, result.stderr[-3000:]
-  assert result.stderr.count('\n') == 1, result.stderr
+  line = _refusal_line(script, data_dir, train_dir, str(tmp_path / 'eval'))
   assert re.match(
       r'%s: (error: )?the data in .*cifar-10-batches-bin has 10 classes '
       r'\(airplane, .*\), but checkpoint .*model\.ckpt-1 was trained on 3 '
       r'classes \(red cat, зелёный, 青/blue\): use the data it was trained '
-      r'on' % script, result.stderr), result.stderr
+      r'on' % script, line), line
+  assert '\n' not in line
+  # Refused before anything ran: nothing resumed, nothing evaluated.
+  printed = capsys.readouterr().out
+  assert 'Resuming' not in printed and 'evaluating' not in printed, printed
 
 
 def test_the_savedmodel_names_the_checkpoints_classes(tmp_path):
@@ -411,17 +409,24 @@ def _write_picture_tree(root, per_class, rng):
   return broken
 
 
-@pytest.mark.slow  # Starts a process.
-def test_own_pictures_convert_train_evaluate_and_classify_by_name(tmp_path):
+@pytest.mark.slow  # Starts a process (the training run).
+def test_own_pictures_convert_train_evaluate_and_classify_by_name(tmp_path,
+                                                                  capsys):
+  # Trained as a user trains it, by the script; converted, evaluated and
+  # classified by the functions those scripts' mains run, with their flags'
+  # defaults (their consoles are tested in test_make_dataset.py,
+  # test_eval.py and test_classify.py).
   rng = np.random.RandomState(0)
   pictures = str(tmp_path / 'pictures')
   broken = _write_picture_tree(pictures, 30, rng)
   data_dir, train_dir = str(tmp_path / 'data'), str(tmp_path / 'train')
 
-  result = testutil.run_script('cifar10_make_dataset.py', [
-      pictures, '--data_dir=%s' % data_dir, '--skip_bad_files'])
-  assert result.returncode == 0, result.stderr[-3000:]
-  assert broken in result.stderr
+  # cifar10_make_dataset.py PICTURES --data_dir=DATA_DIR --skip_bad_files
+  bad_lines = []
+  cifar10_make_dataset.convert(
+      pictures, data_dir, skip_bad_files=True,
+      log=lambda line, bad=False: bad and bad_lines.append(line))
+  assert [line for line in bad_lines if broken in line], bad_lines
   data_set = data_files.describe(data_dir)
   assert data_set.class_names == ('red cat', 'зелёный', '青 blue')
   # 90 pictures, and a 91st file that is none; int(31 * 0.2 + 0.5) = 6 of
@@ -435,19 +440,20 @@ def test_own_pictures_convert_train_evaluate_and_classify_by_name(tmp_path):
       '--max_steps=150', '--batch_size=32', '--log_frequency=50'])
   assert result.returncode == 0, result.stderr[-3000:]
 
-  result = testutil.run_script('cifar10_eval.py', [
-      '--data_dir=%s' % data_dir, '--checkpoint_dir=%s' % train_dir,
-      '--eval_dir=%s' % (tmp_path / 'eval'), '--run_once'])
-  assert result.returncode == 0, result.stderr[-3000:]
-  assert 'on 18 test examples' in result.stdout
-  precision = float(re.search(r'precision @ 1 = ([0-9.]+)',
-                              result.stdout).group(1))
+  # cifar10_eval.py --run_once
+  capsys.readouterr()
+  evaluated, = cifar10_eval.evaluate(
+      train_dir, str(tmp_path / 'eval'), evaluation.EvalSettings(
+          data_dir, run_once=True, session_config=testutil.session_config()))
+  printed = capsys.readouterr().out
+  assert 'on 18 test examples' in printed
+  assert evaluated['num_examples'] == 18
   # Every measured run 18 of 18 (docs/reliability.md), and classify named
   # all 3 new pictures; 20 untrained checkpoints: 0 to 12 of 18 (0.667).
   # 16 of 18 leaves two misses' margin.
-  assert precision >= 0.85, result.stdout
+  assert evaluated['precision'] >= 0.85, printed
   for name in PICTURE_CLASSES:
-    assert re.search(r'^%s +6 ' % name, result.stdout, re.M), result.stdout
+    assert re.search(r'^%s +6 ' % name, printed, re.M), printed
 
   new = tmp_path / 'new'
   new.mkdir()
@@ -455,19 +461,26 @@ def test_own_pictures_convert_train_evaluate_and_classify_by_name(tmp_path):
   for name, color in PICTURE_CLASSES.items():
     Image.fromarray(synthetic.visible_label_images([color], rng)[0]).save(
         str(new / ('%s.png' % name)))
-  result = testutil.run_script('cifar10_classify.py', [
-      '--checkpoint_dir=%s' % train_dir, '--top_k=1', str(new)])
-  assert result.returncode == 0, result.stderr[-3000:]
-  named = dict(line.split(': ', 1) for line in result.stdout.splitlines())
+  # cifar10_classify.py --checkpoint_dir=TRAIN_DIR --top_k=1 NEW
+  checkpoint, dtype, names = cifar10_classify.find_checkpoint(train_dir)
+  top_k = cifar10_classify.checked_top_k(1, True, names, checkpoint)
+  files, problems = cifar10_classify.image_files([str(new)])
+  assert not problems
+  named = {}
+  for path, probabilities, problem in cifar10_classify.classify(
+      files, checkpoint, dtype, session_config=testutil.session_config(),
+      class_names=names):
+    assert problem is None, problem
+    line = cifar10_classify.format_top_classes(path, probabilities, top_k,
+                                               names)
+    named.update([line.split(': ', 1)])
   for name in PICTURE_CLASSES:
     assert re.match(r'%s [0-9.]+$' % name,
-                    named[str(new / ('%s.png' % name))]), result.stdout
+                    named[str(new / ('%s.png' % name))]), named
 
 
 @pytest.mark.slow  # Trains.
 def test_towers_train_cifar100_on_its_100_classes(tmp_path):
-  import cifar10_multi_gpu_train  # pylint: disable=g-import-not-at-top
-  from cifar10_support import run_flags  # pylint: disable=g-import-not-at-top
   data_dir = synthetic.make_cifar100_dir(str(tmp_path / 'data'), records=64,
                                          test_records=16)
   train_dir = str(tmp_path / 'train')

@@ -26,10 +26,22 @@ SAVE_STEPS = 10
 # The original's 0.1 diverged in some asynchronous runs of a few hundred steps
 # on the synthetic records; this one trains them without (see start()).
 LEARNING_RATE = 0.02
-# Waits short enough that a task which stays away ends the test quickly.
-WAIT_SECS = 20
-# Waits long enough for a killed task to start again on a loaded machine.
-RESTART_WAIT_SECS = 180
+# Waits long enough for a task to start, or a killed one to start again, on a
+# loaded machine (10 to 25 s seen on a shared 2-core one): what
+# --startup_wait_secs and --operation_timeout_secs bound while a cluster
+# starts or a task is away for a restart.
+START_WAIT_SECS = 180
+# The waits a task that stays away is waited out with, given only to the
+# tasks that wait for it (test_a_task_that_does_not_come_back_is_named).
+# --startup_wait_secs: it bounds nothing else such a task does once it
+# starts where the ps listens and the chief has initialised the variables
+# (connections to tasks that listen; a check of what is done already).
+GONE_WAIT_SECS = 5
+# --operation_timeout_secs, the wait of a synchronous worker's next update:
+# it also bounds the worker's first run (its session's start, its input
+# queue filling, its first update), up to 4.4 s seen from its session's
+# start to its first step line at a load of 16 on a shared 2-core Xeon.
+GONE_OPERATION_SECS = 15
 
 
 def _lost(ps_address):
@@ -52,19 +64,25 @@ TF_LOG_LINE = re.compile(r'^((INFO|WARNING|ERROR):tensorflow|[IWEF]\d{4} )',
 
 
 class _Cluster(testutil.Tasks):
-  """The processes of one cluster: tasks 'ps', 'w0' (the chief) and 'w1'."""
+  """The processes of one cluster: tasks 'ps', 'w0' (the chief) and 'w1'.
 
-  def __init__(self, tmp_path, data_dir, max_steps, extra_flags,
-               wait_secs=WAIT_SECS):
+  Args:
+    waits: dict from a worker ('w0', 'w1') to its --startup_wait_secs and
+      --operation_timeout_secs, each START_WAIT_SECS where not given.
+  """
+
+  def __init__(self, tmp_path, data_dir, max_steps, extra_flags, waits=None):
     super().__init__({task: str(tmp_path / (task + '.log'))
                       for task in ('ps', 'w0', 'w1')})
     self.train_dir = str(tmp_path / 'train')
     self.settings = [
         '--data_dir=%s' % data_dir, '--max_steps=%d' % max_steps,
         '--batch_size=32', '--log_frequency=5',
-        '--save_checkpoint_steps=%d' % SAVE_STEPS,
-        '--startup_wait_secs=%d' % wait_secs,
-        '--operation_timeout_secs=%d' % wait_secs] + extra_flags
+        '--save_checkpoint_steps=%d' % SAVE_STEPS] + extra_flags
+    self.waits = {task: dict(dict(startup=START_WAIT_SECS,
+                                  operation=START_WAIT_SECS),
+                             **(waits or {}).get(task, {}))
+                  for task in ('w0', 'w1')}
     self.afresh()
 
   def afresh(self):
@@ -84,12 +102,52 @@ class _Cluster(testutil.Tasks):
             'w0': ['--job_name=worker', '--task_index=0',
                    '--train_dir=' + self.train_dir] + self.settings,
             'w1': ['--job_name=worker', '--task_index=1'] + self.settings}
+    if task in self.waits:
+      args[task] += ['--startup_wait_secs=%d' % self.waits[task]['startup'],
+                     '--operation_timeout_secs=%d'
+                     % self.waits[task]['operation']]
     env = testutil.script_env()  # The console a user sees.
     with open(self.logs[task], 'a') as log:
       self.processes[task] = subprocess.Popen(
           testutil.script_command('cifar10_distributed_train.py',
                                   LEARNING_RATE) + args[task] + cluster,
           cwd=testutil.ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+  def start_in_stages(self, stages):
+    """Starts the tasks of each stage once the stage before is ready:
+    stages is [(tasks, what, ready)], a stage ready once its tasks listen
+    and ready() (if not None) is true, `what` having come. While a task
+    finds its port taken, stops them all and starts again on new ports, as
+    start_all does."""
+
+    def attempt():
+      for tasks, what, ready in stages:
+        for task in tasks:
+          self.start(task)
+
+        def ended_before_listening(tasks=tasks):
+          return [task for task in tasks
+                  if self.processes[task].poll() is not None and
+                  not testutil.LISTENING.search(self.log(task))]
+
+        ended = self.wait_for('%s to listen' % ', '.join(tasks), lambda: (
+            ended_before_listening() or all(
+                testutil.LISTENING.search(self.log(task)) for task in tasks)))
+        if ended is not True:
+          self.stop()
+          if not any(testutil.PORT_TAKEN in self.log(task) for task in ended):
+            pytest.fail('%s ended before listening:\n%s' % (ended,
+                                                             self.tails()))
+          for path in self.logs.values():
+            if os.path.exists(path):
+              os.remove(path)
+          self.processes = {}
+          self.afresh()
+          raise testutil.PortTaken()
+        if ready:
+          self.wait_for(what, ready)
+
+    testutil.retry_port_taken(attempt)
 
   def port(self, task):
     return int(self.addresses[task].rsplit(':', 1)[1])
@@ -123,8 +181,7 @@ def _new_output(cluster, task, offset):
 def test_chief_ps_and_worker_killed_and_restarted(data_dir, tmp_path, mode):
   max_steps = 400 if mode == 'async' else 200
   cluster = _Cluster(tmp_path, data_dir, max_steps,
-                     ['--sync_replicas'] if mode == 'sync' else [],
-                     wait_secs=RESTART_WAIT_SECS)
+                     ['--sync_replicas'] if mode == 'sync' else [])
   try:
     cluster.start_all(['ps', 'w1', 'w0'])
     cluster.wait_for('a checkpoint at step 20',
@@ -196,6 +253,20 @@ def _index_files(train_dir):
   return set(glob.glob(os.path.join(train_dir, 'model.ckpt-*.index')))
 
 
+# Which of their waits the tasks left stop after, by the task lost
+# (docs/distributed.md): a ps task, every worker's --startup_wait_secs; the
+# chief, an asynchronous worker's --startup_wait_secs and a synchronous one's
+# --operation_timeout_secs, the wait of its next update.
+_GONE_WAITS = {
+    ('async', 'ps'): {'w0': dict(startup=GONE_WAIT_SECS),
+                      'w1': dict(startup=GONE_WAIT_SECS)},
+    ('sync', 'ps'): {'w0': dict(startup=GONE_WAIT_SECS),
+                     'w1': dict(startup=GONE_WAIT_SECS)},
+    ('async', 'w0'): {'w1': dict(startup=GONE_WAIT_SECS)},
+    ('sync', 'w0'): {'w1': dict(operation=GONE_OPERATION_SECS)},
+}
+
+
 # (A non-chief worker lost for good need not stop anything: asynchronous
 # training goes on without it, and synchronous training did too in some runs,
 # on the chief's gradients alone.)
@@ -203,12 +274,27 @@ def _index_files(train_dir):
     ('async', 'ps'), ('sync', 'ps'), ('async', 'w0'), ('sync', 'w0')])
 def test_a_task_that_does_not_come_back_is_named(data_dir, tmp_path, mode,
                                                   lost):
+  waits = _GONE_WAITS[mode, lost]
   cluster = _Cluster(tmp_path, data_dir, 100000,
-                     ['--sync_replicas'] if mode == 'sync' else [])
+                     ['--sync_replicas'] if mode == 'sync' else [],
+                     waits=waits)
+  # A task with a short --startup_wait_secs starts once what it waits for
+  # at its start is there: the ps listening, and, for worker 1, the
+  # variables the chief initialises (its first checkpoint comes after).
+  # Worker 1 always starts last, so that a short operation timeout bounds
+  # its own first run, not the chief's start too. The fault comes once
+  # worker 1 trains and a checkpoint of training is saved.
+  initialised = ('the chief to initialise the variables',
+                 lambda: cluster.newest_step() >= 0)
+  training = ('worker 1 to train and a checkpoint at step %d' % SAVE_STEPS,
+              lambda: (LOG_LINE.search(cluster.log('w1')) and
+                       cluster.newest_step() >= SAVE_STEPS))
+  if 'startup' in waits.get('w0', {}):
+    stages = [(['ps'], None, None), (['w0'],) + initialised]
+  else:
+    stages = [(['ps', 'w0'],) + initialised]
   try:
-    cluster.start_all(['ps', 'w1', 'w0'])
-    cluster.wait_for('a checkpoint at step 10',
-                     lambda: cluster.newest_step() >= SAVE_STEPS)
+    cluster.start_in_stages(stages + [(['w1'],) + training])
     cluster.kill(lost)
     saved = _index_files(cluster.train_dir)
     others = [task for task in ('w0', 'w1') if task != lost]
@@ -222,6 +308,11 @@ def test_a_task_that_does_not_come_back_is_named(data_dir, tmp_path, mode,
     last = output.rstrip('\n').rsplit('\n', 1)[-1]
     assert last.startswith('Worker %s: ' % task[1]), output[-3000:]
     assert named in last, output[-3000:]
+    # After the wait that the fault's row names, as long as it was set.
+    (wait, secs), = waits[task].items()
+    assert '%d s (--%s)' % (secs, {'startup': 'startup_wait_secs',
+                                   'operation': 'operation_timeout_secs'}[
+                                       wait]) in last, last
   cluster.check_console()
   # Nothing was deleted, and everything there restores.
   assert saved <= _index_files(cluster.train_dir)

@@ -26,26 +26,26 @@ from testutil import session_config
 PRECISION_LINE = re.compile(
     r'^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}: precision @ 1 = (\d\.\d{3})$',
     re.M)
-TRAIN_STEPS = 250
-
-
-def shared_train_dir(data_dir, tmp_path_factory):
-  """A short training run on the synthetic data: checkpoints 0 and 250.
-
-  Seeded, at the fixtures' learning rate: a model that learned, every run
-  (precision 1.0 in 6 of 6 measured runs), instead of a retry. Built once
-  per test run (testutil.shared_dir); the tests only read it.
-  """
-  return testutil.shared_dir(
-      tmp_path_factory, 'eval_train',
-      lambda path: testutil.train_fixture(data_dir, path, TRAIN_STEPS,
-                                          batch_size=24))
+# conftest's learned_train_dir: a trained model's checkpoints 0 and this.
+TRAIN_STEPS = testutil.LEARNED_TRAIN_STEPS
+# The same run, by these names for test_managed_clusters' finished_run.
+shared_train_dir = testutil.learned_train_dir
 
 
 @pytest.fixture(scope='module')
-def train_dir(data_dir, tmp_path_factory):
-  """`shared_train_dir`."""
-  return shared_train_dir(data_dir, tmp_path_factory)
+def colour_dir(tmp_path_factory):
+  """A checkpoint_dir of testutil.colour_checkpoint's model at step 5: a
+  model that tells the colours apart, written directly (no training)."""
+  directory = str(tmp_path_factory.mktemp('colour_model'))
+  testutil.colour_checkpoint(directory, 5)
+  return directory
+
+
+@pytest.fixture(scope='module')
+def colour_reference(data_dir, colour_dir):
+  """_eval_once of colour_dir's checkpoint on the 20 test records at once."""
+  return _eval_once(tf.train.latest_checkpoint(colour_dir), data_dir,
+                    num_examples=20, batch_size=20)
 
 
 def _test_labels(data_dir):
@@ -111,22 +111,23 @@ def _events(eval_dir):
   return found
 
 
-@pytest.mark.slow  # Starts a process.
-def test_script_run_once_after_training(data_dir, train_dir, tmp_path):
+@pytest.mark.slow  # Starts a process; its fixture trains.
+def test_script_run_once_after_training(data_dir, learned_train_dir, tmp_path):
   eval_dir = tmp_path / 'eval'
   eval_dir.mkdir()
   (eval_dir / 'keep.txt').write_text('not deleted')
 
   result = run_script('cifar10_eval.py', [
       '--run_once', '--data_dir=%s' % data_dir,
-      '--checkpoint_dir=%s' % train_dir, '--eval_dir=%s' % eval_dir,
+      '--checkpoint_dir=%s' % learned_train_dir, '--eval_dir=%s' % eval_dir,
       '--num_examples=20', '--batch_size=8'])
 
   assert result.returncode == 0, result.stderr[-3000:]
   precisions = [float(p) for p in PRECISION_LINE.findall(result.stdout)]
   assert len(precisions) == 1
   # Well above chance (0.1): the seeded fixture reached 1.0 in every measured
-  # run (see train_dir); 0.5 leaves room for another CPU's arithmetic.
+  # run (testutil.learned_train_dir); 0.5 leaves room for another CPU's
+  # arithmetic.
   assert precisions[0] >= 0.5, result.stdout
   assert 'model.ckpt-%d (global step %d' % (TRAIN_STEPS, TRAIN_STEPS) in (
       result.stdout)
@@ -152,8 +153,7 @@ def test_script_run_once_after_training(data_dir, train_dir, tmp_path):
   assert len(events[TRAIN_STEPS, 'conv1/conv1/conv1/sparsity']) == 1
 
 
-@pytest.mark.slow  # Trains.
-def test_test_file_alone_is_enough_and_nothing_is_fetched(data_dir, train_dir,
+def test_test_file_alone_is_enough_and_nothing_is_fetched(data_dir, colour_dir,
                                                          tmp_path, capsys):
   only_test = tmp_path / 'data' / 'cifar-10-batches-bin'
   only_test.mkdir(parents=True)
@@ -162,14 +162,15 @@ def test_test_file_alone_is_enough_and_nothing_is_fetched(data_dir, train_dir,
   # Nothing listens there: any download attempt would fail the run.
   url = 'http://127.0.0.1:%d/cifar-10-binary.tar.gz' % testutil.free_ports(1)[0]
   args = ['--run_once', '--data_dir=%s' % only_test.parent,
-          '--checkpoint_dir=%s' % train_dir, '--eval_dir=%s' % (tmp_path / 'e'),
+          '--checkpoint_dir=%s' % colour_dir,
+          '--eval_dir=%s' % (tmp_path / 'e'),
           '--num_examples=20', '--batch_size=8', '--data_url=%s' % url]
 
   # What the script's main does with these flags, in this process.
   download.maybe_download_and_extract(
       str(only_test.parent), url, download.ARCHIVES['cifar10'].md5,
       files=list(data_files.TEST_FILES))
-  cifar10_eval.evaluate(train_dir, str(tmp_path / 'e'),
+  cifar10_eval.evaluate(colour_dir, str(tmp_path / 'e'),
                         evaluation.EvalSettings(
                             str(only_test.parent), num_examples=20,
                             batch_size=8, run_once=True,
@@ -180,22 +181,26 @@ def test_test_file_alone_is_enough_and_nothing_is_fetched(data_dir, train_dir,
   assert 'CIFAR-10' not in printed  # No "getting", no "extracting".
   assert os.listdir(str(only_test)) == ['test_batch.bin']
 
-  # The training files are needed for train_eval: that one is named.
-  result = run_script('cifar10_eval.py', args + ['--eval_data=train_eval'],
-                      timeout=120)
-  assert result.returncode == 1
-  assert 'Traceback' not in result.stderr
+  # The training files are needed for train_eval: that one is named, in the
+  # script's line (what its main runs, with these flags).
+  line = testutil.exit_line(
+      lambda: cifar10_eval.evaluate_as_flagged(cifar10_eval.FLAGS, colour_dir),
+      'cifar10_eval.py', args + ['--eval_data=train_eval'],
+      cifar10_eval.FLAGS)
   assert ('%s is incomplete (Failed to find file: %s/data_batch_1.bin '
-          % (only_test, only_test)) in result.stdout
-  assert result.stderr.strip().splitlines()[-1].startswith(
+          % (only_test, only_test)) in capsys.readouterr().out
+  assert line.startswith(
       'cifar10_eval.py: error: Failed to find file: %s/data_batch_1.bin'
-      % only_test)
+      % only_test), line
 
 
-@pytest.mark.slow  # Its fixture trains.
-def test_untrained_checkpoint_is_near_chance(data_dir, train_dir):
-  result = _eval_once(os.path.join(train_dir, 'model.ckpt-0'), data_dir,
-                      eval_data='train_eval', num_examples=100, batch_size=16)
+def test_untrained_checkpoint_is_near_chance(data_dir, tmp_path):
+  # A trainer's first checkpoint: the initial values (seeded, as
+  # testutil.train_fixture seeds its runs).
+  checkpoint = testutil.model_checkpoint(str(tmp_path), step=0,
+                                         seed=testutil.FIXTURE_SEED)
+  result = _eval_once(checkpoint, data_dir, eval_data='train_eval',
+                      num_examples=100, batch_size=16)
 
   assert result['global_step'] == 0
   assert result['num_examples'] == 100
@@ -203,16 +208,12 @@ def test_untrained_checkpoint_is_near_chance(data_dir, train_dir):
   assert result['precision'] <= 0.3
 
 
-@pytest.mark.slow  # Its fixture trains.
 @pytest.mark.parametrize('num_examples,batch_size', [(13, 5), (20, 8),
                                                      (20, 32), (7, 1)])
 def test_counts_exactly_num_examples_for_any_batch_size(
-    data_dir, train_dir, num_examples, batch_size):
-  checkpoint = tf.train.latest_checkpoint(train_dir)
-  reference = _eval_once(checkpoint, data_dir, num_examples=20, batch_size=20)
-
-  result = _eval_once(checkpoint, data_dir, num_examples=num_examples,
-                      batch_size=batch_size)
+    data_dir, colour_dir, colour_reference, num_examples, batch_size):
+  result = _eval_once(tf.train.latest_checkpoint(colour_dir), data_dir,
+                      num_examples=num_examples, batch_size=batch_size)
 
   # The first num_examples records of the file, each once: their labels
   # are the rows of the confusion matrix.
@@ -225,12 +226,12 @@ def test_counts_exactly_num_examples_for_any_batch_size(
       np.bincount(labels, minlength=10))
   assert result['precision'] == result['true_count'] / num_examples
   if num_examples == 20:
-    np.testing.assert_array_equal(result['confusion'], reference['confusion'])
+    np.testing.assert_array_equal(result['confusion'],
+                                  colour_reference['confusion'])
 
 
-@pytest.mark.slow  # Its fixture trains.
-def test_per_class_numbers_add_up(data_dir, train_dir):
-  result = _eval_once(tf.train.latest_checkpoint(train_dir), data_dir,
+def test_per_class_numbers_add_up(data_dir, colour_dir):
+  result = _eval_once(tf.train.latest_checkpoint(colour_dir), data_dir,
                       eval_data='train_eval', num_examples=100, batch_size=16)
 
   per_class = result['per_class']
@@ -243,7 +244,8 @@ def test_per_class_numbers_add_up(data_dir, train_dir):
   assert weighted == pytest.approx(result['precision'])
   assert list(np.diag(result['confusion'])) == [
       row['correct'] for row in per_class]
-  assert result['precision'] >= 0.5  # well above chance; see above
+  # Well above chance (0.1): a model that tells the colours apart.
+  assert result['precision'] >= 0.5
 
 
 @pytest.mark.parametrize('dtype', [tf.float32, tf.float16])
@@ -345,10 +347,13 @@ def test_eval_and_classify_open_a_checkpoint_through_one_function(
 
 
 @pytest.mark.slow  # Starts a process.
-@pytest.mark.parametrize('fault', ['no averages', 'another model'])
 def test_scripts_refuse_a_checkpoint_they_cannot_use_each_in_its_line(
-    data_dir, tmp_path, fault):
-  path, eval_line, classify_line = _unusable_checkpoint(str(tmp_path), fault)
+    data_dir, tmp_path):
+  # Each script's process test of an error: its one line, exit status 1.
+  # Every other checkpoint each refuses, and its line, is a call:
+  # test_eval_and_classify_open_a_checkpoint_through_one_function.
+  path, eval_line, classify_line = _unusable_checkpoint(str(tmp_path),
+                                                        'another model')
   refusals = [
       run_script('cifar10_eval.py', [
           '--data_dir=%s' % data_dir, '--checkpoint_dir=%s' % tmp_path,
@@ -363,32 +368,34 @@ def test_scripts_refuse_a_checkpoint_they_cannot_use_each_in_its_line(
   assert 'evaluating' not in refusals[0].stdout
 
 
-@pytest.mark.slow  # Its fixture trains.
 def test_run_once_on_a_damaged_checkpoint_exits_with_its_skipping_line(
-    data_dir, train_dir, tmp_path):
+    data_dir, tmp_path, capsys):
   checkpoint_dir = str(tmp_path / 'train')
-  shutil.copytree(train_dir, checkpoint_dir)
-  damaged = os.path.join(checkpoint_dir, 'model.ckpt-%d' % TRAIN_STEPS)
+  damaged = testutil.model_checkpoint(checkpoint_dir, step=(0, 5))
   data_file = damaged + '.data-00000-of-00001'
   os.truncate(data_file, os.path.getsize(data_file) // 2)
 
-  result = run_script('cifar10_eval.py', [
-      '--run_once', '--data_dir=%s' % data_dir,
-      '--checkpoint_dir=%s' % checkpoint_dir,
-      '--eval_dir=%s' % (tmp_path / 'eval'), '--num_examples=20'],
-                      timeout=120)
+  # What the script's main runs with these flags (the one line and exit
+  # status 1 of its errors: its process test,
+  # test_scripts_refuse_a_checkpoint_they_cannot_use_each_in_its_line).
+  last = testutil.exit_line(
+      lambda: cifar10_eval.evaluate_as_flagged(cifar10_eval.FLAGS,
+                                               checkpoint_dir),
+      'cifar10_eval.py', [
+          '--run_once', '--data_dir=%s' % data_dir,
+          '--eval_dir=%s' % (tmp_path / 'eval'), '--num_examples=20'],
+      cifar10_eval.FLAGS)
 
-  assert result.returncode == 1
-  assert 'Traceback' not in result.stderr
   # The line that skips it when following training, here the error, with
   # TensorFlow's reason after the colon.
   prefix = ('cifar10_eval.py: error: cannot read checkpoint %s (pruned by '
             'training, not completely written, or damaged): ' % damaged)
-  last = result.stderr.strip().splitlines()[-1]
   assert last.startswith(prefix) and len(last) > len(prefix), last
+  assert '\n' not in last
   # Not the one before it either: nothing was evaluated.
-  assert 'evaluating' not in result.stdout
-  assert not PRECISION_LINE.search(result.stdout)
+  printed = capsys.readouterr().out
+  assert 'evaluating' not in printed
+  assert not PRECISION_LINE.search(printed)
 
 
 def test_follows_training_each_checkpoint_once(data_dir, tmp_path, capsys):
@@ -453,21 +460,22 @@ def test_follows_training_each_checkpoint_once(data_dir, tmp_path, capsys):
   assert len([key for key in events if key[1] == 'Precision @ 1']) == 2
 
 
-@pytest.mark.slow  # Starts a process.
 def test_run_once_without_checkpoint_exits_naming_checkpoint_dir(
     data_dir, tmp_path):
   checkpoint_dir = tmp_path / 'empty'
   checkpoint_dir.mkdir()
 
-  result = run_script('cifar10_eval.py', [
-      '--run_once', '--data_dir=%s' % data_dir,
-      '--checkpoint_dir=%s' % checkpoint_dir, '--num_examples=20',
-      '--eval_dir=%s' % (tmp_path / 'eval')], timeout=120)
+  # What the script's main runs with these flags.
+  line = testutil.exit_line(
+      lambda: cifar10_eval.evaluate_as_flagged(cifar10_eval.FLAGS,
+                                               str(checkpoint_dir)),
+      'cifar10_eval.py', [
+          '--run_once', '--data_dir=%s' % data_dir, '--num_examples=20',
+          '--eval_dir=%s' % (tmp_path / 'eval')], cifar10_eval.FLAGS)
 
-  assert result.returncode == 1, result.stderr
+  assert line.startswith('cifar10_eval.py: error: '), line
   assert 'No checkpoint file found in checkpoint_dir %s' % checkpoint_dir in (
-      result.stderr)
-  assert 'Traceback' not in result.stderr
+      line)
 
 
 def test_bad_eval_data_flag_is_rejected_when_parsed():

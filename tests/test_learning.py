@@ -1,7 +1,8 @@
 """Each trainer learns, as a user runs it: the script as a process with its
-own hyper-parameters on learnable synthetic data, then cifar10_eval.py
---run_once on its checkpoint, asserting a precision an untrained model
-cannot reach (testutil.LEARNED; chance is 0.1).
+own hyper-parameters on learnable synthetic data, then what cifar10_eval.py
+--run_once gives on its checkpoint (testutil.eval_precision, a call),
+asserting a precision an untrained model cannot reach (testutil.LEARNED;
+chance is 0.1).
 
 One device and CPU towers here; the cluster trainers learn in the tests
 that run their clusters already: asynchronous and --sync_replicas in

@@ -3,9 +3,10 @@
 The CPU's support is detected from /proc/cpuinfo text (cifar10_support.precision);
 the graph is checked op by op; a checkpoint trained with the flag is an
 ordinary float32 one that evaluation reads with or without it; float16's loss
-scale skips overflowing steps. The script runs force the CPU's answer both
-ways (a driver patches the detection), so every machine checks both the
-bfloat16 run and the line that a CPU without it prints.
+scale skips overflowing steps. The CPU's answer is forced both ways (a
+driver patches the detection for the one script run, a monkeypatch for the
+call), so every machine checks both the bfloat16 run and the line that a CPU
+without it prints; a call on this machine's own detection checks its answer.
 """
 
 import os
@@ -14,6 +15,9 @@ import subprocess
 import sys
 import textwrap
 
+from absl import app
+from absl import flags
+from absl.testing import flagsaver
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
@@ -28,7 +32,6 @@ import synthetic
 from test_eval import save_checkpoint
 from test_train import LINE
 from testutil import ROOT
-from testutil import run_script
 from testutil import script_env
 from testutil import session_config
 
@@ -371,8 +374,10 @@ def test_bfloat16_training_learns_a_batch_as_float32_does():
 
 
 @pytest.mark.slow  # Starts a process.
-def test_training_script_with_the_flag_says_how_and_saves_float32(data_dir,
-                                                                   tmp_path):
+def test_training_script_with_the_flag_says_how_first_and_trains(data_dir,
+                                                                 tmp_path):
+  # The console: the line before anything else, nothing on stderr. That the
+  # checkpoint is float32: test_bfloat16_checkpoint_is_float32_and_... above.
   train_dir = str(tmp_path / 'train')
   result = _run_forced('cifar10_train.py', 'avx512_bf16', [
       '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
@@ -385,42 +390,52 @@ def test_training_script_with_the_flag_says_how_and_saves_float32(data_dir,
   assert len(_losses(result.stdout)) == 2, result.stdout
   assert re.search(r'^Done: step 10 reached', result.stdout, re.M)
   assert result.stderr == ''
-  contents = _checkpoint_contents(tf.train.latest_checkpoint(train_dir))
-  assert {dtype for dtype, _ in contents.values()} == {tf.float32, tf.int64}
 
 
-@pytest.mark.slow  # Starts a process.
-def test_cpu_without_bfloat16_says_so_and_trains_in_float32(data_dir,
-                                                            tmp_path):
-  train_dir = str(tmp_path / 'train')
-  result = _run_forced('cifar10_train.py', None, [
-      '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
-      '--batch_size=8', '--max_steps=2', '--mixed_precision=bf16'])
-  assert result.returncode == 0, result.stderr[-3000:]
-  assert result.stdout.splitlines()[0] == (
+def test_cpu_without_bfloat16_says_so_and_computes_in_float32(monkeypatch,
+                                                              capsys):
+  # The CPU's answer forced, as _forced_driver does for a script.
+  monkeypatch.setattr(mixed_precision, 'cpu_bf16_feature',
+                      lambda cpuinfo=None: None)
+  assert mixed_precision.compute_dtype_for_this_machine('bf16', False) is None
+  assert capsys.readouterr().out == (
       '--mixed_precision=bf16: this CPU has neither AVX512_BF16 nor AMX, so '
       'bfloat16 would be emulated and slower than float32: running in '
-      'float32.')
-  assert 'Mixed precision:' not in result.stdout
-  assert re.search(r'^Done: step 2 reached', result.stdout, re.M)
+      'float32.\n')
 
 
-@pytest.mark.slow  # Starts a process.
-def test_this_machine_prints_its_own_answer(data_dir, tmp_path):
-  # No driver: the script as a user runs it, on this CPU.
-  result = run_script('cifar10_eval.py', [
-      '--data_dir=%s' % data_dir, '--checkpoint_dir=%s' % tmp_path,
-      '--eval_dir=%s' % (tmp_path / 'eval'), '--run_once',
-      '--num_examples=20', '--mixed_precision=bf16'])
+def _with_flags(argv, run):
+  """run() with the scripts' flags parsed from argv, then as they were."""
+  was_parsed = flags.FLAGS.is_parsed()
+  try:
+    with flagsaver.flagsaver():
+      flags.FLAGS(argv)
+      return run()
+  finally:
+    if not was_parsed:  # Leave the flags as other tests expect them.
+      flags.FLAGS.unparse_flags()
+
+
+def test_this_machine_prints_its_own_answer(data_dir, tmp_path, capsys):
+  # cifar10_eval.py's flags as a user gives them, on this machine's real
+  # detection; no checkpoint there: the usual error, after the line.
+  with pytest.raises(SystemExit) as ended:
+    _with_flags(['cifar10_eval.py', '--data_dir=%s' % data_dir, '--run_once',
+                 '--eval_dir=%s' % (tmp_path / 'eval'), '--num_examples=20',
+                 '--mixed_precision=bf16'],
+                lambda: cifar10_eval.evaluate_as_flagged(
+                    cifar10_eval.FLAGS, str(tmp_path)))
+  assert 'No checkpoint file found' in str(ended.value.code)
+  out = capsys.readouterr().out
   if tf.config.list_physical_devices('GPU'):
     # A GPU's line depends on its compute capability (tested above).
-    assert result.stdout.startswith('Mixed precision: '), result.stdout
+    assert 'Mixed precision: ' in out, out
   else:
     # Read here from /proc/cpuinfo, not by the code under test.
     with open('/proc/cpuinfo') as f:
-      flags = set(re.findall(r'^flags\s*: (.*)$', f.read(), re.M)[0].split())
-    feature = 'amx_bf16' if 'amx_bf16' in flags else (
-        'avx512_bf16' if 'avx512_bf16' in flags else None)
+      flag_set = set(re.findall(r'^flags\s*: (.*)$', f.read(), re.M)[0].split())
+    feature = 'amx_bf16' if 'amx_bf16' in flag_set else (
+        'avx512_bf16' if 'avx512_bf16' in flag_set else None)
     if feature:
       line = ('Mixed precision: bfloat16 on the CPU (%s); variables, loss, '
               'gradients and checkpoints stay float32.' % feature)
@@ -428,20 +443,19 @@ def test_this_machine_prints_its_own_answer(data_dir, tmp_path):
       line = ('--mixed_precision=bf16: this CPU has neither AVX512_BF16 nor '
               'AMX, so bfloat16 would be emulated and slower than float32: '
               'running in float32.')
-    assert line in result.stdout.splitlines(), result.stdout
-  # No checkpoint there: the usual error, after the line.
-  assert result.returncode == 1
-  assert 'No checkpoint file found' in result.stderr
+    assert line in out.splitlines(), out
 
 
-@pytest.mark.slow  # Starts a process.
 def test_use_fp16_and_mixed_precision_together_is_a_usage_error(data_dir,
                                                                 tmp_path):
-  result = run_script('cifar10_train.py', [
-      '--data_dir=%s' % data_dir, '--train_dir=%s' % tmp_path,
-      '--use_fp16', '--mixed_precision=bf16'])
-  assert result.returncode == 1
-  assert 'Traceback' not in result.stderr
-  assert ('--use_fp16 stores the variables in float16, --mixed_precision=bf16 '
-          'keeps them float32: drop one of the two') in result.stderr
+  # The script's main, by a call: a UsageError is its one line and exit
+  # status 1 (test_flag_rules.py's process test of --train_dir).
+  with pytest.raises(app.UsageError) as e:
+    _with_flags(['cifar10_train.py', '--data_dir=%s' % data_dir,
+                 '--train_dir=%s' % tmp_path, '--use_fp16',
+                 '--mixed_precision=bf16'],
+                lambda: cifar10_train.main(['cifar10_train.py']))
+  assert str(e.value) == ('--use_fp16 stores the variables in float16, '
+                          '--mixed_precision=bf16 keeps them float32: drop one '
+                          'of the two')
   assert os.listdir(tmp_path) == []

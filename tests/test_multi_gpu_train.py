@@ -1,9 +1,10 @@
 """Tests of cifar10_multi_gpu_train.py: towers on real virtual CPU devices."""
 
-import os
+import copy
 import re
 
 from absl import app
+from absl import flags
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
@@ -221,15 +222,6 @@ def test_logger_counts_every_tower(monkeypatch, capsys):
                    r'sec/batch\)', capsys.readouterr().out)
 
 
-def _train(data_dir, train_dir, *extra):
-  result = run_script('cifar10_multi_gpu_train.py', [
-      '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
-      '--num_gpus=2', '--batch_size=%d' % BATCH, '--log_frequency=2']
-                      + list(extra))
-  assert result.returncode == 0, result.stderr[-3000:]
-  return result
-
-
 def _restore_into_single_device_graph(train_dir):
   """Restores the moving averages as cifar10_eval.py does; returns conv1/biases."""
   with tf.Graph().as_default():
@@ -243,14 +235,19 @@ def _restore_into_single_device_graph(train_dir):
       return sess.run(biases)
 
 
-@pytest.mark.slow  # Starts a process.
+@pytest.mark.slow  # Trains.
 def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path, capsys):
   train_dir = str(tmp_path / 'train')
 
-  first = _train(data_dir, train_dir, '--tower_device=cpu', '--max_steps=6')
+  # The script's --num_gpus=2 --tower_device=cpu, by a call (its process is
+  # tested in test_closed_output.py and below).
+  multi.train(run_flags.TrainSettings(
+      data_dir, train_dir, max_steps=6, batch_size=BATCH, log_frequency=2),
+      num_towers=2, tower_device='cpu')
+  first = capsys.readouterr().out
 
-  assert [int(m.group(2)) for m in LINE.finditer(first.stdout)] == [0, 2, 4]
-  assert first.stdout.count('Filling queue with') == 1
+  assert [int(m.group(2)) for m in LINE.finditer(first)] == [0, 2, 4]
+  assert first.count('Filling queue with') == 1
   checkpoint = tf.train.latest_checkpoint(train_dir)
   assert checkpoint.endswith('model.ckpt-6')
   tags = event_tags(train_dir)
@@ -266,9 +263,6 @@ def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path, capsys):
   np.testing.assert_allclose(
       restored,
       tf.train.load_variable(checkpoint, 'conv1/biases/ExponentialMovingAverage'))
-  # Evaluation and the resumed run are functions of this process; the
-  # script's own run was the first.
-  capsys.readouterr()
   result = cifar10_eval.eval_once(checkpoint, evaluation.EvalSettings(
       data_dir, num_examples=16, batch_size=BATCH,
       session_config=_config(1)))
@@ -289,13 +283,17 @@ def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path, capsys):
   assert tf.train.latest_checkpoint(train_dir).endswith('model.ckpt-10')
 
 
-@pytest.mark.slow  # Starts a process.
-def test_num_gpus_below_one_is_a_usage_error(tmp_path):
-  result = run_script('cifar10_multi_gpu_train.py', [
-      '--num_gpus=0', '--train_dir=%s' % (tmp_path / 'train')], timeout=60)
-  assert result.returncode == 1, result.stderr
-  assert 'flag --num_gpus=0: 0 is not a positive integer' in result.stderr
-  assert not os.path.exists(tmp_path / 'train')
+def test_num_gpus_below_one_is_refused_as_parsed():
+  # absl checks the range as the command line is parsed, before main: that
+  # such a refusal is the script's one line and exit status 1, with nothing
+  # made, test_flag_rules.py shows with a process.
+  own = flags.FlagValues()
+  own['num_gpus'] = copy.deepcopy(multi.FLAGS['num_gpus'])
+  with pytest.raises(flags.IllegalFlagValueError) as e:
+    own(['cifar10_multi_gpu_train.py', '--num_gpus=0'])
+  assert str(e.value) == 'flag --num_gpus=0: 0 is not a positive integer'
+  own(['cifar10_multi_gpu_train.py', '--num_gpus=1'])
+  assert own.num_gpus == 1
 
 
 def test_one_cpu_tower_runs_ops_one_at_a_time_and_several_side_by_side():
@@ -358,25 +356,38 @@ def test_gpu_fallback_message_names_the_flag_that_helps():
       '--tower_device=cpu gives each tower its own CPU device.')
 
 
+def test_split_gpus_config_refuses_cpu_towers_and_a_machine_without_gpus():
+  with pytest.raises(app.UsageError) as e:
+    towers.split_gpus_config(4, 'cpu')
+  assert str(e.value) == ('--split_gpus splits GPUs and --tower_device=cpu '
+                          'puts the towers on CPU devices: drop one of the '
+                          'two')
+  if not tf.config.list_physical_devices('GPU'):
+    # The GPUs TensorFlow sees, none here, go to split_config (above).
+    with pytest.raises(app.UsageError) as e:
+      towers.split_gpus_config(4, 'gpu')
+    assert str(e.value) == (
+        '--split_gpus needs a GPU, and TensorFlow sees none; without one, '
+        '--tower_device=cpu gives each tower its own CPU device')
+
+
 @pytest.mark.slow  # Starts a process.
-@pytest.mark.parametrize('extra, message', [
-    (['--tower_device=cpu'], '--split_gpus splits GPUs and --tower_device=cpu '
-                             'puts the towers on CPU devices: drop one of the '
-                             'two'),
-    ([], '--split_gpus needs a GPU, and TensorFlow sees none'),
-])
-def test_split_gpus_script_refuses_with_one_line(tmp_path, extra, message):
-  if extra == [] and tf.config.list_physical_devices('GPU'):
-    pytest.skip('this machine has a GPU to split')
+def test_split_gpus_script_refuses_with_one_line(tmp_path):
+  # The process: the refusal is the last line of stderr, exit status 1, before
+  # any download (each message is tested by a call above).
   result = run_script('cifar10_multi_gpu_train.py', [
-      '--num_gpus=4', '--split_gpus', '--train_dir=%s' % (tmp_path / 't'),
-      '--data_dir=%s' % (tmp_path / 'no_data')] + extra, timeout=120)
+      '--num_gpus=4', '--split_gpus', '--tower_device=cpu',
+      '--train_dir=%s' % (tmp_path / 't'),
+      '--data_dir=%s' % (tmp_path / 'no_data')], timeout=120)
   assert result.returncode == 1
   assert 'Traceback' not in result.stderr
-  assert result.stderr.strip().splitlines()[-1].startswith(message)
+  assert result.stderr.strip().splitlines()[-1] == (
+      '--split_gpus splits GPUs and --tower_device=cpu puts the towers on CPU '
+      'devices: drop one of the two')
   assert not (tmp_path / 'no_data').exists()  # Refused before any download.
 
 
+@pytest.mark.slow  # Starts a process, which trains on GPUs.
 @pytest.mark.skipif(not tf.config.list_physical_devices('GPU'),
                     reason='needs a GPU to split')
 def test_split_gpus_trains_every_tower_on_a_gpu(data_dir, tmp_path):

@@ -9,6 +9,7 @@ import re
 import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -74,6 +75,10 @@ def test_label_check_passes_good_files_and_counts_records(data_dir):
   assert cifar10_input.check_data_files(paths) == 5 * 20
 
 
+# The script's one line and exit status 1 for a bad data file, through a
+# process; a NaN loss and the other errors that end a run take the same
+# way (run_errors_end_the_process, the test below), their messages tested
+# by calls.
 @pytest.mark.slow  # Starts a process.
 def test_script_reports_bad_label_without_traceback(tmp_path):
   root = synthetic.make_data_dir(str(tmp_path / 'data'))
@@ -89,6 +94,30 @@ def test_script_reports_bad_label_without_traceback(tmp_path):
   assert not STEP_LINE.search(result.stdout)
 
 
+@pytest.mark.parametrize('error,line', [
+    (cifar10_input.DataError('Data file /d/data_batch_2.bin is empty (0 '
+                             'bytes)'),
+     'cifar10_train.py: Data file /d/data_batch_2.bin is empty (0 bytes)'),
+    (train_dirs.DivergedError('Model diverged with loss = NaN at step 0: '
+                              'training stopped'),
+     'cifar10_train.py: Model diverged with loss = NaN at step 0: training '
+     'stopped'),
+])
+def test_a_run_error_ends_the_process_with_its_one_line(monkeypatch, error,
+                                                        line):
+  monkeypatch.setattr(sys, 'argv', ['/home/u/cifar10_train.py',
+                                    '--max_steps=20'])
+  with pytest.raises(SystemExit) as ended:
+    with train_dirs.run_errors_end_the_process():
+      raise error
+  # sys.exit(str): Python writes the line to stderr, exit status 1.
+  assert ended.value.code == line
+  # Anything else is a bug: its traceback is not turned into a line.
+  with pytest.raises(KeyError):
+    with train_dirs.run_errors_end_the_process():
+      raise KeyError('a bug')
+
+
 # --- Bad flags ----------------------------------------------------------------
 
 def test_check_flag_writable_dir(tmp_path):
@@ -100,21 +129,6 @@ def test_check_flag_writable_dir(tmp_path):
     run_flags.check_flag_writable_dir('train_dir', bad)
   assert str(e.value).startswith(
       '--train_dir=%s is not a writable directory: NotADirectoryError' % bad)
-
-
-@pytest.mark.slow  # Starts a process.
-def test_script_rejects_bad_flag_before_building_a_graph(tmp_path):
-  (tmp_path / 'file').write_text('not a directory')
-  result = testutil.run_script('cifar10_train.py', [
-      '--data_dir=' + str(tmp_path / 'no_data'),
-      '--train_dir=' + str(tmp_path / 'file' / 'train'), '--batch_size=0'],
-                               timeout=120)
-  assert result.returncode == 1
-  assert 'Traceback' not in result.stderr
-  # The bad flag is named, with what it takes; nothing was fetched or built.
-  assert ('Flags parsing error: flag --batch_size=0: 0 is not a positive '
-          'integer') in result.stderr
-  assert not (tmp_path / 'no_data').exists()
 
 
 # --- NaN loss -----------------------------------------------------------------

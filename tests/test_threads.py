@@ -1,11 +1,11 @@
 """The thread settings: the rule as a function of the core count, and the
-flags that override it, down to the sessions' ConfigProtos."""
+flags that override it, down to the sessions' ConfigProtos. The flags'
+ranges (no negative count) are test_flag_rules.py's."""
 
 import pytest
 
 from cifar10_support import sessions
 import testutil
-from testutil import run_script
 
 
 @pytest.mark.parametrize('cores', [1, 2, 3, 4, 5, 8, 16, 64])
@@ -63,12 +63,3 @@ def test_session_configs_follow_the_rule_and_the_flags(cores):
   assert testutil.config_threads(
       sessions.eval_config((1, 0))) == (1, 0)
 
-
-@pytest.mark.slow  # Starts a process.
-def test_a_negative_thread_count_is_a_usage_error(tmp_path):
-  result = run_script('cifar10_train.py', [
-      '--train_dir=%s' % (tmp_path / 'train'), '--num_inter_threads=-1'])
-  assert result.returncode == 1
-  assert 'Traceback' not in result.stderr
-  assert 'num_inter_threads' in result.stderr
-  assert not (tmp_path / 'train').exists()

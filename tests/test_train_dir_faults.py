@@ -17,6 +17,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import cifar10_eval
+import cifar10_multi_gpu_train
 import cifar10_train
 from cifar10_support import checkpoints
 from cifar10_support import data_files
@@ -68,19 +69,23 @@ def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
     os.kill(first.pid, signal.SIGSTOP)
     holder = 'pid %d on host %s' % (first.pid, socket.gethostname())
 
-    for script, extra in (
-        ('cifar10_train.py', []),
-        ('cifar10_multi_gpu_train.py', ['--num_gpus=2', '--tower_device=cpu'])):
-      result = testutil.run_script(
-          script, _args(data_dir, train_dir, '--max_steps=100000') + extra,
-          timeout=120)
-      assert result.returncode == 1
-      assert _last_line(result).startswith(
+    # Each trainer's line, by what its main runs.
+    settings = run_flags.TrainSettings(data_dir, train_dir, batch_size=BATCH,
+                                       max_steps=100000, log_frequency=1)
+    for script, train, kwargs in (
+        ('cifar10_train.py', cifar10_train.train, {}),
+        ('cifar10_multi_gpu_train.py', cifar10_multi_gpu_train.train,
+         {'num_towers': 2, 'tower_device': 'cpu'})):
+      capsys.readouterr()
+      line = testutil.trainer_line(script, train, settings, **kwargs)
+      assert line.startswith(
           '%s: --train_dir=%s is in use by another trainer: %s, started '
-          % (script, train_dir, holder))
+          % (script, train_dir, holder)), line
+      assert '\n' not in line
       # Refused before training: nothing resumed, not one step run.
-      assert 'Resuming' not in result.stdout
-      assert not STEP_LINE.search(result.stdout), result.stdout[-3000:]
+      printed = capsys.readouterr().out
+      assert 'Resuming' not in printed
+      assert not STEP_LINE.search(printed), printed[-3000:]
 
     # Evaluation takes no lock: it runs beside the trainer (in this process).
     capsys.readouterr()
@@ -126,20 +131,22 @@ def test_distributed_chief_stops_on_a_busy_train_dir(data_dir, tmp_path):
       '%s' % (train_dir, os.getpid(), socket.gethostname()))
 
 
-@pytest.mark.slow  # Starts a process.
-def test_fresh_start_keeps_the_lock_file(data_dir, tmp_path):
+def test_fresh_start_keeps_the_lock_file(data_dir, tmp_path, capsys):
   train_dir = str(tmp_path / 'train')
   os.makedirs(train_dir)
   (tmp_path / 'train' / 'old.txt').write_text('deleted by --fresh_start')
+  (tmp_path / 'train' / 'old').mkdir()
   with train_dirs.train_dir_lock(train_dir):
     pass
   lock_inode = os.stat(os.path.join(train_dir, train_dirs.LOCK_NAME)).st_ino
-  result = testutil.run_script('cifar10_train.py', _args(
-      data_dir, train_dir, '--max_steps=2', '--fresh_start'))
-  assert result.returncode == 0, result.stderr[-3000:]
+  # What every trainer claims its train_dir with (--fresh_start passed on
+  # to it by cifar10_train.train: test_train.py).
+  with train_dirs.claim(train_dir, True, data_files.describe(data_dir)) as (
+      start):
+    assert start.checkpoint is None
+    assert os.listdir(train_dir) == [train_dirs.LOCK_NAME]
   assert '--fresh_start: deleting the contents of %s' % train_dir in (
-      result.stdout)
-  assert not (tmp_path / 'train' / 'old.txt').exists()
+      capsys.readouterr().out)
   # The same file: a trainer waiting on it would lock the one in use.
   assert os.stat(os.path.join(train_dir, train_dirs.LOCK_NAME)).st_ino == (
       lock_inode)
@@ -166,7 +173,7 @@ def _listed_checkpoints_restore(train_dir):
   return state.model_checkpoint_path
 
 
-@pytest.mark.slow  # Starts a process.
+@pytest.mark.slow  # Trains.
 def test_full_disk_stops_with_one_message_and_the_next_run_resumes(
     data_dir, tmp_path, capsys):
   mount_point = str(tmp_path / 'small_disk')
@@ -177,11 +184,12 @@ def test_full_disk_stops_with_one_message_and_the_next_run_resumes(
     pytest.skip('cannot mount a tmpfs here (needs root); the injected '
                 'variant below runs instead')
   try:
-    result = testutil.run_script('cifar10_train.py', _args(
-        data_dir, train_dir, '--max_steps=40', '--save_checkpoint_steps=2'))
-    assert result.returncode == 1
+    line = testutil.trainer_line(
+        'cifar10_train.py', cifar10_train.train, run_flags.TrainSettings(
+            data_dir, train_dir, max_steps=40, batch_size=BATCH,
+            log_frequency=1, save_checkpoint_steps=2))
     newest = _listed_checkpoints_restore(train_dir)
-    assert _last_line(result) == (
+    assert line == (
         'cifar10_train.py: the disk of --train_dir=%s is full (no space left '
         'on device while writing to it): training stopped; the newest '
         'complete checkpoint, %s, is intact and a new run resumes from it. '
@@ -192,6 +200,7 @@ def test_full_disk_stops_with_one_message_and_the_next_run_resumes(
     subprocess.run(['mount', '-o', 'remount,size=64m', mount_point],
                    check=True, timeout=30)
     step = checkpoints.step_of(newest)
+    capsys.readouterr()
     cifar10_train.train(run_flags.TrainSettings(
         data_dir, train_dir, max_steps=step + 2, batch_size=BATCH,
         log_frequency=1))
@@ -261,11 +270,37 @@ DAMAGE = {
 
 
 @pytest.fixture(scope='module')
-def two_checkpoints(data_dir, tmp_path_factory):
-  """A train_dir with checkpoints 0 and 4."""
-  train_dir = str(tmp_path_factory.mktemp('two_checkpoints') / 'train')
-  cifar10_train.train(run_flags.TrainSettings(
-      data_dir, train_dir, max_steps=4, batch_size=BATCH, input_threads=2))
+def two_checkpoints(tmp_path_factory):
+  """A train_dir as cifar10_train.py leaves it at step 4, written directly
+  (no training): checkpoints 0 and 4 of the model, its moving averages and
+  the trainer's loss averages, listed in the index relative to it. Built
+  once per test run (testutil.shared_dir); the tests copy it."""
+  return testutil.shared_dir(
+      tmp_path_factory, 'two_checkpoints',
+      lambda train_dir: testutil.model_checkpoint(train_dir, (0, 4),
+                                                  trainer_state=True))
+
+
+def _written_checkpoints(train_dir, steps=(0, 4)):
+  """A train_dir of checkpoints at `steps`, written directly (no training)
+  by a trainer's own saver (checkpoints.restoring_scaffold's) with the index
+  it writes: of a global step and the last layer of the data's 10 classes,
+  which is all that which of them restores needs."""
+  os.makedirs(train_dir)
+  with tf.Graph().as_default():
+    step = tf.train.get_or_create_global_step()
+    tf.get_variable(checkpoints.CLASSES_PROBE, [10])
+    value = tf.placeholder(tf.int64, [])
+    assign = step.assign(value)
+    init_step = tf.variables_initializer([step])
+    scaffold = checkpoints.restoring_scaffold(None, train_dir)
+    scaffold.finalize()
+    with tf.Session(config=testutil.session_config()) as sess:
+      sess.run([scaffold.init_op, init_step])
+      for each in steps:
+        sess.run(assign, {value: each})
+        scaffold.saver.save(sess, os.path.join(train_dir, 'model.ckpt'),
+                            global_step=each)
   return train_dir
 
 
@@ -275,15 +310,30 @@ def _copy(train_dir, to):
   return to
 
 
-@pytest.mark.slow  # Trains.
+def _damaged_copy(two_checkpoints, to, damage):
+  """A copy of two_checkpoints with model.ckpt-4 damaged; returns (the copy,
+  the damaged checkpoint, {path: bytes} of its files)."""
+  train_dir = _copy(two_checkpoints, to)
+  damaged = os.path.join(train_dir, 'model.ckpt-4')
+  DAMAGE[damage](damaged)
+  files = {}
+  for path in glob.glob(damaged + '.*'):
+    with open(path, 'rb') as f:
+      files[path] = f.read()
+  return train_dir, damaged, files
+
+
+def _unchanged(files):
+  for path, data in files.items():
+    with open(path, 'rb') as f:
+      assert f.read() == data, path
+
+
 @pytest.mark.parametrize('damage', sorted(DAMAGE))
 def test_damaged_newest_checkpoint_falls_back_and_is_skipped_by_eval(
     data_dir, two_checkpoints, tmp_path, capsys, damage):
-  train_dir = _copy(two_checkpoints, str(tmp_path / 'train'))
-  damaged = os.path.join(train_dir, 'model.ckpt-4')
-  DAMAGE[damage](damaged)
-  files = {path: open(path, 'rb').read()
-           for path in glob.glob(damaged + '.*')}
+  train_dir, damaged, files = _damaged_copy(
+      two_checkpoints, str(tmp_path / 'train'), damage)
 
   # Evaluation that follows training skips it with its Skipping line.
   def stop(_):
@@ -298,6 +348,24 @@ def test_damaged_newest_checkpoint_falls_back_and_is_skipped_by_eval(
           'completely written, or damaged): ' % damaged
           in capsys.readouterr().out)
 
+  # Every trainer claims its train_dir so: it names the damaged one and
+  # starts from the one before (the run that resumes there:
+  # test_training_resumes_the_checkpoint_before_a_damaged_one).
+  with train_dirs.claim(train_dir, False, data_files.describe(data_dir)) as (
+      start):
+    assert (start.checkpoint, start.step) == (
+        os.path.join(train_dir, 'model.ckpt-0'), 0)
+  assert 'Checkpoint %s is damaged and left as it is (' % damaged in (
+      capsys.readouterr().out)
+  _unchanged(files)
+
+
+@pytest.mark.slow  # Trains.
+def test_training_resumes_the_checkpoint_before_a_damaged_one(
+    data_dir, two_checkpoints, tmp_path, capsys):
+  train_dir, damaged, files = _damaged_copy(
+      two_checkpoints, str(tmp_path / 'train'), 'truncated .data')
+
   cifar10_train.train(run_flags.TrainSettings(
       data_dir, train_dir, max_steps=6, batch_size=BATCH, log_frequency=1,
       input_threads=2))
@@ -307,25 +375,37 @@ def test_damaged_newest_checkpoint_falls_back_and_is_skipped_by_eval(
   assert_resumed(printed.splitlines(True), train_dir, 0)
   assert tf.train.latest_checkpoint(train_dir).endswith('model.ckpt-6')
   # Skipped, never deleted nor listed again.
-  assert {path: open(path, 'rb').read() for path in files} == files
+  _unchanged(files)
   assert damaged not in tf.train.get_checkpoint_state(
       train_dir).all_model_checkpoint_paths
 
 
-@pytest.mark.slow  # Its fixture trains.
-def test_only_damaged_checkpoints_stop_with_one_line(data_dir,
-                                                     two_checkpoints, tmp_path):
-  train_dir = _copy(two_checkpoints, str(tmp_path / 'train'))
+def test_only_damaged_checkpoints_stop_with_one_line(data_dir, tmp_path,
+                                                     capsys):
+  train_dir = _written_checkpoints(str(tmp_path / 'train'))
   for step in (0, 4):
     DAMAGE['truncated .data'](os.path.join(train_dir, 'model.ckpt-%d' % step))
-  result = testutil.run_script('cifar10_train.py', _args(
-      data_dir, train_dir, '--max_steps=6'))
-  assert result.returncode == 1
-  assert _last_line(result) == (
+  files = {}
+  for path in glob.glob(os.path.join(train_dir, 'model.ckpt-*')):
+    with open(path, 'rb') as f:
+      files[path] = f.read()
+
+  line = testutil.trainer_line(
+      'cifar10_train.py', cifar10_train.train,
+      run_flags.TrainSettings(data_dir, train_dir, max_steps=6,
+                              batch_size=BATCH))
+
+  # Each damaged one named on its line above it.
+  printed = capsys.readouterr().out
+  for step in (0, 4):
+    assert 'Checkpoint %s is damaged and left as it is (' % os.path.join(
+        train_dir, 'model.ckpt-%d' % step) in printed, printed
+  assert line == (
       'cifar10_train.py: no checkpoint in --train_dir=%s restores: all 2 are '
       'damaged or missing (see the lines above). Nothing was changed; move '
       'them away (or --fresh_start deletes them) to train from step 0, or give '
       'another --train_dir' % train_dir)
+  _unchanged(files)  # Nothing was changed.
 
 
 def test_a_listed_checkpoint_whose_files_are_gone_is_skipped(data_dir, tmp_path,
@@ -360,16 +440,15 @@ def test_a_listed_checkpoint_whose_files_are_gone_is_skipped(data_dir, tmp_path,
       'before it.\n' % gone)
 
 
-@pytest.mark.slow  # Its fixture trains.
-def test_checkpoints_are_found_without_the_index_and_after_a_move(
-    two_checkpoints, tmp_path):
+def test_checkpoints_are_found_without_the_index_and_after_a_move(tmp_path):
   lines = []
+  train_dir = _written_checkpoints(str(tmp_path / 'train'))
   # The trainer's index names its checkpoints relative to train_dir, so a
   # moved one reads in TensorFlow's own lookup too (the original's eval).
-  with open(os.path.join(two_checkpoints, 'checkpoint')) as f:
+  with open(os.path.join(train_dir, 'checkpoint')) as f:
     assert 'model_checkpoint_path: "model.ckpt-4"' in f.read()
   moved = str(tmp_path / 'moved')
-  shutil.copytree(two_checkpoints, moved)
+  shutil.move(train_dir, moved)
   assert tf.train.latest_checkpoint(moved) == os.path.join(moved,
                                                            'model.ckpt-4')
   assert checkpoints.newest_restorable(moved, lines.append) == (
