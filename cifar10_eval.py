@@ -258,8 +258,8 @@ def evaluate_as_flagged(flag_values, checkpoint_dir, until_step=None,
     return evaluate(checkpoint_dir, flag_values.eval_dir,
                     settings._replace(until_step=until_step), sleep=sleep,
                     settings_checked=True)
-  except (checkpoints.CheckpointError, data_files.DataError) as e:
-    fail(e)  # DataError: the class names file beside a checkpoint.
+  except ValueError as e:  # CheckpointError; DataError: a names file.
+    fail(e)
 
 
 # Output closed early (`| head`): exit status 141 at once, quietly.
