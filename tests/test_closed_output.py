@@ -68,16 +68,28 @@ def close_output_early(script, args, tmp_path, enough, timeout=180):
   of its stdout, waits for it to end; returns (exit status, lines, stderr)."""
   stderr_path = str(tmp_path / ('%s.stderr' % script))
   proc = _start(script, args, stderr_path)
-  try:
-    lines = _read_lines_until(proc, enough, timeout)
+  lines = []
+
+  def close():
+    lines.extend(_read_lines_until(proc, enough, timeout))
     proc.stdout.close()  # `head` has what it wanted.
+
+  status, stderr = _ended(proc, stderr_path, timeout, close)
+  return status, lines, stderr
+
+
+def _ended(proc, stderr_path, timeout, before=lambda: None):
+  """(exit status, stderr) of proc once it ends, after before(); killed if
+  it is still running after that or timeout."""
+  try:
+    before()
     status = proc.wait(timeout)
   finally:
     if proc.poll() is None:
       proc.kill()
       proc.wait(30)
   with open(stderr_path) as f:
-    return status, lines, f.read()
+    return status, f.read()
 
 
 def run_with_output_closed(script, args, tmp_path, timeout=180):
@@ -92,14 +104,7 @@ def run_with_output_closed(script, args, tmp_path, timeout=180):
     proc = _start(script, args, stderr_path, stdout=write_end)
   finally:
     os.close(write_end)  # The script's copy is the only one left.
-  try:
-    status = proc.wait(timeout)
-  finally:
-    if proc.poll() is None:
-      proc.kill()
-      proc.wait(30)
-  with open(stderr_path) as f:
-    return status, f.read()
+  return _ended(proc, stderr_path, timeout)
 
 
 def assert_quiet_141(status, stderr):
