@@ -29,24 +29,22 @@ from absl import flags
 import tensorflow.compat.v1 as tf
 
 import cifar10_input
-from cifar10_support import data_files
 from cifar10_support import fast_ops
 from cifar10_support import mixed_precision
-from cifar10_support import run_flags
+from cifar10_support import summaries
 
 # The repository's cifar10/ folder, wherever the scripts are started from.
 DEFAULT_DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 'cifar10')
 
 # Basic model parameters. Defined here once, read only in the scripts' main();
-# the flags the scripts share beyond these are cifar10_support.run_flags',
-# and their defaults run_flags.TRAIN_DEFAULTS (the Python API's too).
-flags.DEFINE_integer('batch_size', run_flags.TRAIN_DEFAULTS.batch_size,
+# the flags the scripts share beyond these are cifar10_support.run_flags'.
+flags.DEFINE_integer('batch_size', 128,
                      'Number of images to process in a batch.',
                      lower_bound=1)
 flags.DEFINE_string('data_dir', DEFAULT_DATA_DIR,
                     'Path to the CIFAR-10 data directory.')
-flags.DEFINE_boolean('use_fp16', run_flags.TRAIN_DEFAULTS.use_fp16,
+flags.DEFINE_boolean('use_fp16', False,
                      'Train the model using fp16.')
 
 # Global constants describing the CIFAR-10 data set; the scripts take a data
@@ -74,12 +72,11 @@ def strip_tower_prefix(name):
 def activation_summary(x):
   """Adds a histogram and a sparsity summary of activations `x`.
 
-  fast_ops' histogram_summary and zero_fraction compute what
-  tf.summary.histogram and tf.nn.zero_fraction do, faster.
+  fast_ops.histogram_summary replaces tf.summary.histogram (see there).
   """
   tensor_name = strip_tower_prefix(x.op.name)
   fast_ops.histogram_summary(tensor_name + '/activations', x)
-  sparsity = fast_ops.zero_fraction(x)
+  sparsity = tf.nn.zero_fraction(x)
   # Summary ops have CPU kernels only; pinned there, a tower's GPU holds none.
   with tf.device('/cpu:0'):
     tf.summary.scalar(tensor_name + '/sparsity', sparsity)
@@ -139,10 +136,9 @@ def distorted_inputs(data_dir=DEFAULT_DATA_DIR, batch_size=128, use_fp16=False,
   """
   if not data_dir:
     raise ValueError('Please supply a data_dir')
-  data_set = data_set or data_files.describe(data_dir)
   images, labels = cifar10_input.distorted_inputs(
-      data_dir=data_set.directory, batch_size=batch_size,
-      num_threads=num_threads, data_set=data_set)
+      data_dir=os.path.join(data_dir, 'cifar-10-batches-bin'),
+      batch_size=batch_size, num_threads=num_threads, data_set=data_set)
   return _maybe_fp16(images, labels, use_fp16)
 
 
@@ -161,9 +157,9 @@ def inputs(eval_data, data_dir=DEFAULT_DATA_DIR, batch_size=128,
   """
   if not data_dir:
     raise ValueError('Please supply a data_dir')
-  data_set = data_set or data_files.describe(data_dir)
   images, labels = cifar10_input.inputs(
-      eval_data=eval_data, data_dir=data_set.directory,
+      eval_data=eval_data,
+      data_dir=os.path.join(data_dir, 'cifar-10-batches-bin'),
       batch_size=batch_size, num_threads=num_threads, single_pass=single_pass,
       data_set=data_set)
   return _maybe_fp16(images, labels, use_fp16)
@@ -313,9 +309,9 @@ def add_loss_summaries(total_loss, losses=None):
   updates = []
   for l in losses + [total_loss]:
     name = strip_tower_prefix(l.op.name)
-    # fast_ops.loss_average: the original's ExponentialMovingAverage(0.9),
-    # starting at the first loss instead of 0.
-    updates.append(fast_ops.loss_average(l))
+    # The original's ExponentialMovingAverage(0.9), starting at the first
+    # loss instead of 0.
+    updates.append(summaries.loss_average(l))
     with tf.device('/cpu:0'):  # See activation_summary.
       tf.summary.scalar(name + ' (raw)', l)
       # The average after this step's update: the first point is the first
@@ -384,7 +380,7 @@ def moving_averages_to_restore():
   return variable_averages.variables_to_restore()
 
 
-def train(total_loss, global_step, batch_size=128, loss_scaling=False,
+def train(total_loss, global_step, batch_size=128, compute_dtype=None,
           num_examples_per_epoch=NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN):
   """Builds one training step: SGD on `total_loss`, then weight averages.
 
@@ -392,8 +388,8 @@ def train(total_loss, global_step, batch_size=128, loss_scaling=False,
     total_loss: scalar loss from `loss()`.
     global_step: int64 scalar variable counting training steps.
     batch_size: int, images per batch (sets the learning-rate schedule).
-    loss_scaling: bool, scale the loss for float16 gradients (see
-      mixed_precision.apply_gradients).
+    compute_dtype: inference's; float16 scales the loss, lest small
+      gradients become 0 (mixed_precision.optimizer).
     num_examples_per_epoch: int, the training records (sets the schedule).
 
   Returns:
@@ -402,14 +398,12 @@ def train(total_loss, global_step, batch_size=128, loss_scaling=False,
   lr = learning_rate(global_step, batch_size,
                      num_examples_per_epoch=num_examples_per_epoch)
   loss_averages_op = add_loss_summaries(total_loss)
-  loss_scale = (mixed_precision.dynamic_loss_scale() if loss_scaling
-                else None)
 
+  opt = mixed_precision.optimizer(tf.train.GradientDescentOptimizer(lr),
+                                  compute_dtype)
   with tf.control_dependencies([loss_averages_op]):
-    opt = tf.train.GradientDescentOptimizer(lr)
-    grads = mixed_precision.compute_gradients(opt, total_loss, loss_scale)
-  apply_gradient_op, grads = mixed_precision.apply_gradients(
-      opt, grads, global_step, loss_scale)
+    grads = opt.compute_gradients(total_loss)
+  apply_gradient_op = opt.apply_gradients(grads, global_step=global_step)
 
   add_weight_and_gradient_summaries(grads)
   return apply_moving_averages(global_step, after=[apply_gradient_op])

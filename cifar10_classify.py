@@ -24,6 +24,7 @@ import tensorflow.compat.v1 as tf
 import cifar10
 import cifar10_input
 from cifar10_support import checkpoints
+from cifar10_support import data_files
 from cifar10_support import pictures
 from cifar10_support import run_flags
 from cifar10_support import sessions
@@ -51,7 +52,7 @@ class ClassifyError(ValueError):
   """A file or checkpoint that cannot be used; the message says which."""
 
 
-def model(pixels, dtype=tf.float32, class_names=cifar10_input.CLASS_NAMES):
+def model(pixels, dtype=tf.float32, class_names=data_files.CLASS_NAMES):
   """(probabilities float32 [N, C], classes string [N]) of uint8 pixels
   [N, 32, 32, 3], as evaluation sees them; dtype: the checkpoint's weights';
   class_names: its C classes' (UTF-8 in `classes`). Call it once per graph,
@@ -116,7 +117,7 @@ def image_files(arguments):
 
 
 def classify(files, checkpoint, dtype=tf.float32, batch_size=128,
-             session_config=None, class_names=cifar10_input.CLASS_NAMES):
+             session_config=None, class_names=data_files.CLASS_NAMES):
   """Classifies files with a checkpoint's averaged weights (dtype: its
   weights'; class_names: its classes'), batch_size at a time, each batch
   when its result is asked for.
@@ -162,7 +163,7 @@ def classify(files, checkpoint, dtype=tf.float32, batch_size=128,
 
 
 def format_top_classes(path, probabilities, top_k=3,
-                       class_names=cifar10_input.CLASS_NAMES):
+                       class_names=data_files.CLASS_NAMES):
   """The line printed for a picture: its top_k classes, most likely first."""
   best = np.argsort(-probabilities, kind='stable')[:top_k]
   return '%s: %s' % (path, ', '.join(
@@ -170,7 +171,7 @@ def format_top_classes(path, probabilities, top_k=3,
 
 
 def export(checkpoint, export_dir, dtype=tf.float32,
-           class_names=cifar10_input.CLASS_NAMES):
+           class_names=data_files.CLASS_NAMES):
   """Writes a SavedModel of the averaged weights, with the signatures
   docs/classify.md describes (`classes` names class_names), to export_dir:
   a new directory, else ClassifyError."""
@@ -215,9 +216,8 @@ def checked_top_k(top_k, given, class_names, checkpoint):
 
 
 # Output closed early (`| head`): exit status 141 at once, quietly.
-@signals.ends_quietly_when_output_closes
+@signals.script_main(arguments=True)
 def main(argv):
-  console.quiet_python_logs()
   if len(argv) < 2 and not FLAGS.export_dir:
     raise app.UsageError('Give the pictures to classify (files or '
                          'directories), or --export_dir')

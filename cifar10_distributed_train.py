@@ -28,9 +28,7 @@ killed task can be started again with the same command. All this, and what
 each task prints: docs/distributed.md.
 """
 
-import collections
 import contextlib
-import os
 import sys
 import time
 
@@ -44,12 +42,9 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 import cifar10_eval  # its flags and evaluation, for the evaluator task
-import cifar10_train  # its flags
 from cifar10_support import checkpoints
 from cifar10_support import clusters
-from cifar10_support import data_files
 from cifar10_support import download
-from cifar10_support import mixed_precision
 from cifar10_support import progress
 from cifar10_support import run_flags
 from cifar10_support import sessions
@@ -58,9 +53,11 @@ from cifar10_support import summaries
 from cifar10_support import train_dirs
 
 FLAGS = flags.FLAGS
-# --help lists the flags it shares with cifar10_train.py and, for the
-# evaluator task, cifar10_eval.py too.
-flags.adopt_module_key_flags(cifar10_train)
+# cifar10_train.py's flags and, for the evaluator task, cifar10_eval.py's,
+# which --help lists too.
+run_flags.define_train_flags()
+flags.adopt_module_key_flags(cifar10)
+flags.adopt_module_key_flags(run_flags)
 flags.adopt_module_key_flags(cifar10_eval)
 
 flags.DEFINE_enum('job_name', None, ['ps', 'worker', 'evaluator'],
@@ -127,26 +124,26 @@ class ReleaseTokensHook(tf.train.SessionRunHook):
       pass  # The chief has closed the queue, which ends every wait too.
 
 
-def build_worker_graph(settings, worker, data_set=None):
+def build_worker_graph(settings, data_set, worker, replicas=None):
   """Builds one worker's training graph in the default graph.
 
   Variables go round-robin to the ps tasks (float32 whatever
   settings.compute_dtype); every other op, the checkpoint saver included, to
-  this worker's CPU, so the chief saves on its own disk. data_set: the
-  data_files.DataSet this worker reads (None: settings.dataset's in
-  settings.data_dir).
+  this worker's CPU, so the chief saves on its own disk. worker: its
+  clusters.Task; replicas: the worker steps averaged into each update
+  (SyncReplicasOptimizer), None for asynchronous updates; data_set: the
+  data_files.DataSet this worker reads.
 
   Returns:
-    A dict of 'global_step', 'chief_classes' (the chief's class names, for
-    clusters.check_chief_classes), 'step_before_update' (int64 scalar, the
-    global step read before this worker's gradients are computed), 'loss',
+    A dict of 'global_step', 'chief_classes' (the chief's class names, that
+    the other workers check theirs against), 'step_before_update' (int64
+    scalar, the global step read before this worker's gradients are
+    computed), 'loss',
     'train_op', and, when synchronous (else None), 'sync_optimizer' and
     'release_op' (hands a token to every worker, so none stays blocked at the
     end).
   """
-  data_set = data_set or data_files.describe(settings.data_dir,
-                                             settings.dataset)
-  num_workers = len(clusters.training_tasks(worker.cluster))
+  num_workers = len(worker.training_tasks)
   setter = tf.train.replica_device_setter(
       worker_device=worker.device,
       cluster=tf.train.ClusterSpec(worker.cluster))
@@ -165,12 +162,11 @@ def build_worker_graph(settings, worker, data_set=None):
     # (other workers' may land in between; they show in the next line).
     step_before_update = global_step.read_value()
     sync_optimizer = release_op = None
-    if worker.sync_replicas:
+    if replicas:
       # cifar10.train's step, the gradients of `replicas` worker steps
       # averaged into each update. The chief applies the moving averages
       # after each update, under cifar10.train's names (cifar10_eval.py
       # restores them).
-      replicas = worker.replicas_to_aggregate or num_workers
       lr = cifar10.learning_rate(global_step, settings.batch_size,
                                  num_towers=replicas,
                                  num_examples_per_epoch=num_examples_per_epoch)
@@ -208,19 +204,17 @@ def build_worker_graph(settings, worker, data_set=None):
           'sync_optimizer': sync_optimizer, 'release_op': release_op}
 
 
-def step_hooks(logger, loss, max_steps):
-  """Every worker's hooks: stop at max_steps, log, stop on a NaN loss.
-
-  The logger runs before the NaN check, so that it has read the global step
-  of a diverged run (for the message) but prints no line of it.
-  """
-  return [tf.train.StopAtStepHook(last_step=max_steps), logger,
-          tf.train.NanTensorHook(loss)]
+def step_hooks(logger, max_steps):
+  """Every worker's hooks: stop at max_steps, log (the logger stops on a NaN
+  loss, before the chief's hooks write that step)."""
+  return [tf.train.StopAtStepHook(last_step=max_steps), logger]
 
 
-def train(settings, worker):
-  """Runs one worker until the global step reaches settings.max_steps; only
-  the chief touches settings.train_dir.
+def train(settings, data_set, worker, target, replicas=None):
+  """Runs one worker (a clusters.Task; target: its server's) until the
+  global step reaches settings.max_steps, synchronously when `replicas` (see
+  build_worker_graph), on data_files.DataSet data_set (download.prepare's);
+  only the chief touches settings.train_dir.
 
   Returns:
     The SIGINT or SIGTERM that stopped this worker early, or None.
@@ -234,33 +228,31 @@ def train(settings, worker):
       disk).
   """
   label, is_chief = worker.label, worker.is_chief
-  data_set = data_files.describe(settings.data_dir, settings.dataset)
   start = None
   with contextlib.ExitStack() as claimed:
     if is_chief:  # Only the chief reads and writes train_dir.
       start = claimed.enter_context(
           train_dirs.claim(settings.train_dir, settings.fresh_start,
                            data_set))
-    with tf.Graph().as_default(), signals.stop_requests() as stop_signals:
-      graph = build_worker_graph(settings, worker, data_set)
+    with tf.Graph().as_default():
+      graph = build_worker_graph(settings, data_set, worker, replicas)
       logger = progress.StepLogger(graph['loss'], settings.batch_size,
                                    settings.log_frequency,
+                                   settings.train_dir if is_chief else None,
                                    step=graph['step_before_update'],
                                    label=label)
-      # Only the last error is read, when a session is re-created.
-      lost_session_errors = collections.deque(maxlen=1)
-      config = sessions.worker_config(worker.task,
+      config = sessions.worker_config(worker.name,
                                       worker.operation_timeout_secs,
                                       settings.log_device_placement)
       # Bounds what TensorFlow leaves unbounded when a task goes away; the
       # chief's sessions restore train_dir's newest checkpoint (its
       # scaffold), the other workers watch the chief (its hooks).
       creator = clusters.BoundedSessionCreator(
-          worker, config, start, lost_session_errors,
-          global_step=graph['global_step'],
+          worker, target, config, start, global_step=graph['global_step'],
           classes=(graph['chief_classes'], data_set))
-      hooks = step_hooks(logger, graph['loss'], settings.max_steps)
-      if worker.sync_replicas:
+      stop = signals.StopOnSignal()
+      hooks = step_hooks(logger, settings.max_steps) + [stop]
+      if replicas:
         hooks += [graph['sync_optimizer'].make_session_run_hook(is_chief),
                   ReleaseTokensHook(graph['release_op'])]
       hooks += creator.hooks
@@ -271,27 +263,19 @@ def train(settings, worker):
             summaries.SummaryHook(settings.train_dir,
                                   settings.save_summaries_steps,
                                   settings.max_steps, own_steps=False),
-            tf.train.CheckpointSaverHook(
-                settings.train_dir, scaffold=creator.scaffold,
-                save_steps=steps or None,
-                save_secs=None if steps else settings.save_checkpoint_secs,
-                listeners=[progress.SaveAnnouncer(
-                    settings.train_dir, settings.max_steps, label)])]
-        if settings.save_summaries_steps:
-          hooks.append(tf.train.StepCounterHook(  # global_step/sec
-              every_n_steps=settings.save_summaries_steps,
-              output_dir=settings.train_dir))
-      full_disk = (train_dirs.stop_on_full_disk(settings.train_dir) if is_chief
-                   else contextlib.nullcontext())
+            train_dirs.CheckpointSaverHook(
+                settings.train_dir, creator.scaffold, settings.max_steps,
+                save_steps=steps, save_secs=settings.save_checkpoint_secs,
+                label=label)]
       try:
         # A short grace period: at a synchronous run's end the chief's
         # gradient aggregation thread, blocked on gradients that will never
         # come, holds the stop for all of it.
-        with full_disk, console.on_tensorflow_log(
-            clusters.RECOVERED_ERROR_LOG, lost_session_errors.append
+        with console.on_tensorflow_log(
+            creator.RECOVERED_ERROR_LOG, creator.lost_session_errors.append
         ), tf.train.MonitoredSession(session_creator=creator, hooks=hooks,
                                      stop_grace_period_secs=3) as mon_sess:
-          while not mon_sess.should_stop() and not stop_signals:
+          while not mon_sess.should_stop():
             mon_sess.run(graph['train_op'])
       except tf.errors.DeadlineExceededError:
         raise clusters.operation_timeout_error(worker, logger.last_step)
@@ -299,51 +283,41 @@ def train(settings, worker):
         if 'sync_token_q' not in e.message:
           raise
         raise ClusterError(_CLOSED_QUEUE) from None
-      except tf.train.NanLossDuringTrainingError:
-        if is_chief:
-          raise train_dirs.diverged_error(logger.last_step,
-                                          settings.train_dir) from None
-        raise train_dirs.diverged_error(logger.last_step) from None
-  if (worker.sync_replicas and not stop_signals and
+  if (replicas and not stop.signal and
       logger.global_step < settings.max_steps):
     # A closed token queue ends a worker's wait like the end of its input.
     raise ClusterError('stopped at global step %d, before --max_steps=%d: %s'
                        % (logger.global_step, settings.max_steps, _CLOSED_QUEUE))
-  if stop_signals:
+  if stop.signal:
     print('%s: received %s: stopped at global step %d.'
-          % (label, stop_signals[0].name, logger.global_step), flush=True)
+          % (label, stop.signal.name, logger.global_step), flush=True)
   print('%s: stopped at global step %d after %d steps of its own.'
         % (label, logger.global_step, logger.own_steps), flush=True)
-  return stop_signals[0] if stop_signals else None
+  return stop.signal
 
 
 # Output closed before training (`| head`): exit status 141 at once, quietly;
 # during training the step lines stop it, as SIGTERM does (signals.print_line).
-@signals.ends_quietly_when_output_closes
+@signals.script_main()
 def main(argv):
-  run_flags.check_no_arguments(argv)
-  console.quiet_python_logs()
+  del argv  # Flags only.
   try:
-    cluster, job_name, task_index = clusters.resolve_cluster(
-        FLAGS.job_name, FLAGS.task_index, ps_hosts=FLAGS.ps_hosts,
-        worker_hosts=FLAGS.worker_hosts,
-        tf_config=os.environ.get('TF_CONFIG'))
-  except clusters.TFConfigError as e:
-    sys.exit(str(e))  # Not a flag: one line, without the usage text.
+    # This task and its cluster: the flags (a bad one is a usage error),
+    # else TF_CONFIG.
+    task = clusters.resolve(
+        FLAGS.job_name, FLAGS.task_index, FLAGS.ps_hosts, FLAGS.worker_hosts,
+        startup_wait_secs=FLAGS.startup_wait_secs,
+        operation_timeout_secs=FLAGS.operation_timeout_secs)
   except ValueError as e:
-    raise app.UsageError(str(e))
-  if os.environ.get('TF_CONFIG') and (FLAGS.job_name or FLAGS.ps_hosts or
-                                      FLAGS.worker_hosts):
-    print('Cluster flags given: ignoring the TF_CONFIG environment variable.')
-  if job_name == clusters.EVALUATOR:
+    sys.exit(str(e))  # TF_CONFIG at fault: one line, without the usage text.
+  if task.job_name == 'evaluator':
     if FLAGS.run_once:
       raise app.UsageError('--run_once does not apply to the evaluator task, '
                            'which follows training until --max_steps')
     # Joins no cluster: follows the chief's checkpoints in --train_dir, as
     # cifar10_eval.py does, until the one at --max_steps; from TF_CONFIG it
     # stops when the chief stays away.
-    sleep = (clusters.ChiefWatch(cluster, FLAGS.startup_wait_secs)
-             .sleep if cluster else time.sleep)
+    sleep = clusters.ChiefWatch(task).sleep if task.cluster else time.sleep
     try:
       last = cifar10_eval.evaluate_as_flagged(
           FLAGS, FLAGS.train_dir, until_step=FLAGS.max_steps, sleep=sleep)[-1]
@@ -353,13 +327,14 @@ def main(argv):
           '%.3f.' % (last['checkpoint'], last['global_step'], FLAGS.max_steps,
                      last['precision']), flush=True)
     return
-  if clusters.is_chief(cluster, job_name, task_index):
+  if task.is_chief:
     run_flags.check_flag_writable_dir('train_dir', FLAGS.train_dir)
+  cluster, job_name, task_index = task.cluster, task.job_name, task.task_index
   print('PS hosts are: %s' % ','.join(cluster['ps']))
-  if clusters.chief_job(cluster) != 'worker':
-    print('Chief host is: %s' % cluster[clusters.chief_job(cluster)][0])
+  if task.chief_job != 'worker':
+    print('Chief host is: %s' % cluster[task.chief_job][0])
   print('Worker hosts are: %s' % ','.join(cluster.get('worker', [])))
-  print('This task: /job:%s/task:%d' % (job_name, task_index), flush=True)
+  print('This task: %s' % task.name, flush=True)
 
   try:
     server = tf.train.Server(
@@ -383,32 +358,24 @@ def main(argv):
   replicas = None
   if FLAGS.sync_replicas:
     # The chief trains too: one replica per training task.
-    num_replicas = len(clusters.training_tasks(cluster))
+    num_replicas = len(task.training_tasks)
     replicas = (num_replicas if FLAGS.replicas_to_aggregate == -1
                 else FLAGS.replicas_to_aggregate)
     print('SyncReplicas enabled: replicas_to_aggregate=%d; '
           'total_num_replicas=%d' % (replicas, num_replicas))
-  # Workers compute on their CPUs (WorkerSettings.device): float16 never
-  # arises.
-  compute_dtype = mixed_precision.compute_dtype_for_this_machine(
-      FLAGS.mixed_precision, on_gpu=False, use_fp16=FLAGS.use_fp16)
-  settings = run_flags.from_flags(FLAGS, compute_dtype)
-  worker = clusters.WorkerSettings(
-      server.target, cluster, task_index, sync_replicas=FLAGS.sync_replicas,
-      replicas_to_aggregate=replicas,
-      startup_wait_secs=FLAGS.startup_wait_secs,
-      operation_timeout_secs=FLAGS.operation_timeout_secs, job_name=job_name)
-  label = worker.label
+  # Workers compute on their CPUs (clusters.Task.device): float16 never
+  # arises. The chief checked --train_dir above.
+  settings = run_flags.from_flags(FLAGS, gpu=False, check_train_dir=False)
+  label = task.label
   print('%s: waiting up to %d s for the ps tasks.'
         % (label, FLAGS.startup_wait_secs), flush=True)
   try:
-    clusters.wait_for_addresses(clusters.tasks_of(cluster, 'ps'),
-                                FLAGS.startup_wait_secs)
-    clusters.exit_when_a_ps_task_stays_away(
-        label, clusters.tasks_of(cluster, 'ps'), FLAGS.startup_wait_secs)
-    download.prepare(FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5,
-                     FLAGS.dataset)
-    stop_signal = train(settings, worker)
+    # From then on, a ps task away that long ends this task.
+    clusters.wait_for_ps_tasks(task)
+    data_set = download.prepare(FLAGS.data_dir, FLAGS.data_url,
+                                FLAGS.data_md5, FLAGS.dataset)
+    stop_signal = train(settings, data_set, task, server.target,
+                        replicas=replicas)
   except (TimeoutError, ClusterError) + train_dirs.RUN_ERRORS as e:
     sys.exit('%s: %s' % (label, e))
   signals.exit_if_stopped(stop_signal)

@@ -26,7 +26,6 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 from cifar10_support import checkpoints
-from cifar10_support import data_files
 from cifar10_support import evaluation
 from cifar10_support import run_flags
 from cifar10_support import sessions
@@ -61,13 +60,10 @@ merged `summary_op`, and `variables_to_restore`: checkpoint key -> variable,
 restored from its moving average."""
 
 
-def build_eval_graph(settings, use_fp16=False, data_set=None):
-  """The EvalGraph of an evaluation.EvalSettings, in the default graph;
-  use_fp16: the checkpoint holds float16 weights; data_set: the
-  data_files.DataSet read (None: settings.dataset's in settings.data_dir),
-  whose class count the model takes."""
-  data_set = data_set or data_files.describe(settings.data_dir,
-                                             settings.dataset)
+def build_eval_graph(settings, data_set, use_fp16=False):
+  """The EvalGraph of an evaluation.EvalSettings, in the default graph, for
+  data_files.DataSet data_set, whose class count the model takes; use_fp16:
+  the checkpoint holds float16 weights."""
   # The input is read once, in file order, so no example counts twice.
   images, labels = cifar10.inputs(settings.eval_data, settings.data_dir,
                                   settings.batch_size, use_fp16=use_fp16,
@@ -114,14 +110,15 @@ def count_examples(sess, eval_graph, num_examples):
   return tuple(np.concatenate(parts[k]) for k in fetches) + (summary,)
 
 
-def eval_once(checkpoint_path, settings, eval_dir=None):
+def eval_once(checkpoint_path, settings, data_set, eval_dir=None):
   """Evaluates one checkpoint on the first settings.num_examples examples.
 
   Args:
     checkpoint_path: checkpoint prefix, e.g. '/tmp/cifar10_train/model.ckpt-0';
       the model takes the dtype of its weights (--use_fp16 ones too).
-    settings: an evaluation.EvalSettings that evaluation.check_settings
-      accepts.
+    settings: an evaluation.EvalSettings.
+    data_set: the data_files.DataSet of settings.data_dir, whose files it
+      reads (evaluation.fetch_data_then_settings').
     eval_dir: where summaries go; None writes none.
 
   Returns:
@@ -138,19 +135,17 @@ def eval_once(checkpoint_path, settings, eval_dir=None):
     checkpoints.CheckpointUnreadableError: its files are missing or
       incomplete.
   """
-  data_set = data_files.describe(settings.data_dir, settings.dataset)
   num_examples = settings.num_examples or data_set.records(
       data_set.eval_files(settings.eval_data))
   reader, dtype, global_step = checkpoints.open_model_checkpoint(
-      checkpoint_path)
-  checkpoints.check_classes(checkpoint_path, data_set, reader)
+      checkpoint_path, data_set=data_set)
   # --mixed_precision does not apply to float16 weights.
   fp16_note = dtype != tf.float32 and settings.compute_dtype is not None
   if fp16_note:
     settings = settings._replace(compute_dtype=None)
   with tf.Graph().as_default() as graph:
-    eval_graph = build_eval_graph(settings, use_fp16=dtype == tf.float16,
-                                  data_set=data_set)
+    eval_graph = build_eval_graph(settings, data_set,
+                                  use_fp16=dtype == tf.float16)
     checkpoints.check_averages_restorable(
         reader, eval_graph.variables_to_restore, checkpoint_path)
     print('%s: evaluating %s (global step %d, %s weights) on %d %s examples'
@@ -199,8 +194,8 @@ def eval_once(checkpoint_path, settings, eval_dir=None):
           'confusion': report.confusion}
 
 
-def evaluate(checkpoint_dir, eval_dir, settings, max_evaluations=None,
-             sleep=time.sleep, settings_checked=False):
+def evaluate(checkpoint_dir, eval_dir, settings, data_set,
+             max_evaluations=None, sleep=time.sleep):
   """Evaluates the newest checkpoint in checkpoint_dir once (run_once), or
   each new one as training writes them, skipping, with a line, one that was
   pruned or half written when read or holds another model; returns the list
@@ -208,26 +203,21 @@ def evaluate(checkpoint_dir, eval_dir, settings, max_evaluations=None,
 
   Args:
     eval_dir: where summaries go; created if missing, never deleted.
-    settings: an evaluation.EvalSettings; settings_checked: the caller has
-      checked them already.
+    settings, data_set: as eval_once's.
     max_evaluations: int or None; following training, return after this many.
     sleep: called with settings.eval_interval_secs to wait.
 
   Raises:
-    ValueError: bad settings or data files, before any graph is built.
     checkpoints.CheckpointError: no checkpoint with run_once, or one without
       the model or its moving averages; following, one of other classes.
   """
-  if not settings_checked:
-    evaluation.check_settings(settings)
   tf.io.gfile.makedirs(eval_dir)
   results = []
   for path in evaluation.new_checkpoints(
       checkpoint_dir, settings.run_once, settings.eval_interval_secs, sleep):
     try:
-      results.append(eval_once(path, settings, eval_dir))
-    except (checkpoints.CheckpointUnreadableError,
-            checkpoints.CheckpointMismatchError) as e:
+      results.append(eval_once(path, settings, data_set, eval_dir))
+    except checkpoints.UnusableCheckpointError as e:
       if settings.run_once:
         raise
       print('Skipping: %s.' % e, flush=True)
@@ -251,22 +241,21 @@ def evaluate_as_flagged(flag_values, checkpoint_dir, until_step=None,
     print('Note: --use_fp16 is not needed here; the model takes the dtype '
           'of the weights in each checkpoint.')
   try:
-    settings = evaluation.fetch_data_then_settings(flag_values)
-  except ValueError as e:  # cifar10_input.DataError is one too
+    settings, data_set = evaluation.fetch_data_then_settings(flag_values)
+  except ValueError as e:  # data_files.DataError is one too
     fail(str(e).replace('num_examples=', '--num_examples='))
   try:
     return evaluate(checkpoint_dir, flag_values.eval_dir,
-                    settings._replace(until_step=until_step), sleep=sleep,
-                    settings_checked=True)
+                    settings._replace(until_step=until_step), data_set,
+                    sleep=sleep)
   except ValueError as e:  # CheckpointError; DataError: a names file.
     fail(e)
 
 
 # Output closed early (`| head`): exit status 141 at once, quietly.
-@signals.ends_quietly_when_output_closes
+@signals.script_main()
 def main(argv):
-  run_flags.check_no_arguments(argv)
-  console.quiet_python_logs()
+  del argv  # Flags only.
   evaluate_as_flagged(FLAGS, FLAGS.checkpoint_dir)
 
 

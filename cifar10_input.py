@@ -37,21 +37,11 @@ IMAGE_SIZE = 24
 NUM_CLASSES = 10
 NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN = 50000
 
-# The data files, their record layout and their check are
-# cifar10_support/data_files.py's (the download checks what it extracts with
-# them); they keep their names here.
-LABEL_BYTES = data_files.LABEL_BYTES
-HEIGHT, WIDTH, DEPTH = data_files.HEIGHT, data_files.WIDTH, data_files.DEPTH
-RECORD_BYTES = data_files.RECORD_BYTES  # 3073
-CLASS_NAMES = data_files.CLASS_NAMES
-TRAIN_FILES = data_files.TRAIN_FILES
-CIFAR10 = data_files.CIFAR10
-DataError = data_files.DataError
-check_data_files = data_files.check_data_files
-check_batch_size = data_files.check_batch_size
+# Every record's image, in every layout.
+HEIGHT, WIDTH, DEPTH = 32, 32, 3
 
 # Threads that run the reader and the preprocessing in parallel.
-NUM_PREPROCESS_THREADS = data_files.NUM_PREPROCESS_THREADS  # 16
+NUM_PREPROCESS_THREADS = 16
 # Part of an epoch kept in the shuffling queue, so batches mix well.
 MIN_FRACTION_OF_EXAMPLES_IN_QUEUE = 0.4
 # Records each queue-runner step reads and preprocesses together.
@@ -71,7 +61,7 @@ class CIFAR10Record(object):
     self.uint8image = uint8image
 
 
-def read_cifar10(filename_queue, layout=CIFAR10):
+def read_cifar10(filename_queue, layout=data_files.CIFAR10):
   """Reads the next example from a queue of CIFAR-10 files: the original's
   reader, one record per call (the pipelines use `read_cifar10_chunk`).
 
@@ -112,7 +102,7 @@ def _decode(values, layout):
   return labels, planes
 
 
-def read_cifar10_chunk(filename_queue, layout=CIFAR10):
+def read_cifar10_chunk(filename_queue, layout=data_files.CIFAR10):
   """Replaces `read_cifar10` in the pipelines: up to READ_CHUNK records per
   call (tf.FixedLengthRecordReader's read_up_to, not read), as the colour
   planes the files store.
@@ -205,12 +195,12 @@ def distorted_inputs(data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS,
     labels: 1-D int32 tensor of [batch_size].
 
   Raises:
-    ValueError: if a data file is missing or malformed, or batch_size < 1.
+    ValueError: if a data file is missing or not whole records (their
+      labels are checked where the data is prepared: download.prepare).
   """
-  check_batch_size(batch_size)
   data_set = data_set or data_files.describe_directory(data_dir)
   filenames = data_set.paths(data_set.train_files)
-  num_records = data_set.check(data_set.train_files)
+  num_records = data_set.check(data_set.train_files, labels=False)
 
   # The reader and the preprocessing run on the CPU so that an accelerator
   # only ever sees ready batches.
@@ -282,14 +272,13 @@ def inputs(eval_data, data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS,
     labels: 1-D int32 tensor of [batch_size].
 
   Raises:
-    ValueError: on a bad eval_data or batch_size, or a missing or malformed
-      data file.
+    ValueError: on a bad eval_data, or a data file that is missing or not
+      whole records (see distorted_inputs).
   """
-  check_batch_size(batch_size)
   data_set = data_set or data_files.describe_directory(data_dir)
   names = data_set.eval_files(eval_data)
   filenames = data_set.paths(names)
-  num_records = data_set.check(names)
+  num_records = data_set.check(names, labels=False)
 
   with tf.device('/cpu:0'):
     with tf.name_scope('input'):

@@ -354,9 +354,8 @@ def convert(root, data_dir, test_fraction=0.2, skip_bad_files=False,
 
 
 # Output closed early (`| head`): exit status 141 at once, quietly.
-@signals.ends_quietly_when_output_closes
+@signals.script_main(arguments=True)
 def main(argv):
-  console.quiet_python_logs()
   if len(argv) != 2:
     raise app.UsageError('Give one folder of pictures: cifar10_make_dataset.py '
                          'PICTURES --data_dir=DIR')

@@ -39,22 +39,20 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 import cifar10_input
-import cifar10_train  # its flags
-from cifar10_support import checkpoints
-from cifar10_support import data_files
 from cifar10_support import download
 from cifar10_support import mixed_precision
 from cifar10_support import progress
 from cifar10_support import run_flags
-from cifar10_support import sessions
 from cifar10_support import signals
 from cifar10_support import summaries
 from cifar10_support import towers
 from cifar10_support import train_dirs
 
 FLAGS = flags.FLAGS
-# --help lists the flags it shares with cifar10_train.py too.
-flags.adopt_module_key_flags(cifar10_train)
+# cifar10_train.py's flags, which --help lists too.
+run_flags.define_train_flags()
+flags.adopt_module_key_flags(cifar10)
+flags.adopt_module_key_flags(run_flags)
 
 flags.DEFINE_integer('num_gpus', 1, 'How many GPUs to use: one tower on each '
                      '(with --tower_device=cpu, on each of as many virtual CPU '
@@ -97,12 +95,7 @@ def average_gradients(tower_grads):
 
   Returns:
     List of (mean gradient, variable) pairs, in that order.
-
-  Raises:
-    ValueError: naming the tower and variable, if a tower's variables differ
-      from tower 0's or a gradient is None.
   """
-  towers.check_gradients(tower_grads)
   averaged = []
   for pairs in zip(*tower_grads):
     grads = [grad for grad, _ in pairs]
@@ -112,17 +105,16 @@ def average_gradients(tower_grads):
 
 
 def build_towers(opt, tower_batches, tower_device, compute_dtype=None,
-                 loss_scale=None, num_classes=cifar10.NUM_CLASSES):
+                 num_classes=cifar10.NUM_CLASSES):
   """Builds one model replica per batch, each on its own device.
 
   Args:
-    opt: the optimizer whose `compute_gradients` each tower calls.
+    opt: the optimizer whose `compute_gradients` each tower calls (for
+      float16 compute_dtype, mixed_precision.optimizer's, scaling the loss).
     tower_batches: one (images, labels) pair per tower: float images
       [batch, 24, 24, 3] and labels [batch].
     tower_device: 'gpu' or 'cpu'; tower i runs on /<tower_device>:i.
     compute_dtype: None, or cifar10.inference's mixed-precision dtype.
-    loss_scale: a mixed_precision.LossScale for float16, or None; the
-      towers' gradients are then of the scaled loss.
     num_classes: int, the data set's classes.
 
   Returns:
@@ -142,8 +134,7 @@ def build_towers(opt, tower_batches, tower_device, compute_dtype=None,
         logits = cifar10.inference(images, compute_dtype, num_classes)
         tower_losses.append(cifar10.loss(logits, labels, scope=scope))
         tf.get_variable_scope().reuse_variables()
-        tower_grads.append(mixed_precision.compute_gradients(
-            opt, tower_losses[-1], loss_scale))
+        tower_grads.append(opt.compute_gradients(tower_losses[-1]))
   return tower_grads, tower_losses, scope
 
 
@@ -203,12 +194,11 @@ def build_train_step(tower_batches, global_step, batch_size,
     num_examples_per_epoch = data_set.records(data_set.train_files)
   lr = cifar10.learning_rate(global_step, batch_size, num_towers,
                             num_examples_per_epoch)
-  opt = tf.train.GradientDescentOptimizer(lr)
-  loss_scale = (mixed_precision.dynamic_loss_scale()
-                if mixed_precision.needs_loss_scale(compute_dtype) else None)
+  opt = mixed_precision.optimizer(tf.train.GradientDescentOptimizer(lr),
+                                  compute_dtype)
   tower_grads, tower_losses, last_scope = build_towers(
       opt, tower_batches, tower_device, compute_dtype=compute_dtype,
-      loss_scale=loss_scale, num_classes=num_classes)
+      num_classes=num_classes)
 
   with tf.device('/cpu:0'):
     # Built once, outside the reused variable scope, for the last tower; in
@@ -220,8 +210,7 @@ def build_train_step(tower_batches, global_step, batch_size,
     # from variable scopes and summary tags are set before this.
     with tf.name_scope('average_gradients'):
       grads = average_gradients(tower_grads)
-    apply_gradient_op, grads = mixed_precision.apply_gradients(
-        opt, grads, global_step, loss_scale)
+    apply_gradient_op = opt.apply_gradients(grads, global_step=global_step)
     cifar10.add_weight_and_gradient_summaries(grads)
     with tf.name_scope('moving_averages'):
       train_op = cifar10.apply_moving_averages(
@@ -237,16 +226,16 @@ def build_train_step(tower_batches, global_step, batch_size,
                    tower_grads=tower_grads, summaries=tower_summaries)
 
 
-def train(settings, num_towers=1, tower_device='gpu', config=None):
+def train(settings, data_set, num_towers=1, tower_device='gpu', config=None):
   """Trains with `num_towers` towers up to global step settings.max_steps.
 
   Args:
     settings: a run_flags.TrainSettings; batch_size is per tower.
+    data_set: as `cifar10_train.train`'s.
     num_towers: int, model replicas, one per device.
     tower_device: 'gpu' or 'cpu', see sessions.training_config.
-    config: the session's tf.ConfigProto, e.g. towers.split_gpus_config's
-      (its thread counts are set from settings.threads); None for
-      sessions.training_config's.
+    config: the session's tf.ConfigProto (towers.session_config's); None
+      for one made here.
 
   Returns:
     A dict as `cifar10_train.train`'s; 'loss' is the towers' mean and
@@ -255,17 +244,16 @@ def train(settings, num_towers=1, tower_device='gpu', config=None):
   Raises:
     As `cifar10_train.train`.
   """
-  if tower_device == 'gpu' and config is None:
-    visible = sessions.visible_gpus()
-    if visible < num_towers:
-      print(towers.fallback_message(num_towers, visible))
-  data_set = data_files.describe(settings.data_dir, settings.dataset)
+  if config is None:
+    config = towers.session_config(
+        num_towers, tower_device, settings.threads,
+        log_device_placement=settings.log_device_placement)
   with train_dirs.claim(settings.train_dir, settings.fresh_start,
                         data_set) as start:
     if start.nothing_to_train(settings.max_steps):
       return {'global_step': start.step, 'loss': None,
               'examples_per_sec': None, 'signal': None}
-    with tf.Graph().as_default(), signals.stop_requests() as stop_signals:
+    with tf.Graph().as_default():
       with tf.device('/cpu:0'):
         global_step = tf.train.get_or_create_global_step()
       tower_batches = tower_input_batches(
@@ -277,87 +265,57 @@ def train(settings, num_towers=1, tower_device='gpu', config=None):
           tower_device=tower_device, compute_dtype=settings.compute_dtype,
           data_set=data_set)
 
-      # The checkpoint found above, once it fits this graph, restored by the
-      # session's scaffold (whose saver writes this run's checkpoints); the
-      # summaries are the global ones and the last tower's.
-      summary_op = tf.summary.merge(step.summaries)
-      plan = start.restore_plan()
-      scaffold = checkpoints.restoring_scaffold(plan, settings.train_dir,
-                                                summary_op=summary_op)
+      # Its sessions restore the checkpoint found above, once it fits this
+      # graph; its saver writes this run's checkpoints.
+      scaffold = start.scaffold()
 
       # examples/sec counts every tower; sec/batch is per tower batch, as in
       # the original.
       logger = progress.StepLogger(step.loss, settings.batch_size,
-                                   settings.log_frequency,
+                                   settings.log_frequency, settings.train_dir,
                                    batches_per_step=num_towers)
-      # Summaries and checkpoints are written after the NaN check, so that
-      # a diverged step is never saved.
+      stop = signals.StopOnSignal()
+      # In this order: a NaN loss (the logger) stops training before its
+      # step's summaries (the global ones and the last tower's) and
+      # checkpoint are written.
       hooks = [tf.train.StopAtStepHook(last_step=settings.max_steps),
-               tf.train.NanTensorHook(step.loss),
-               logger,
+               logger, stop,
                summaries.SummaryHook(settings.train_dir,
                                      settings.save_summaries_steps,
-                                     settings.max_steps, summary_op),
-               tf.train.CheckpointSaverHook(
-                   settings.train_dir, scaffold=scaffold,
-                   save_steps=settings.save_checkpoint_steps or None,
-                   save_secs=(None if settings.save_checkpoint_steps
-                              else settings.save_checkpoint_secs),
-                   listeners=[progress.SaveAnnouncer(settings.train_dir,
-                                                     settings.max_steps)])]
-      if config:
-        config = sessions.set_threads(config, settings.threads, num_towers)
-      else:
-        config = sessions.training_config(settings.threads, num_towers,
-                                          tower_device,
-                                          settings.log_device_placement)
-      try:
-        # Creating the session writes the first checkpoint.
-        with train_dirs.stop_on_full_disk(settings.train_dir), \
-            tf.train.MonitoredTrainingSession(
-                # Its own savers would run before every hook, the NaN check
-                # included: off, the hooks above save instead.
-                checkpoint_dir=None, save_checkpoint_secs=None,
-                save_checkpoint_steps=None, save_summaries_steps=None,
-                save_summaries_secs=None,
-                # Its step counter writes global_step/sec with the summaries.
-                summary_dir=settings.train_dir,
-                log_step_count_steps=settings.save_summaries_steps or None,
-                scaffold=scaffold, hooks=hooks, config=config) as mon_sess:
-          while not mon_sess.should_stop() and not stop_signals:
-            mon_sess.run(step.train_op)
-      except tf.train.NanLossDuringTrainingError:
-        # That step is not saved: name the checkpoint a new run resumes from.
-        raise train_dirs.diverged_error(logger.global_step,
-                                        settings.train_dir) from None
+                                     settings.max_steps,
+                                     tf.summary.merge(step.summaries)),
+               train_dirs.CheckpointSaverHook(
+                   settings.train_dir, scaffold, settings.max_steps,
+                   save_steps=settings.save_checkpoint_steps,
+                   save_secs=settings.save_checkpoint_secs)]
+      # No checkpoint_dir: the session's own savers, which would write before
+      # the hooks above run, are off. Creating it writes the first checkpoint.
+      with tf.train.MonitoredTrainingSession(
+          scaffold=scaffold, hooks=hooks, config=config) as mon_sess:
+        while not mon_sess.should_stop():
+          mon_sess.run(step.train_op)
 
-  progress.report_end(settings.train_dir, logger.global_step, stop_signals)
+  progress.report_end(settings.train_dir, logger.global_step, stop.signal)
   return {'global_step': logger.global_step, 'loss': logger.last_loss,
           'examples_per_sec': logger.last_examples_per_sec,
-          'signal': stop_signals[0] if stop_signals else None}
+          'signal': stop.signal}
 
 
-# Output closed before training (`| head`): exit status 141 at once, quietly;
-# during training the step lines stop it, as SIGTERM does (signals.print_line).
-@signals.ends_quietly_when_output_closes
+# As cifar10_train.py's: one line and exit status 1 for these errors.
+@signals.script_main(train_dirs.RUN_ERRORS)
 def main(argv):
-  run_flags.check_no_arguments(argv)
-  console.quiet_python_logs()
-  config = None
-  if FLAGS.split_gpus:
-    config = towers.split_gpus_config(FLAGS.num_gpus, FLAGS.tower_device,
-                                    FLAGS.split_gpu_memory_mb,
-                                    FLAGS.log_device_placement)
-  run_flags.check_flag_writable_dir('train_dir', FLAGS.train_dir)
+  del argv  # Flags only.
   # --tower_device=cpu keeps the towers on CPU devices even beside a GPU.
-  on_gpu = FLAGS.tower_device == 'gpu' and sessions.has_gpu()
-  compute_dtype = mixed_precision.compute_dtype_for_this_machine(
-      FLAGS.mixed_precision, on_gpu, FLAGS.use_fp16)
-  settings = run_flags.from_flags(FLAGS, compute_dtype)
-  with train_dirs.run_errors_end_the_process():
-    download.prepare(FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5,
-                     FLAGS.dataset)
-    result = train(settings, FLAGS.num_gpus, FLAGS.tower_device, config)
+  settings = run_flags.from_flags(FLAGS, gpu=FLAGS.tower_device == 'gpu')
+  config = towers.session_config(
+      FLAGS.num_gpus, FLAGS.tower_device, settings.threads,
+      split_gpus=FLAGS.split_gpus,
+      split_gpu_memory_mb=FLAGS.split_gpu_memory_mb,
+      log_device_placement=FLAGS.log_device_placement)
+  data_set = download.prepare(FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5,
+                              FLAGS.dataset)
+  result = train(settings, data_set, FLAGS.num_gpus, FLAGS.tower_device,
+                 config=config)
   signals.exit_if_stopped(result['signal'])
 
 

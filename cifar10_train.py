@@ -24,10 +24,7 @@ from absl import flags
 import tensorflow.compat.v1 as tf
 
 import cifar10
-from cifar10_support import checkpoints
-from cifar10_support import data_files
 from cifar10_support import download
-from cifar10_support import mixed_precision
 from cifar10_support import progress
 from cifar10_support import run_flags
 from cifar10_support import sessions
@@ -36,46 +33,22 @@ from cifar10_support import summaries
 from cifar10_support import train_dirs
 
 FLAGS = flags.FLAGS
-# --help lists cifar10.py's and run_flags' flags too: this script reads them.
+# --train_dir, --max_steps, --log_frequency, --log_device_placement (the
+# original's), --fresh_start and when to save; cifar10.py defines
+# --batch_size, --data_dir and --use_fp16, run_flags --dataset and the rest.
+# --help lists them all: this script reads them.
+run_flags.define_train_flags()
 flags.adopt_module_key_flags(cifar10)
 flags.adopt_module_key_flags(run_flags)
 
-flags.DEFINE_string('train_dir', '/tmp/cifar10_train',
-                    'Directory where to write event logs and checkpoint.')
-# The defaults are run_flags.TRAIN_DEFAULTS, the Python API's too.
-flags.DEFINE_integer('max_steps', run_flags.TRAIN_DEFAULTS.max_steps,
-                     'Number of batches to run.',
-                     lower_bound=1)
-flags.DEFINE_boolean('log_device_placement',
-                     run_flags.TRAIN_DEFAULTS.log_device_placement,
-                     'Whether to log device placement.')
-flags.DEFINE_integer('log_frequency', run_flags.TRAIN_DEFAULTS.log_frequency,
-                     'How often to log results to the console.',
-                     lower_bound=1)
-flags.DEFINE_boolean('fresh_start', run_flags.TRAIN_DEFAULTS.fresh_start,
-                     'Delete what is in --train_dir (checkpoints and '
-                     'events) and train from step 0 instead of resuming.')
-flags.DEFINE_integer('save_checkpoint_secs',
-                     run_flags.TRAIN_DEFAULTS.save_checkpoint_secs,
-                     'Seconds between checkpoints (one is also written at '
-                     'the start and at the end).', lower_bound=1)
-flags.DEFINE_integer('save_summaries_steps',
-                     run_flags.TRAIN_DEFAULTS.save_summaries_steps,
-                     'Global steps between TensorBoard summaries (one is also '
-                     'written after the first step and at the last); 0 '
-                     'writes none.', lower_bound=0)
-flags.DEFINE_integer('save_checkpoint_steps',
-                     run_flags.TRAIN_DEFAULTS.save_checkpoint_steps,
-                     'If positive, write a checkpoint every this many steps '
-                     'instead of every --save_checkpoint_secs.',
-                     lower_bound=0)
 
-
-def train(settings):
+def train(settings, data_set):
   """Trains up to global step settings.max_steps, resuming from train_dir.
 
   Args:
     settings: a run_flags.TrainSettings.
+    data_set: the data_files.DataSet of settings.data_dir, whose training
+      files it reads (download.prepare's).
 
   Returns:
     A dict with 'global_step' (int, where training stopped), 'loss' (float,
@@ -85,14 +58,12 @@ def train(settings):
     checkpoint; None otherwise).
 
   Raises:
-    train_dirs.RUN_ERRORS: cifar10_input.DataError (a data file is missing
-      or malformed), train_dirs.DivergedError (the loss became NaN; that
-      step is not saved), train_dirs.DiskFullError, a busy train_dir, or
+    train_dirs.RUN_ERRORS: data_files.DataError (a data file is missing
+      or malformed), progress.DivergedError (the loss became NaN; that step
+      is not saved), train_dirs.DiskFullError, a busy train_dir, or
       checkpoints.ResumeError (the newest checkpoint is of another model,
       or of other classes than the data's; train_dir is left as it was).
   """
-  # The data set as its files describe it: classes, training records.
-  data_set = data_files.describe(settings.data_dir, settings.dataset)
   # Lock train_dir and find where training starts: the newest checkpoint that
   # restores, of the data's classes, or step 0 (--fresh_start empties it
   # first).
@@ -101,7 +72,7 @@ def train(settings):
     if start.nothing_to_train(settings.max_steps):
       return {'global_step': start.step, 'loss': None,
               'examples_per_sec': None, 'signal': None}
-    with tf.Graph().as_default(), signals.stop_requests() as stop_signals:
+    with tf.Graph().as_default():
       with tf.device('/cpu:0'):
         global_step = tf.train.get_or_create_global_step()
 
@@ -119,75 +90,52 @@ def train(settings):
       # updates the model parameters.
       train_op = cifar10.train(
           loss, global_step, settings.batch_size,
-          loss_scaling=mixed_precision.needs_loss_scale(settings.compute_dtype),
+          compute_dtype=settings.compute_dtype,
           num_examples_per_epoch=data_set.records(data_set.train_files))
 
-      # The checkpoint found above, once it fits this graph, restored by the
-      # session's scaffold (whose saver writes this run's checkpoints).
-      plan = start.restore_plan()
-      scaffold = checkpoints.restoring_scaffold(plan, settings.train_dir)
+      # Its sessions restore the checkpoint found above, once it fits this
+      # graph; its saver writes this run's checkpoints.
+      scaffold = start.scaffold()
 
       logger = progress.StepLogger(loss, settings.batch_size,
-                                   settings.log_frequency)
-      # Summaries and checkpoints are written after the NaN check, so that
-      # a diverged step is never saved.
+                                   settings.log_frequency, settings.train_dir)
+      stop = signals.StopOnSignal()
+      # In this order: a NaN loss (the logger) stops training before its
+      # step's summaries and checkpoint are written.
       hooks = [tf.train.StopAtStepHook(last_step=settings.max_steps),
-               tf.train.NanTensorHook(loss),
-               logger,
+               logger, stop,
                summaries.SummaryHook(settings.train_dir,
                                      settings.save_summaries_steps,
                                      settings.max_steps),
-               tf.train.CheckpointSaverHook(
-                   settings.train_dir, scaffold=scaffold,
-                   save_steps=settings.save_checkpoint_steps or None,
-                   save_secs=(None if settings.save_checkpoint_steps
-                              else settings.save_checkpoint_secs),
-                   listeners=[progress.SaveAnnouncer(settings.train_dir,
-                                                     settings.max_steps)])]
+               train_dirs.CheckpointSaverHook(
+                   settings.train_dir, scaffold, settings.max_steps,
+                   save_steps=settings.save_checkpoint_steps,
+                   save_secs=settings.save_checkpoint_secs)]
       config = sessions.training_config(
           settings.threads, log_device_placement=settings.log_device_placement)
-      try:
-        # Creating the session writes the first checkpoint.
-        with train_dirs.stop_on_full_disk(settings.train_dir), \
-            tf.train.MonitoredTrainingSession(
-                # Its own savers would run before every hook, the NaN check
-                # included: off, the hooks above save instead.
-                checkpoint_dir=None, save_checkpoint_secs=None,
-                save_checkpoint_steps=None, save_summaries_steps=None,
-                save_summaries_secs=None,
-                # Its step counter writes global_step/sec with the summaries.
-                summary_dir=settings.train_dir,
-                log_step_count_steps=settings.save_summaries_steps or None,
-                scaffold=scaffold, hooks=hooks, config=config) as mon_sess:
-          while not mon_sess.should_stop() and not stop_signals:
-            mon_sess.run(train_op)
-      except tf.train.NanLossDuringTrainingError:
-        # That step is not saved: name the checkpoint a new run resumes from.
-        raise train_dirs.diverged_error(logger.global_step,
-                                        settings.train_dir) from None
+      # No checkpoint_dir: the session's own savers, which would write before
+      # the hooks above run, are off. Creating it writes the first checkpoint.
+      with tf.train.MonitoredTrainingSession(
+          scaffold=scaffold, hooks=hooks, config=config) as mon_sess:
+        while not mon_sess.should_stop():
+          mon_sess.run(train_op)
 
-  progress.report_end(settings.train_dir, logger.global_step, stop_signals)
+  progress.report_end(settings.train_dir, logger.global_step, stop.signal)
   return {'global_step': logger.global_step, 'loss': logger.last_loss,
           'examples_per_sec': logger.last_examples_per_sec,
-          'signal': stop_signals[0] if stop_signals else None}
+          'signal': stop.signal}
 
 
-# Output closed before training (`| head`): exit status 141 at once, quietly;
-# during training the step lines stop it, as SIGTERM does (signals.print_line).
-@signals.ends_quietly_when_output_closes
+# A bad data file, a NaN loss, a full disk, a busy or foreign train_dir: one
+# line, exit status 1. A closed output (`| head`) stops training as SIGTERM
+# does (signals.print_line), before training ends the process at once.
+@signals.script_main(train_dirs.RUN_ERRORS)
 def main(argv):
-  run_flags.check_no_arguments(argv)
-  console.quiet_python_logs()
-  run_flags.check_flag_writable_dir('train_dir', FLAGS.train_dir)
-  # The model runs on a GPU when one is visible (TensorFlow's placement).
-  compute_dtype = mixed_precision.compute_dtype_for_this_machine(
-      FLAGS.mixed_precision, sessions.has_gpu(), FLAGS.use_fp16)
-  settings = run_flags.from_flags(FLAGS, compute_dtype)
-  # A bad data file, a NaN loss, a full disk: one line, exit status 1.
-  with train_dirs.run_errors_end_the_process():
-    download.prepare(FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5,
-                     FLAGS.dataset)
-    result = train(settings)
+  del argv  # Flags only.
+  settings = run_flags.from_flags(FLAGS)
+  data_set = download.prepare(FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5,
+                              FLAGS.dataset)
+  result = train(settings, data_set)
   # Stopped by Ctrl-C, SIGTERM or a closed output: the final checkpoint is
   # written.
   signals.exit_if_stopped(result['signal'])

@@ -40,6 +40,7 @@ from cifar10_support import checkpoints
 from cifar10_support import download
 from cifar10_support import evaluation
 from cifar10_support import mixed_precision
+from cifar10_support import progress
 from cifar10_support import sessions
 from cifar10_support import signals
 from cifar10_support import train_dirs
@@ -143,10 +144,11 @@ def _saved_at(checkpoint):
   return os.stat(checkpoint + '.index').st_mtime
 
 
-def train_and_evaluate(settings, steps, eval_settings):
+def train_and_evaluate(settings, steps, eval_settings, data_set):
   """Trains to each of `steps` (increasing) in turn from an empty train_dir,
   each leg resuming from the last one's checkpoint and evaluated before the
-  next (so the trainer's keeping only five never matters).
+  next (so the trainer's keeping only five never matters); data_set is
+  settings.data_dir's data_files.DataSet.
 
   Returns:
     (results, train_wall_s): a dict per step, 'step' (int), 'wall_s',
@@ -162,7 +164,8 @@ def train_and_evaluate(settings, steps, eval_settings):
   results, trained, previous = [], 0.0, None
   for step in steps:
     began = time.time()
-    outcome = cifar10_train.train(settings._replace(max_steps=step))
+    outcome = cifar10_train.train(settings._replace(max_steps=step),
+                                  data_set)
     ended = time.time()
     signals.exit_if_stopped(outcome['signal'])
     path = checkpoints.newest(settings.train_dir)
@@ -175,7 +178,7 @@ def train_and_evaluate(settings, steps, eval_settings):
     evaluating = time.time()
     # eval_once's own lines (the per-class table) would bury the table.
     with contextlib.redirect_stdout(io.StringIO()):
-      result = cifar10_eval.eval_once(path, eval_settings)
+      result = cifar10_eval.eval_once(path, eval_settings, data_set)
     print('%s: step %d evaluated: precision @ 1 = %.3f (%.1f s)' % (
         datetime.now(), step, result['precision'], time.time() - evaluating),
           flush=True)
@@ -340,8 +343,9 @@ def run(args, argv):
       args.data_dir, num_examples=args.num_examples, run_once=True,
       session_config=sessions.eval_config())
   try:
-    download.prepare(args.data_dir)
-    evaluation.check_settings(eval_settings)
+    data_set = download.prepare(args.data_dir)
+    evaluation.check_num_examples(eval_settings.num_examples, data_set,
+                                  eval_settings.eval_data)
   except ValueError as e:  # A bad data file (DataError) or --num_examples.
     sys.exit('accuracy.py: error: %s' % e)
   info = machine_info(args.machine)
@@ -369,18 +373,17 @@ def run(args, argv):
     settings = run_flags.TrainSettings(
         args.data_dir, train_dir, batch_size=args.batch_size,
         log_frequency=args.log_frequency, compute_dtype=compute_dtype)
-    with train_dirs.run_errors_end_the_process():
-      try:
-        results, train_wall_s = train_and_evaluate(
-            settings, checked_steps(args.steps, args.eval_every),
-            eval_settings)
-      except train_dirs.DivergedError as e:
-        # A NaN loss is the plainest regression: nothing left to evaluate.
-        raise train_dirs.DivergedError('%s: %s%s' % (
-            REGRESSION, e, '' if args.train_dir else
-            ' (This run\'s temporary train_dir is deleted now.)')) from None
-      except checkpoints.CheckpointError as e:
-        sys.exit('accuracy.py: %s' % e)
+    try:
+      results, train_wall_s = train_and_evaluate(
+          settings, checked_steps(args.steps, args.eval_every),
+          eval_settings, data_set)
+    except progress.DivergedError as e:
+      # A NaN loss is the plainest regression: nothing left to evaluate.
+      sys.exit('accuracy.py: %s: %s%s' % (
+          REGRESSION, e, '' if args.train_dir else
+          ' (This run\'s temporary train_dir is deleted now.)'))
+    except (checkpoints.CheckpointError,) + train_dirs.RUN_ERRORS as e:
+      sys.exit('accuracy.py: %s' % e)
     info['train_wall_s'] = round(train_wall_s, 1)
     info['load_average_at_end'] = round(os.getloadavg()[0], 2)
   finally:

@@ -45,6 +45,7 @@ from cifar10_support import progress
 from cifar10_support import run_flags
 from cifar10_support import sessions
 from cifar10_support import summaries
+from cifar10_support import train_dirs
 import step_time
 import synthetic
 import testutil
@@ -158,9 +159,8 @@ def _train_op(images, labels, global_step, batch_size, compute_dtype=None):
   """(train op, loss) as cifar10_train.train builds them: `train` and
   `bound` share it, so that the bound computes the same."""
   loss = cifar10.loss(cifar10.inference(images, compute_dtype), labels)
-  return cifar10.train(
-      loss, global_step, batch_size,
-      loss_scaling=mixed_precision.needs_loss_scale(compute_dtype)), loss
+  return cifar10.train(loss, global_step, batch_size,
+                       compute_dtype=compute_dtype), loss
 
 
 class Variant(object):
@@ -281,19 +281,13 @@ class TrainScriptVariant(Variant):
       scaffold = checkpoints.restoring_scaffold(None, train_dir,
                                                 summary_op=summary_op)
       hooks = [tf.train.StopAtStepHook(last_step=settings.max_steps),
-               tf.train.NanTensorHook(loss), step_hook,
+               step_hook,
                summaries.SummaryHook(train_dir, settings.save_summaries_steps,
                                      settings.max_steps, summary_op),
-               tf.train.CheckpointSaverHook(
-                   train_dir, scaffold=scaffold,
-                   save_secs=settings.save_checkpoint_secs,
-                   listeners=[progress.SaveAnnouncer(train_dir,
-                                                     settings.max_steps)])]
+               train_dirs.CheckpointSaverHook(
+                   train_dir, scaffold, settings.max_steps,
+                   save_secs=settings.save_checkpoint_secs)]
       self.sess = tf.train.MonitoredTrainingSession(
-          checkpoint_dir=None, save_checkpoint_secs=None,
-          save_checkpoint_steps=None, save_summaries_steps=None,
-          save_summaries_secs=None, summary_dir=train_dir,
-          log_step_count_steps=settings.save_summaries_steps,
           scaffold=scaffold, hooks=hooks, config=config)
 
   @contextlib.contextmanager
@@ -378,7 +372,8 @@ class EvalVariant(Variant):
   def measure(self):
     counting = SessionVariant(
         self.name, 1, self.examples_per_step,
-        lambda: cifar10_eval.build_eval_graph(self.settings),
+        lambda: cifar10_eval.build_eval_graph(
+            self.settings, data_files.describe(self.settings.data_dir)),
         FORWARD_FLOP_PER_EXAMPLE, self.config)
     try:
       start = time.time()
@@ -634,7 +629,7 @@ def main():
       os.path.join(scratch, 'data'), records_per_file=10000)
   batch = args.batch_size
   # 10,000 in the real test set; fewer in a small data dir (the test's).
-  num_test = cifar10_input.check_data_files([os.path.join(
+  num_test = data_files.check_data_files([os.path.join(
       data_dir, download.BATCHES_DIR, data_files.TEST_FILES[0])])
   eval_batches = -(-num_test // batch)
 

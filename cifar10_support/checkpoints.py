@@ -34,7 +34,12 @@ class CheckpointError(ValueError):
   """A checkpoint that cannot be used: none yet, or the wrong contents."""
 
 
-class CheckpointUnreadableError(CheckpointError):
+class UnusableCheckpointError(CheckpointError):
+  """One checkpoint cannot be used, as others of its directory may: what
+  evaluation following training skips."""
+
+
+class CheckpointUnreadableError(UnusableCheckpointError):
   """A listed checkpoint's files are missing, incomplete or damaged, as when
   training pruned it or is still writing it; `problem` says how."""
 
@@ -49,7 +54,7 @@ class ResumeError(ValueError):
   """Training cannot resume from train_dir; the message says why."""
 
 
-class CheckpointMismatchError(CheckpointError, ResumeError):
+class CheckpointMismatchError(UnusableCheckpointError, ResumeError):
   """The checkpoint holds another model; the message names what differs."""
 
 
@@ -158,15 +163,25 @@ def newest_restorable(train_dir, report=print):
       '--train_dir' % (train_dir, len(paths)))
 
 
-def open_model_checkpoint(checkpoint, averaged=False):
+def resumed_from(train_dir):
+  """The checkpoint a new run in train_dir would resume from, or None."""
+  try:
+    return newest_restorable(train_dir, report=lambda line: None)
+  except ResumeError:
+    return None
+
+
+def open_model_checkpoint(checkpoint, averaged=False, data_set=None):
   """(reader, the weights' dtype, global step: saved, else in the name, else
   0) of a checkpoint of the CIFAR-10 model, every value read back; its first
   and last layers (averaged: their moving averages too) are looked for
-  before a graph is built (`check_averages_restorable` checks all, after).
+  before a graph is built (`check_averages_restorable` checks all, after),
+  and its classes are data_set's (a data_files.DataSet; None: any).
 
   Raises:
     CheckpointUnreadableError: its files are missing, incomplete or damaged.
     NotTheModelError: it lacks the model (or, averaged, its moving averages).
+    ClassesMismatchError: as check_classes.
   """
   reader, problem = verified_reader(checkpoint)
   if problem:
@@ -176,6 +191,8 @@ def open_model_checkpoint(checkpoint, averaged=False):
                         if averaged else []):
     if not reader.has_tensor(name):
       raise NotTheModelError(checkpoint, name)
+  if data_set is not None:
+    check_classes(checkpoint, data_set, reader)
   global_step = saved_step(reader)
   if global_step is None:  # Not a training script's: the name's, if there.
     global_step = step_of(checkpoint) or 0

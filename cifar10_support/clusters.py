@@ -1,9 +1,10 @@
-"""The ps/worker cluster of cifar10_distributed_train.py: its spec, from the
-flags or TF_CONFIG; its tasks (a dict of tasks maps each name, as TensorFlow
-names it, '/job:ps/task:0', to its 'host:port'); and what TensorFlow leaves
-unbounded or unsaid when a task goes away: a worker's sessions, lost and
-re-created, the ps tasks and the chief it watches (docs/distributed.md,
-"Faults")."""
+"""The ps/worker cluster of cifar10_distributed_train.py: this task and its
+cluster (`resolve`: the flags, or TF_CONFIG as TensorFlow's own
+TFConfigClusterResolver reads it, checked as docs/distributed.md promises),
+and what TensorFlow leaves unbounded or unsaid when a task goes away: the
+wait for the ps tasks, a worker's sessions, lost and re-created, the chief
+it watches (docs/distributed.md, "Faults"). A dict of tasks maps each name,
+as TensorFlow names it, '/job:ps/task:0', to its 'host:port'."""
 
 import collections
 import json
@@ -14,6 +15,7 @@ import sys
 import threading
 import time
 
+from absl import app
 import tensorflow.compat.v1 as tf
 
 from cifar10_support import checkpoints
@@ -24,16 +26,57 @@ from cifar10_support import signals
 # one, worker 0 is. An evaluator joins no server: it is never part of the
 # training cluster, whether TF_CONFIG lists it (Kubeflow) or not (Vertex AI).
 CHIEF_JOBS = ('chief', 'master')
-EVALUATOR = 'evaluator'
 ONE_EVALUATOR = ('one evaluator follows a run, as TensorFlow allows at most '
                  'one: set the evaluator replicas to 1')
 
 
-class TFConfigError(ValueError):
-  """TF_CONFIG, not a flag, is at fault: one line, no usage text."""
+class Task(collections.namedtuple('Task', [
+    'cluster', 'job_name', 'task_index', 'startup_wait_secs',
+    'operation_timeout_secs'], defaults=(300, 300))):
+  """This task of its cluster, which maps 'ps', 'worker' and a chief job to
+  lists of 'host:port' (never 'evaluator'; None for an evaluator from
+  --job_name), and how long it waits on the other tasks."""
+  __slots__ = ()
+
+  @property
+  def chief_job(self):
+    """'chief' or 'master' where the cluster has that job, else 'worker'."""
+    return next((job for job in CHIEF_JOBS if job in self.cluster), 'worker')
+
+  @property
+  def is_chief(self):
+    return (self.job_name, self.task_index) == (self.chief_job, 0)
+
+  @property
+  def name(self):
+    return '/job:%s/task:%d' % (self.job_name, self.task_index)
+
+  @property
+  def device(self):
+    """Where this task's own ops run: its CPU (workers place no GPU ops)."""
+    return self.name + '/cpu:0'
+
+  @property
+  def label(self):
+    """How the task's console lines begin: 'Worker 1', 'Chief', 'Master'."""
+    return (self.job_name.capitalize() if self.job_name in CHIEF_JOBS else
+            'Worker %d' % self.task_index)
+
+  def tasks_of(self, job):
+    return {'/job:%s/task:%d' % (job, i): address
+            for i, address in enumerate(self.cluster.get(job, []))}
+
+  @property
+  def chief_task(self):
+    return {'/job:%s/task:0' % self.chief_job: self.cluster[self.chief_job][0]}
+
+  @property
+  def training_tasks(self):
+    """The tasks that train: the chief first, then any other workers."""
+    return dict(self.chief_task, **self.tasks_of('worker'))
 
 
-def parse_hosts(value, flag_name, error=ValueError):
+def parse_hosts(value, flag_name, error):
   """['h0:2222', 'h1:2222'] from 'h0:2222, h1:2222', or `error` naming
   `flag_name` and the entry at fault."""
   if not value or not value.strip():
@@ -51,145 +94,127 @@ def parse_hosts(value, flag_name, error=ValueError):
   return hosts
 
 
-def _tf_config_hosts(cluster, job):
-  if not isinstance(cluster.get(job), list):
-    raise TFConfigError('TF_CONFIG cluster needs a "%s" list of host:port'
-                        % job)
-  return parse_hosts(','.join(map(str, cluster[job])),
-                     'TF_CONFIG cluster "%s"' % job, TFConfigError)
+def _tf_config_hosts(jobs, job):
+  tasks = jobs.get(job)
+  if tasks is None:
+    raise ValueError('TF_CONFIG cluster needs a "%s" list of host:port' % job)
+  if isinstance(tasks, dict) and tasks:  # Some indexes only: a sparse map.
+    raise ValueError('TF_CONFIG cluster "%s" maps some task indexes only: '
+                     'this script needs a list of every task\'s host:port'
+                     % job)
+  return parse_hosts(','.join(tasks), 'TF_CONFIG cluster "%s"' % job,
+                     ValueError)
 
 
 def _from_tf_config(tf_config):
+  """(cluster, job_name, task_index) from TF_CONFIG, the evaluator job left
+  out of the cluster, or a ValueError saying what is wrong with it."""
+  resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
   try:
-    config = json.loads(tf_config)
-  except ValueError as e:
-    raise TFConfigError('TF_CONFIG is not valid JSON (%s): %r'
-                        % (e, tf_config))
-  cluster = config.get('cluster') if isinstance(config, dict) else None
-  task = config.get('task') if isinstance(config, dict) else None
-  if not isinstance(cluster, dict) or not isinstance(task, dict):
-    raise TFConfigError(
+    jobs = resolver.cluster_spec().as_dict()
+    job_name, task_index = resolver.task_type, resolver.task_id
+  except json.JSONDecodeError as e:
+    raise ValueError('TF_CONFIG is not valid JSON (%s): %r' % (e, tf_config))
+  except (TypeError, ValueError) as e:  # Not {"job": ["host:port", ...]}.
+    raise ValueError('TF_CONFIG is not a cluster TensorFlow can read (%s): '
+                     '%r' % (e, tf_config))
+  if not jobs or job_name is None:
+    raise ValueError(
         'TF_CONFIG needs a "cluster" and a "task" object, e.g. {"cluster": '
         '{"ps": ["h0:2222"], "worker": ["h1:2222"]}, "task": {"type": '
         '"worker", "index": 0}}; got %r' % tf_config)
-  extra = sorted(set(cluster) - {'ps', 'worker', EVALUATOR} - set(CHIEF_JOBS))
+  task_index = task_index or 0  # A task without an index is task 0.
+  task = json.dumps({'type': job_name, 'index': task_index})
+  extra = sorted(set(jobs) - {'ps', 'worker', 'evaluator'} - set(CHIEF_JOBS))
   if extra:
-    raise TFConfigError('TF_CONFIG cluster has job(s) %s; this script knows '
-                        '"ps", "worker", "chief" or "master" (the chief), and '
-                        '"evaluator"' % ', '.join(extra))
-  evaluators = (_tf_config_hosts(cluster, EVALUATOR)
-                if cluster.get(EVALUATOR, []) != [] else [])
-  if len(evaluators) > 1:
-    raise TFConfigError('TF_CONFIG cluster lists %d "evaluator" tasks; %s'
-                        % (len(evaluators), ONE_EVALUATOR))
-  chiefs = [job for job in CHIEF_JOBS if job in cluster]
+    raise ValueError('TF_CONFIG cluster has job(s) %s; this script knows '
+                     '"ps", "worker", "chief" or "master" (the chief), and '
+                     '"evaluator"' % ', '.join(extra))
+  # The evaluator's address is never used: only their number counts.
+  if len(jobs.get('evaluator') or ()) > 1:
+    raise ValueError('TF_CONFIG cluster lists %d "evaluator" tasks; %s'
+                     % (len(jobs['evaluator']), ONE_EVALUATOR))
+  chiefs = [job for job in CHIEF_JOBS if job in jobs]
   if len(chiefs) > 1:
-    raise TFConfigError('TF_CONFIG cluster has both a "chief" and a "master" '
-                        'job: a cluster has one chief, under either name')
-  if 'ps' not in cluster:
-    raise TFConfigError(
+    raise ValueError('TF_CONFIG cluster has both a "chief" and a "master" '
+                     'job: a cluster has one chief, under either name')
+  if 'ps' not in jobs:
+    raise ValueError(
         'TF_CONFIG cluster needs a "ps" list of host:port%s: this script '
         'trains with parameter servers'
         % (' beside its "%s" job' % chiefs[0] if chiefs else ''))
-  hosts = {'ps': _tf_config_hosts(cluster, 'ps')}
+  cluster = {job: _tf_config_hosts(jobs, job) for job in ['ps'] + chiefs}
   for chief in chiefs:
-    hosts[chief] = _tf_config_hosts(cluster, chief)
-    if len(hosts[chief]) != 1:
-      raise TFConfigError('TF_CONFIG cluster "%s" lists %d tasks; a cluster '
-                          'has one chief' % (chief, len(hosts[chief])))
-  if cluster.get('worker') or not chiefs:  # A chief may train alone.
-    hosts['worker'] = _tf_config_hosts(cluster, 'worker')
-  job_name, task_index = task.get('type'), task.get('index', 0)
-  if job_name == EVALUATOR and task_index != 0:
-    raise TFConfigError('TF_CONFIG task %s: %s' % (json.dumps(task),
-                                                   ONE_EVALUATOR))
-  # JSON's true is a bool, which is an int to Python.
-  if job_name != EVALUATOR and (job_name not in hosts or
-                                type(task_index) is not int):
-    raise TFConfigError(
+    if len(cluster[chief]) != 1:
+      raise ValueError('TF_CONFIG cluster "%s" lists %d tasks; a cluster has '
+                       'one chief' % (chief, len(cluster[chief])))
+  if jobs.get('worker') or not chiefs:  # A chief may train alone.
+    cluster['worker'] = _tf_config_hosts(jobs, 'worker')
+  if job_name == 'evaluator' and task_index != 0:
+    raise ValueError('TF_CONFIG task %s: %s' % (task, ONE_EVALUATOR))
+  if job_name != 'evaluator' and job_name not in cluster:
+    raise ValueError(
         'TF_CONFIG task %s is not a task of the cluster, whose jobs are %s: '
         'give {"type": <job>, "index": <int>}, or {"type": "evaluator"}'
-        % (json.dumps(task), ', '.join('"%s"' % job for job in sorted(hosts))))
-  return hosts, job_name, task_index
+        % (task, ', '.join('"%s"' % job for job in sorted(cluster))))
+  return cluster, job_name, task_index
 
 
-def resolve_cluster(job_name, task_index, ps_hosts, worker_hosts, tf_config):
-  """(cluster, job_name, task_index) from the flags, else from TF_CONFIG.
+def resolve(job_name, task_index, ps_hosts, worker_hosts, startup_wait_secs,
+            operation_timeout_secs):
+  """This Task, from the cluster flags, else from the TF_CONFIG environment
+  variable (saying that it is ignored when both are given).
 
-  The cluster maps 'ps', 'worker' and a chief job to lists of 'host:port',
-  never 'evaluator'; it is None for an evaluator from --job_name. Raises
-  ValueError naming the flag at fault, or TFConfigError what in TF_CONFIG.
+  Raises app.UsageError naming the flag at fault, or ValueError what in
+  TF_CONFIG (one line, no usage text).
   """
-  if job_name or ps_hosts or worker_hosts or not tf_config:
+  tf_config = os.environ.get('TF_CONFIG')
+  flags_given = job_name or ps_hosts or worker_hosts
+  if flags_given or not tf_config:
     if not job_name:
-      raise ValueError('--job_name is required (ps, worker or evaluator), '
-                       'unless the cluster comes from the TF_CONFIG '
-                       'environment variable')
-    if job_name == EVALUATOR:
-      return None, job_name, 0
-    cluster = {'ps': parse_hosts(ps_hosts, '--ps_hosts'),
-               'worker': parse_hosts(worker_hosts, '--worker_hosts')}
-    source, error = '--task_index', ValueError
+      raise app.UsageError('--job_name is required (ps, worker or evaluator), '
+                           'unless the cluster comes from the TF_CONFIG '
+                           'environment variable')
+    cluster = None if job_name == 'evaluator' else {
+        'ps': parse_hosts(ps_hosts, '--ps_hosts', app.UsageError),
+        'worker': parse_hosts(worker_hosts, '--worker_hosts', app.UsageError)}
+    source, error = '--task_index', app.UsageError
   else:
     cluster, job_name, task_index = _from_tf_config(tf_config)
-    source, error = 'TF_CONFIG task index', TFConfigError
-  addresses = [a for hosts in cluster.values() for a in hosts]
+    source, error = 'TF_CONFIG task index', ValueError
+  addresses = [a for hosts in (cluster or {}).values() for a in hosts]
   repeated = sorted(set(a for a in addresses if addresses.count(a) > 1))
   if repeated:
     raise error('Address(es) %s listed more than once in the cluster: '
                 'every task needs its own host:port' % ', '.join(repeated))
-  if job_name == EVALUATOR:
-    return cluster, job_name, 0
-  num_tasks = len(cluster[job_name])
-  if not 0 <= task_index < num_tasks:
-    raise error('%s=%d is out of range for job "%s", which has %d '
-                'task(s): use 0..%d' % (source, task_index, job_name,
-                                        num_tasks, num_tasks - 1))
-  return cluster, job_name, task_index
+  if job_name == 'evaluator':
+    task_index = 0
+  elif not 0 <= task_index < len(cluster[job_name]):
+    num_tasks = len(cluster[job_name])
+    raise error('%s=%d is out of range for job "%s", which has %d task(s): '
+                'use 0..%d' % (source, task_index, job_name, num_tasks,
+                               num_tasks - 1))
+  if tf_config and flags_given:
+    print('Cluster flags given: ignoring the TF_CONFIG environment variable.')
+  return Task(cluster, job_name, task_index, startup_wait_secs,
+              operation_timeout_secs)
 
 
-def chief_job(cluster):
-  """'chief' or 'master' where the cluster has that job, else 'worker'."""
-  return next((job for job in CHIEF_JOBS if job in cluster), 'worker')
-
-
-def is_chief(cluster, job_name, task_index):
-  return job_name == chief_job(cluster) and task_index == 0
-
-
-def tasks_of(cluster, job):
-  return {'/job:%s/task:%d' % (job, i): address
-          for i, address in enumerate(cluster[job])}
-
-
-def chief_task(cluster):
-  job = chief_job(cluster)
-  return {'/job:%s/task:0' % job: cluster[job][0]}
-
-
-def training_tasks(cluster):
-  """The tasks that train: the chief first, then any other workers."""
-  return dict(chief_task(cluster),
-              **(tasks_of(cluster, 'worker') if 'worker' in cluster else {}))
-
-
-def describe(tasks, cluster=None):
-  """'ps task 0 at h:2222 and the chief (worker 0 at h:2223)'; worker 0 is
-  the chief unless `cluster` has a chief job."""
-  worker_chief = cluster is None or chief_job(cluster) == 'worker'
+def describe(tasks, chief_job='worker'):
+  """'ps task 0 at h:2222 and the chief (worker 0 at h:2223)'; task 0 of
+  `chief_job` is the chief."""
   names = []
   for name, address in sorted(tasks.items()):
-    job, index = name.split('/')[1][len('job:'):], name.rsplit(':', 1)[1]
-    if job in CHIEF_JOBS:
-      names.append('the chief (%s at %s)' % (job, address))
-    elif (job, index) == ('worker', '0') and worker_chief:
-      names.append('the chief (worker 0 at %s)' % address)
+    job, index = re.fullmatch(r'/job:(\w+)/task:(\d+)', name).groups()
+    if (job, index) == (chief_job, '0'):
+      names.append('the chief (%s at %s)' % (
+          job if job in CHIEF_JOBS else 'worker 0', address))
     else:
       names.append('%s task %s at %s' % (job, index, address))
   return ' and '.join(names)
 
 
-def _connect_errors(tasks, timeout_secs):
+def _connect_errors(tasks, timeout_secs=1):
   """{name: OSError} for those of `tasks` that refuse a TCP connection now."""
   errors = {}
   for name, address in tasks.items():
@@ -202,17 +227,17 @@ def _connect_errors(tasks, timeout_secs):
   return errors
 
 
-def unreachable(tasks, timeout_secs=1):
+def unreachable(tasks):
   """Those of `tasks` that refuse or ignore a TCP connection now."""
-  return {name: tasks[name] for name in _connect_errors(tasks, timeout_secs)}
+  return {name: tasks[name] for name in _connect_errors(tasks)}
 
 
-def wait_for_addresses(tasks, wait_secs, poll_secs=0.5):
+def wait_for_addresses(tasks, wait_secs):
   """Returns once every one of `tasks` accepts TCP connections, or raises
   TimeoutError after `wait_secs` naming each that did not, and why."""
   deadline = time.time() + wait_secs
   while True:
-    errors = _connect_errors(tasks, max(poll_secs, 1))
+    errors = _connect_errors(tasks)
     tasks = {name: tasks[name] for name in errors}
     if not tasks:
       return
@@ -223,47 +248,7 @@ def wait_for_addresses(tasks, wait_secs, poll_secs=0.5):
           '(--startup_wait_secs sets the wait)' % (wait_secs, '; '.join(
               '%s at %s (%s)' % (name, tasks[name], errors[name])
               for name in sorted(tasks))))
-    time.sleep(poll_secs)
-
-
-class WorkerSettings(collections.namedtuple('WorkerSettings', [
-    'target', 'cluster', 'task_index', 'sync_replicas',
-    'replicas_to_aggregate', 'startup_wait_secs', 'operation_timeout_secs',
-    'job_name'], defaults=(False, None, 300, 300, 'worker'))):
-  """A training task's settings beside run_flags.TrainSettings, mostly
-  its flags: target is its server's ('grpc://host:port'); job_name 'worker'
-  or the chief job; replicas_to_aggregate None for one per training task."""
-  __slots__ = ()
-
-  @property
-  def is_chief(self):
-    return is_chief(self.cluster, self.job_name, self.task_index)
-
-  @property
-  def task(self):
-    return '/job:%s/task:%d' % (self.job_name, self.task_index)
-
-  @property
-  def device(self):
-    """Where this task's own ops run: its CPU (workers place no GPU ops)."""
-    return self.task + '/cpu:0'
-
-  @property
-  def label(self):
-    """How the task's console lines begin: 'Worker 1', 'Chief', 'Master'."""
-    if self.job_name in CHIEF_JOBS:
-      return self.job_name.capitalize()
-    return 'Worker %d' % self.task_index
-
-
-
-
-# How MonitoredSession's log line for an error it recovers from begins.
-RECOVERED_ERROR_LOG = 'An error was raised'
-
-
-def _describe_chief(cluster):
-  return describe(chief_task(cluster), cluster)
+    time.sleep(0.5)
 
 
 class Absence(object):
@@ -296,10 +281,14 @@ def _gone_for_good_message(tasks, wait_secs):
           % (describe(tasks), wait_secs))
 
 
-def exit_when_a_ps_task_stays_away(label, ps_tasks, wait_secs):
-  """Starts a thread that ends this process, with one line and status 1,
-  once a ps task has been away for `wait_secs`: closing a lost session waits
-  for the task to answer, where no timeout reaches."""
+def wait_for_ps_tasks(task):
+  """Returns once every ps task accepts TCP connections (or raises
+  TimeoutError after task.startup_wait_secs, naming each that did not);
+  from then on a thread ends this process, with one line and status 1, once
+  a ps task has been away that long: closing a lost session waits for the
+  task to answer, where no timeout reaches."""
+  ps_tasks, wait_secs = task.tasks_of('ps'), task.startup_wait_secs
+  wait_for_addresses(ps_tasks, wait_secs)
 
   def watch():
     absence = Absence(ps_tasks, wait_secs)
@@ -307,8 +296,8 @@ def exit_when_a_ps_task_stays_away(label, ps_tasks, wait_secs):
       time.sleep(1)
       if absence.poll() == 'gone':
         sys.stdout.flush()
-        print('%s: %s' % (label, _gone_for_good_message(absence.down,
-                                                         wait_secs)),
+        print('%s: %s' % (task.label, _gone_for_good_message(absence.down,
+                                                              wait_secs)),
               file=sys.stderr, flush=True)
         os._exit(1)  # pylint: disable=protected-access
 
@@ -350,21 +339,27 @@ class BoundedSessionCreator(tf.train.SessionCreator):
       save with.
     hooks: what the session needs beside the caller's: the other workers'
       ChiefWatch (none for the chief).
+    lost_session_errors: gets TensorFlow's log lines that begin with
+      RECOVERED_ERROR_LOG (an error MonitoredSession recovers from); the
+      last names what lost a session.
   """
 
-  def __init__(self, worker, config, start, errors, global_step, classes):
-    """worker: a WorkerSettings; config: its session's tf.ConfigProto; start:
-    the chief's train_dirs.StartPoint (None elsewhere); errors: the deque
-    that gets TF's RECOVERED_ERROR_LOG lines; global_step: the graph's;
-    classes: (chief_classes_variable, this worker's data_files.DataSet),
-    checked as a worker other than the chief joins."""
+  RECOVERED_ERROR_LOG = 'An error was raised'
+
+  def __init__(self, worker, target, config, start, global_step, classes):
+    """worker: this Task; target: its server's ('grpc://host:port'); config:
+    its session's tf.ConfigProto; start: the chief's train_dirs.StartPoint
+    (None elsewhere); global_step: the graph's; classes:
+    (chief_classes_variable, this worker's data_files.DataSet), checked as
+    a worker other than the chief joins."""
     self._worker = worker
+    self._target = target
     self._config = config
-    self._errors = errors
     self._global_step = global_step
     self._classes = classes
     self._sessions = 0
     self._reason = None
+    self.lost_session_errors = collections.deque(maxlen=1)
     if worker.is_chief:
       # Restores on the chief's CPU, from its own disk, as its saver saves.
       with tf.device(worker.device):
@@ -373,8 +368,7 @@ class BoundedSessionCreator(tf.train.SessionCreator):
       self.hooks = []
     else:
       self.scaffold = tf.train.Scaffold()
-      self.hooks = [ChiefWatch(worker.cluster, worker.startup_wait_secs,
-                               worker.label)]
+      self.hooks = [ChiefWatch(worker)]
 
   def _say_lost(self, how):
     signals.print_line('%s: session lost (%s): %s.' % (
@@ -387,19 +381,20 @@ class BoundedSessionCreator(tf.train.SessionCreator):
 
   def create_session(self):
     worker = self._worker
+    chief = describe(worker.chief_task, worker.chief_job)
     if self._sessions:
+      errors = self.lost_session_errors
       self._reason = wait_for_lost_ps_tasks(
-          worker.label, tasks_of(worker.cluster, 'ps'),
-          worker.startup_wait_secs, self._errors[-1] if self._errors else '')
+          worker.label, worker.tasks_of('ps'), worker.startup_wait_secs,
+          errors[-1] if errors else '')
     if worker.is_chief:
       session = tf.train.ChiefSessionCreator(
-          self.scaffold, worker.target, self._config).create_session()
+          self.scaffold, self._target, self._config).create_session()
     else:
       if not self._sessions:
         signals.print_line(
             '%s: waiting up to %d s for %s to initialise the variables.'
-            % (worker.label, worker.startup_wait_secs,
-               _describe_chief(worker.cluster)))
+            % (worker.label, worker.startup_wait_secs, chief))
       # As tf.train.WorkerSessionCreator, but asking every second, not
       # every 30, whether the chief has initialised the variables.
       self.scaffold.finalize()
@@ -410,55 +405,57 @@ class BoundedSessionCreator(tf.train.SessionCreator):
           graph=tf.get_default_graph(), recovery_wait_secs=1)
       try:
         session = manager.wait_for_session(
-            worker.target, config=self._config,
+            self._target, config=self._config,
             max_wait_secs=worker.startup_wait_secs)
       except tf.errors.DeadlineExceededError:
         raise TimeoutError(
             'The variables were still not initialised after %s s: is %s '
             'running? (--startup_wait_secs sets the wait)'
-            % (worker.startup_wait_secs, _describe_chief(worker.cluster)))
+            % (worker.startup_wait_secs, chief))
       if self._sessions:
         self._say_lost('rejoined at global step %d'
                        % session.run(self._global_step))
       else:
-        check_chief_classes(session, *self._classes)
+        _check_chief_classes(session, *self._classes)
     self._sessions += 1
     return session
 
 
 class ChiefWatch(tf.train.SessionRunHook):
   """Raises TimeoutError, naming the chief, once it has been away for
-  `wait_secs`: as a non-chief worker's hook (meanwhile it trains on, unsaved,
-  and says so; a synchronous one waits for the chief's next update, bounded
-  by the operation timeout), or as the evaluator's time.sleep."""
+  task.startup_wait_secs: as a non-chief worker's hook (meanwhile it trains
+  on, unsaved, and says so; a synchronous one waits for the chief's next
+  update, bounded by the operation timeout), or as the evaluator's
+  time.sleep."""
 
-  def __init__(self, cluster, wait_secs, label=None, poll_secs=2):
-    self._absence = Absence(chief_task(cluster), wait_secs)
-    self._chief = _describe_chief(cluster)
-    self._wait_secs = wait_secs
-    self._label = label
-    self._poll_secs = poll_secs
-    self._next_poll = time.time() + poll_secs
+  POLL_SECS = 2
+
+  def __init__(self, task):
+    self._absence = Absence(task.chief_task, task.startup_wait_secs)
+    self._chief = describe(task.chief_task, task.chief_job)
+    self._task = task
+    self._next_poll = time.time() + self.POLL_SECS
 
   def _poll(self, then):
     change = self._absence.poll()
     if change == 'gone':
       raise TimeoutError('%s has not answered for %d s (--startup_wait_secs)%s'
-                         % (self._chief, self._wait_secs, then))
+                         % (self._chief, self._task.startup_wait_secs, then))
     return change
 
   def after_run(self, run_context, run_values):
     if time.time() < self._next_poll:
       return
-    self._next_poll = time.time() + self._poll_secs
+    self._next_poll = time.time() + self.POLL_SECS
     change = self._poll(': stopping, since nothing is saved without it. '
                         'Start it again, then this worker.')
     if change == 'back':
-      signals.print_line('%s: %s is back.' % (self._label, self._chief))
+      signals.print_line('%s: %s is back.' % (self._task.label, self._chief))
     elif change == 'away':
       signals.print_line(
           '%s: %s does not answer: training on, unsaved, for up to %d s '
-          'until it is back.' % (self._label, self._chief, self._wait_secs))
+          'until it is back.' % (self._task.label, self._chief,
+                                 self._task.startup_wait_secs))
 
   def sleep(self, secs):
     time.sleep(secs)
@@ -477,7 +474,7 @@ def chief_classes_variable(data_set):
       collections=[tf.GraphKeys.GLOBAL_VARIABLES, checkpoints.NOT_SAVED])
 
 
-def check_chief_classes(session, variable, data_set):
+def _check_chief_classes(session, variable, data_set):
   """Raises checkpoints.ClassesMismatchError, naming both, unless the
   chief's class names (`chief_classes_variable`, read in `session`) are
   data_set's."""
@@ -491,17 +488,16 @@ def check_chief_classes(session, variable, data_set):
 
 
 def operation_timeout_error(worker, global_step):
-  """The TimeoutError for an operation that blocked past the operation
-  timeout after `global_step`, naming the tasks that no longer answer (it
-  tries each now)."""
-  others = dict(tasks_of(worker.cluster, 'ps'),
-                **training_tasks(worker.cluster))
-  del others[worker.task]
+  """The TimeoutError for an operation of `worker` (a Task) that blocked
+  past its operation timeout after `global_step`, naming the tasks that no
+  longer answer (it tries each now)."""
+  others = dict(worker.tasks_of('ps'), **worker.training_tasks)
+  del others[worker.name]
   gone = unreachable(others)
   return TimeoutError(
       'an operation blocked for more than %s s (--operation_timeout_secs) '
       'after global step %s: %s'
       % (worker.operation_timeout_secs, global_step,
-         '%s does not answer' % describe(gone, worker.cluster)
+         '%s does not answer' % describe(gone, worker.chief_job)
          if gone else
          'did another task stop, or is the input queue still filling?'))

@@ -24,9 +24,6 @@ RECORD_BYTES = LABEL_BYTES + IMAGE_BYTES  # 3073
 CLASS_NAMES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog',
                'horse', 'ship', 'truck')
 
-# Threads that read and preprocess, for each input pipeline by default.
-NUM_PREPROCESS_THREADS = 16
-
 
 def train_files(count):
   """The names of CIFAR-10's layout's first `count` training files,
@@ -124,11 +121,11 @@ class DataSet(collections.namedtuple('DataSet', [
         total += tf.io.gfile.stat(path).length // self.layout.record_bytes
     return total
 
-  def check(self, names):
+  def check(self, names, labels=True):
     """The number of records in the files `names`, once each is checked
-    (whole records, every label byte in range); DataError naming the file
-    and what was expected otherwise."""
-    return check_data_files(self.paths(names), layout=self.layout,
+    (whole records and, with `labels`, every label byte in range);
+    DataError naming the file and what was expected otherwise."""
+    return check_data_files(self.paths(names), labels, layout=self.layout,
                             num_classes=self.num_classes)
 
   def describe_classes(self):
@@ -270,11 +267,3 @@ def _check_labels(filename, layout, num_classes):
         'not %s binary data of %d classes%s'
         % (filename, record, record * record_bytes, which, labels[record],
            limit - 1, bad.size, layout.title, limit, hint))
-
-
-def check_batch_size(batch_size):
-  """Raises ValueError unless batch_size is a positive int."""
-  if not isinstance(batch_size, int) or batch_size < 1:
-    raise ValueError('batch_size must be a positive integer, got %r'
-                     % (batch_size,))
-

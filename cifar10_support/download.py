@@ -1,6 +1,7 @@
 """Downloads, verifies and extracts a data set's official binary archive
 (CIFAR-10's, or CIFAR-100's for --dataset=cifar100 and cifar100_coarse),
-safely.
+safely; `prepare`, each script's data step, returns the run's one
+description of its data (a data_files.DataSet).
 
 * A data_dir holding the files read is never touched, nor data_url read; nor
   is a complete data set of CIFAR-10's layout that is not the download (one
@@ -52,12 +53,9 @@ ARCHIVES['cifar100'] = ARCHIVES['cifar100_coarse'] = Archive(
 assert all(ARCHIVES[d].directory == data_files.LAYOUTS[d].batches_dir
            for d in data_files.DATASETS), 'an archive per --dataset'
 
-# CIFAR-10's, by their names of old (other code uses them).
-ARCHIVE_NAME = ARCHIVES['cifar10'].name
-BATCHES_DIR = ARCHIVES['cifar10'].directory
+BATCHES_DIR = ARCHIVES['cifar10'].directory  # What benchmarks/ read.
 # One lock in a data_dir, whatever the archive: downloads there take turns.
 LOCK_NAME = '.cifar10_download.lock'
-ALL_FILES = data_files.TRAIN_FILES + data_files.TEST_FILES
 
 DOWNLOAD_ATTEMPTS = 3
 RETRY_WAIT_SECS = 5.0
@@ -69,16 +67,7 @@ class _DownloadFailed(Exception):
   """A download attempt failed; args: reason, transient (another may work)."""
 
 
-def official_source(dataset='cifar10', data_url=None, data_md5=None):
-  """(url, md5) to fetch --dataset's archive from: data_url and data_md5 as
-  given, None (or an empty data_url) meaning the official archive's; an
-  empty data_md5 stays empty (no check)."""
-  archive = ARCHIVES[dataset]
-  return (data_url or archive.url,
-          archive.md5 if data_md5 is None else data_md5)
-
-
-def batches_problem(batches_dir, names=ALL_FILES, dataset='cifar10'):
+def batches_problem(batches_dir, names, dataset):
   """Why `batches_dir` lacks a file of `names` of whole records of
   `dataset`'s layout, or None."""
   try:
@@ -101,104 +90,80 @@ def writable_dir_problem(path):
   return None
 
 
-def _name_files(names):
-  """'a.bin and b.bin'; 'a_1.bin ... a_5.bin and b.bin' for many."""
-  names = list(names)
-  if len(names) > 3:
-    names = ['%s ... %s' % (names[0], names[-2]), names[-1]]
-  return ' and '.join([', '.join(names[:-1]), names[-1]] if len(names) > 1
-                      else names)
+def _other_set(directory, dataset):
+  """(--dataset, Archive) of another data set than `dataset` whose directory
+  `directory` holds, or (None, None)."""
+  for other, archive in ARCHIVES.items():
+    if (archive.directory != ARCHIVES[dataset].directory and
+        os.path.isdir(os.path.join(directory, archive.directory))):
+      return other, archive
+  return None, None
 
 
-def _other_data_hint(data_dir, dataset):
-  """' (<dir> holds ...: --dataset=... reads it)' when data_dir holds
-  another archive's directory than `dataset`'s, else ''."""
-  archive = ARCHIVES[dataset]
-  for other, other_archive in ARCHIVES.items():
-    if (other_archive.directory != archive.directory and
-        os.path.isdir(os.path.join(data_dir, other_archive.directory))):
-      return (' (%s holds %s: --dataset=%s reads it)'
-              % (os.path.join(data_dir, other_archive.directory),
-                 other_archive.title, other))
-  return ''
-
-
-def offline_help(data_dir, dataset='cifar10'):
+def offline_help(data_dir, dataset):
   archive = ARCHIVES[dataset]
   layout = data_files.LAYOUTS[dataset]
+  names = layout.train_files + layout.test_files  # 'a_1 ... a_5 and b'.
+  other, other_archive = _other_set(data_dir, dataset)
   return ('To use a copy you already have, put %s (the binary version, %d '
           'bytes) in %s, or point --data_url at it, e.g. '
           '--data_url=file:///path/to/%s (with --data_md5= if it is not the '
           'official file); or extract it yourself so that %s holds %s.%s'
           % (archive.name, archive.bytes, data_dir, archive.name,
              os.path.join(data_dir, archive.directory),
-             _name_files(layout.train_files + layout.test_files),
-             _other_data_hint(data_dir, dataset)))
+             ' and '.join(names) if len(names) < 3 else '%s ... %s and %s'
+             % (names[0], names[-2], names[-1]),
+             ' (%s holds %s: --dataset=%s reads it)' % (
+                 os.path.join(data_dir, other_archive.directory),
+                 other_archive.title, other) if other else ''))
 
 
-def _converted(data_set):
-  """Why data_set (CIFAR-10's layout) is not the download but a data set of
-  its own (cifar10_make_dataset.py's), which a download must never replace;
-  None if it may be the download."""
-  if data_set.layout is not data_files.CIFAR10:
-    return None
+def _read_problem(data_set, files):
+  """Why a file of `files` in data_set's directory is missing or not of
+  whole records, or None. Raises DataError, naming the file, if the
+  directory is a data set that is not the download (cifar10_make_dataset.py
+  wrote it: more training files or other classes than CIFAR-10's), which a
+  download must never replace."""
+  problem = batches_problem(data_set.directory, files, data_set.layout.dataset)
+  if not problem or data_set.layout is not data_files.CIFAR10:
+    return problem
   if len(data_set.train_files) > len(data_files.TRAIN_FILES):
-    return 'it has %d training files' % len(data_set.train_files)
-  if data_set.class_names != data_files.CLASS_NAMES:
-    return 'its %s names %s' % (data_set.layout.names_file,
-                                data_set.describe_classes())
-  return None
-
-
-def _read_problem(data_dir, dataset, files):
-  """(why a file of `files` (None: the data set's own) is missing or not of
-  whole records, or None; the data_files.DataSet in data_dir). Raises
-  DataError, naming the file, where a download must not replace the
-  directory: a data set that is not the download (`_converted`), or a
-  complete one that lacks one of `files`."""
-  data_set = data_files.describe(data_dir, dataset)
-  own = data_set.train_files + data_set.test_files
-  problem = batches_problem(data_set.directory, files or own, dataset)
-  if problem is None:
-    return problem, data_set
-  if (files and not set(files) <= set(own) and
-      batches_problem(data_set.directory, own, dataset) is None):
-    raise DataError('%s; %s holds a complete data set of its own (%s), which '
-                    'a download never replaces: read only its files, or move '
-                    'it away to get %s' % (
-                        problem, data_set.directory, _name_files(own),
-                        ARCHIVES[dataset].title))
-  converted = os.path.isdir(data_set.directory) and _converted(data_set)
-  if converted:
-    raise DataError('%s; %s is not the %s download (%s), so it is never '
-                    'replaced by one: write it again (cifar10_make_'
-                    'dataset.py), or move it away to get %s'
-                    % (problem, data_set.directory, ARCHIVES[dataset].title,
-                       converted, ARCHIVES[dataset].title))
-  return problem, data_set
+    converted = 'it has %d training files' % len(data_set.train_files)
+  elif data_set.class_names != data_files.CLASS_NAMES:
+    converted = 'its %s names %s' % (data_set.layout.names_file,
+                                     data_set.describe_classes())
+  else:
+    return problem
+  raise DataError('%s; %s is not the %s download (%s), so it is never '
+                  'replaced by one: write it again (cifar10_make_'
+                  'dataset.py), or move it away to get %s'
+                  % (problem, data_set.directory, data_set.layout.title,
+                     converted, data_set.layout.title))
 
 
 def maybe_download_and_extract(data_dir, data_url=None, data_md5=None,
-                               attempts=DOWNLOAD_ATTEMPTS,
-                               retry_wait_secs=RETRY_WAIT_SECS,
-                               timeout_secs=TIMEOUT_SECS, files=None,
-                               dataset='cifar10'):
-  """Makes `files` (None: the data set's training and test files) usable in
-  `dataset`'s directory of data_dir (cifar-10-batches-bin/, or
-  cifar-100-binary/ for cifar100 and cifar100_coarse), fetching them from
-  data_url (http(s), or a file:// URL or path of a copy, used in place;
-  None: the official archive; data_md5 None: its MD5, '': no check);
-  DataError with one message naming the problem and the fix.
+                               files=None, dataset='cifar10', data_set=None):
+  """Makes `files` (None: all the data set's) whole in `dataset`'s directory
+  of data_dir (cifar-10-batches-bin/, or cifar-100-binary/ for cifar100 and
+  cifar100_coarse), fetching them from data_url (http(s), or a file:// URL
+  or path of a copy, used in place; None or '': the official archive;
+  data_md5 None: its MD5, '': no check). Returns the data_files.DataSet
+  there: `data_set` (data_dir's, described here if None) when nothing was
+  fetched, else what the archive put there. DataError with one message
+  naming the problem and the fix.
 
   A directory whose files are whole is left alone: for CIFAR-10's layout,
   data_batch_1.bin ... data_batch_N.bin (as many as data_files.describe
   finds) and test_batch.bin; only a missing or broken file has the archive
   extracted again, never over a data set that is not the download."""
   archive = ARCHIVES[dataset]
-  data_url, data_md5 = official_source(dataset, data_url, data_md5)
-  problem, _ = _read_problem(data_dir, dataset, files)
-  if problem is None:
-    return
+  data_url = data_url or archive.url
+  data_md5 = archive.md5 if data_md5 is None else data_md5
+  if data_set is None:
+    data_set = data_files.describe(data_dir, dataset)
+  files = files or data_set.train_files + data_set.test_files
+  if _read_problem(data_set, files) is None:
+    return data_set
   writable = writable_dir_problem(data_dir)
   if writable:
     raise DataError('Cannot write to data directory %s (%s), so %s cannot be '
@@ -210,30 +175,28 @@ def maybe_download_and_extract(data_dir, data_url=None, data_md5=None,
     print('Waiting for another process to finish downloading into %s ...'
           % data_dir, flush=True)
 
+  batches_dir = data_set.directory
   with locks.exclusive(os.path.join(data_dir, LOCK_NAME), wait):
-    # Another process may have finished while this one waited for the lock.
-    problem, data_set = _read_problem(data_dir, dataset, files)
+    # Another process may have fetched them while this one waited.
+    problem = batches_problem(batches_dir, files, dataset)
     if problem is None:
-      return
-    batches_dir = data_set.directory
+      return data_files.describe(data_dir, dataset)
     incomplete = os.path.exists(batches_dir)
     if incomplete:
       print('%s is incomplete (%s): extracting it again.'
             % (batches_dir, problem))
     else:
       print('%s does not exist yet (%s are read from it): getting %s.'
-            % (batches_dir, ', '.join(
-                files or data_set.train_files + data_set.test_files),
-               archive.title), flush=True)
+            % (batches_dir, ', '.join(files), archive.title), flush=True)
     try:
-      _extract(_archive(data_url, data_md5, data_dir, attempts,
-                        retry_wait_secs, timeout_secs, dataset), data_dir,
+      _extract(_archive(data_url, data_md5, data_dir, dataset), data_dir,
                dataset)
     except DataError as e:
       if not incomplete:
         raise
       raise DataError('%s (%s is incomplete), and it cannot be extracted '
                       'again: %s' % (problem, batches_dir, e)) from None
+  return data_files.describe(data_dir, dataset)
 
 
 def file_md5(path):
@@ -253,8 +216,7 @@ def _md5_problem(path, data_md5):
   return None
 
 
-def _archive(data_url, data_md5, data_dir, attempts, retry_wait_secs,
-             timeout_secs, dataset='cifar10'):
+def _archive(data_url, data_md5, data_dir, dataset):
   """The verified archive to extract: the file a file:// URL or plain path
   data_url names, else <data_dir>/<the archive's name>, downloaded unless it
   is there with the right MD5 (one without it is moved aside)."""
@@ -280,12 +242,13 @@ def _archive(data_url, data_md5, data_dir, attempts, retry_wait_secs,
     os.replace(path, path + '.bad')
     print('%s %s: moved it to %s.bad; downloading it again.'
           % (path, problem, path))
-  for attempt in range(1, attempts + 1):
+  # Retried as docs/data.md promises: urllib itself never retries.
+  for attempt in range(1, DOWNLOAD_ATTEMPTS + 1):
     fd, partial = tempfile.mkstemp(dir=data_dir, prefix=archive.name + '.',
                                    suffix='.part')
     try:
       with os.fdopen(fd, 'wb') as out:
-        size = _fetch(data_url, out, timeout_secs, archive.name)
+        size = _fetch(data_url, out, archive.name)
       problem = _md5_problem(partial, data_md5)
       if problem:
         raise _DownloadFailed('the download ' + problem, True)
@@ -294,41 +257,41 @@ def _archive(data_url, data_md5, data_dir, attempts, retry_wait_secs,
       return path
     except _DownloadFailed as e:
       reason, transient = e.args
-      if not transient or attempt == attempts:
+      if not transient or attempt == DOWNLOAD_ATTEMPTS:
         raise DataError('Could not download %s: %s%s. %s'
                         % (data_url, reason,
                            ' (%d attempts)' % attempt if attempt > 1 else '',
                            offline_help(data_dir, dataset)))
       print('Download attempt %d of %d failed: %s; retrying in %g s.'
-            % (attempt, attempts, reason, retry_wait_secs), flush=True)
-      time.sleep(retry_wait_secs)
+            % (attempt, DOWNLOAD_ATTEMPTS, reason, RETRY_WAIT_SECS),
+            flush=True)
+      time.sleep(RETRY_WAIT_SECS)
     finally:
       if os.path.exists(partial):
         os.remove(partial)
 
 
-def _fetch(url, out, timeout_secs, name=ARCHIVE_NAME):
+def _fetch(url, out, name):
   """Copies url to the open file `out`, returning its size, or raises
   _DownloadFailed; shows progress (as `name`) each 0.1% (MiB) on a terminal,
-  each 10% (16 MiB) in a log. Not urlretrieve: it has no timeout."""
+  each 10% (16 MiB) in a log."""
   tty = sys.stdout.isatty()
   received = 0
   try:
-    with urllib.request.urlopen(url, timeout=timeout_secs) as response:
+    with urllib.request.urlopen(url, timeout=TIMEOUT_SECS) as response:
       total = int(response.headers.get('Content-Length') or 0)
       shown = None
       for chunk in iter(lambda: response.read(1 << 16), b''):
         out.write(chunk)
         received += len(chunk)
-        if total:
-          mark = received * (1000 if tty else 10) // total
-          text = '%.1f%%' % (100.0 * received / total)
-        else:
-          mark = received >> (20 if tty else 24)
-          text = '%.1f MiB' % (received / 2.0**20)
+        mark = (received * (1000 if tty else 10) // total if total
+                else received >> (20 if tty else 24))
         if mark != shown:
           shown = mark
-          print('%s>> Downloading %s %s' % ('\r' if tty else '', name, text),
+          print('%s>> Downloading %s %s' % (
+              '\r' if tty else '', name,
+              '%.1f%%' % (100.0 * received / total) if total
+              else '%.1f MiB' % (received / 2.0**20)),
                 end='' if tty else '\n', flush=True)
   except urllib.error.HTTPError as e:
     raise _DownloadFailed('HTTP %d %s' % (e.code, e.reason),
@@ -346,13 +309,13 @@ def _fetch(url, out, timeout_secs, name=ARCHIVE_NAME):
   finally:
     if received and tty:
       print(flush=True)  # Ends the progress line.
-  if total and received != total:
+  if total and received != total:  # http.client does not check it.
     raise _DownloadFailed('got %d of the %d bytes announced'
                           % (received, total), True)
   return received
 
 
-def _extract(archive, data_dir, dataset='cifar10'):
+def _extract(archive, data_dir, dataset):
   """Extracts `dataset`'s directory from the file `archive` into data_dir,
   atomically, leaving every other directory there alone; DataError if the
   archive is unreadable, holds a refused member or lacks the data."""
@@ -385,10 +348,14 @@ def _extract(archive, data_dir, dataset='cifar10'):
     problem = batches_problem(extracted, layout.train_files +
                               layout.test_files, dataset)
     if problem:
+      other, other_archive = _other_set(work_dir, dataset)
       raise DataError('%s does not hold the %s binary data: %s%s'
                       % (archive, official.title,
                          problem.replace(work_dir, '<archive>'),
-                         _other_archive_hint(work_dir, dataset)))
+                         '; it holds %s/, %s\'s: use --dataset=%s, or point '
+                         '--data_url at %s' % (
+                             other_archive.directory, other_archive.title,
+                             other, official.name) if other else ''))
     target = os.path.join(data_dir, official.directory)
     if os.path.exists(target):
       # Incomplete (complete ones return early): deleted with work_dir.
@@ -396,23 +363,12 @@ def _extract(archive, data_dir, dataset='cifar10'):
     os.rename(extracted, target)
 
 
-def _other_archive_hint(work_dir, dataset):
-  """'; it holds <dir>/, <title>'s: ...' when the extracted archive is
-  another data set's, else ''."""
-  official = ARCHIVES[dataset]
-  for other, archive in ARCHIVES.items():
-    if (archive.directory != official.directory and
-        os.path.isdir(os.path.join(work_dir, archive.directory))):
-      return ('; it holds %s/, %s\'s: use --dataset=%s, or point --data_url '
-              'at %s' % (archive.directory, archive.title, other,
-                         official.name))
-  return ''
-
-
-def _refusal(member, root, title='CIFAR-10'):
+def _refusal(member, root, title):
   """Why archive `member` must not be extracted into `root` (a real path), or
-  None. Not tarfile's data filter alone: it takes links inside root, and
-  strips the '/' of an absolute name instead of refusing it."""
+  None; checked before anything is extracted. tarfile's data filter is not
+  enough: Python 3.10 before 3.10.12 has none; it takes links inside root
+  and strips the '/' of an absolute name; and before 3.10.18, 3.11.13,
+  3.12.11 and 3.13.4 a chain of links gets past it (CVE-2025-4517)."""
   if member.issym() or member.islnk():
     return 'is a link (to %r); the %s archive has none' % (member.linkname,
                                                             title)
@@ -424,34 +380,25 @@ def _refusal(member, root, title='CIFAR-10'):
   return None
 
 
-def data_check_message(data_dir, files, records=None, data_set=None,
-                       dataset='cifar10'):
-  """'Data: /d/cifar-10-batches-bin, 5 files, 50000 records (checked).': checks
-  `files` of data_set (`dataset`'s in data_dir if None) unless `records`
-  counts them; DataError if one is malformed."""
-  if data_set is None:
-    data_set = data_files.describe(data_dir, dataset)
-  if records is None:
-    records = data_set.check(files)
-  return 'Data: %s, %d file%s, %d records (checked).' % (
-      data_set.directory, len(files), 's' if len(files) > 1 else '', records)
-
-
 def prepare(data_dir, data_url=None, data_md5=None, dataset='cifar10',
             split='train'):
-  """A script's data step: fetches --dataset's files if needed, checks those
-  of `split` ('train', or cifar10_eval.py's 'test' or 'train_eval'), prints
-  the data line (and the classes, unless CIFAR-10's) and returns the
-  data_files.DataSet; DataError if a file is malformed or cannot be fetched.
-  data_url, data_md5: None for the official archive of `dataset`'s (ARCHIVES);
-  data_md5 '' for no check."""
+  """A script's data step: describes --dataset's data in data_dir once,
+  fetches the files of `split` ('train', or cifar10_eval.py's 'test' or
+  'train_eval') if one is missing or short, checks them (whole records, each
+  label in range), prints the data line (and the classes, unless
+  CIFAR-10's) and returns the data_files.DataSet, the run's one description
+  of its data, to hand to whatever reads it; DataError if a file is
+  malformed or cannot be fetched. data_url, data_md5: None for the official
+  archive of `dataset`'s (ARCHIVES); data_md5 '' for no check."""
   eval_data = 'train_eval' if split == 'train' else split
-  maybe_download_and_extract(
-      data_dir, data_url, data_md5, dataset=dataset,
-      files=data_files.describe(data_dir, dataset).eval_files(eval_data))
   data_set = data_files.describe(data_dir, dataset)
+  data_set = maybe_download_and_extract(
+      data_dir, data_url, data_md5, data_set.eval_files(eval_data), dataset,
+      data_set)
   files = data_set.eval_files(eval_data)
-  print(data_check_message(data_dir, files, data_set=data_set))
+  print('Data: %s, %d file%s, %d records (checked).' % (
+      data_set.directory, len(files), 's' if len(files) > 1 else '',
+      data_set.check(files)))
   if data_set.class_names != data_files.CLASS_NAMES:
     print('Classes: %s, from %s.' % (
         data_set.describe_classes(),

@@ -44,47 +44,39 @@ once a checkpoint at or past it is evaluated; None follows for ever)."""
 
 def fetch_data_then_settings(flag_values):
   """Fetches the data cifar10_eval.py's flags name if it is missing (download
-  .prepare, which says 'Data: ...'), then returns the flags' EvalSettings,
-  checked before TensorFlow is asked about the machine; ValueError
-  (DataError for a file) names what is at fault."""
+  .prepare, which says 'Data: ...' and checks its files), then returns the
+  flags' EvalSettings, checked before TensorFlow is asked about the
+  machine, and the data_files.DataSet evaluated; ValueError (DataError for
+  a file) names what is at fault."""
   settings = EvalSettings(
       data_dir=flag_values.data_dir, eval_data=flag_values.eval_data,
       num_examples=flag_values.num_examples,
       batch_size=flag_values.batch_size, run_once=flag_values.run_once,
       eval_interval_secs=flag_values.eval_interval_secs,
       dataset=flag_values.dataset)
-  download.prepare(flag_values.data_dir, flag_values.data_url,
-                   flag_values.data_md5, settings.dataset,
-                   split=settings.eval_data)
-  check_settings(settings)
+  data_set = download.prepare(flag_values.data_dir, flag_values.data_url,
+                              flag_values.data_md5, settings.dataset,
+                              split=settings.eval_data)
+  check_num_examples(settings.num_examples, data_set, settings.eval_data)
   return settings._replace(
       compute_dtype=mixed_precision.compute_dtype_for_this_machine(
           flag_values.mixed_precision, sessions.has_gpu()),
-      session_config=sessions.eval_config(run_flags.threads(flag_values)))
+      session_config=sessions.eval_config(run_flags.threads(flag_values))
+  ), data_set
 
 
-def check_settings(settings):
-  """The records' count of an EvalSettings' data files, once they and the
-  settings are checked; ValueError (DataError for a file) names the setting
-  or file at fault and what it should be."""
-  data_set = data_files.describe(settings.data_dir, settings.dataset)
-  names = data_set.eval_files(settings.eval_data)
-  filenames = data_set.paths(names)
-  num_examples = settings.num_examples
-  if num_examples is not None and (not isinstance(num_examples, int) or
-                                   num_examples < 1):
-    raise ValueError('num_examples must be a positive integer, got %r'
-                     % (num_examples,))
-  data_files.check_batch_size(settings.batch_size)
-  num_records = data_set.check(names)
+def check_num_examples(num_examples, data_set, eval_data):
+  """The records of data_set's `eval_data` files ('test', 'train_eval'),
+  counted from their sizes; ValueError if num_examples (None for all) is
+  more, or eval_data is neither."""
+  names = data_set.eval_files(eval_data)
+  num_records = data_set.records(names)
   if num_examples is not None and num_examples > num_records:
     raise ValueError(
         'num_examples=%d is more than the %d records in %s; each example is '
         'counted once, so use num_examples=%d or fewer'
-        % (num_examples, num_records, ', '.join(filenames), num_records))
-  if settings.eval_interval_secs < 0:
-    raise ValueError('eval_interval_secs must be >= 0, got %r'
-                     % (settings.eval_interval_secs,))
+        % (num_examples, num_records, ', '.join(data_set.paths(names)),
+           num_records))
   return num_records
 
 

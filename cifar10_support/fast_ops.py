@@ -1,8 +1,8 @@
 """Drop-in replacements for standard ops, each equal to the op it replaces
 (the tests compare them), where the original calls TensorFlow's own; each
 docstring begins with that op. Each is faster on the CPU (what each gained:
-docs/performance.md), or, for `loss_average`, fixes what the original's
-charts showed.
+docs/performance.md); `histogram_summary` also takes NaN values, on which
+TF1's histogram op fails a step before the NaN check could name it.
 """
 
 import numpy as np
@@ -11,10 +11,6 @@ from tensorboard.plugins.histogram import metadata as histogram_metadata
 
 # Buckets of every histogram summary; TensorBoard's default.
 HISTOGRAM_BUCKETS = 30
-
-# Decay of the loss averages that TensorBoard shows beside the raw losses.
-LOSS_AVERAGE_DECAY = 0.9
-
 
 # The LRN's gradient, registered once for the whole process: a
 # tf.custom_gradient registers a function per LRN built, in TensorFlow's
@@ -130,39 +126,6 @@ def histogram_summary(name, values):
     return tf.summary.tensor_summary(
         name, buckets,
         summary_metadata=histogram_metadata.create_summary_metadata(name, ''))
-
-
-def zero_fraction(x):
-  """Replaces `tf.nn.zero_fraction`: the fraction of zeros, float32 scalar.
-
-  The same number without tf.nn.zero_fraction's tf.cond, whose function
-  setup costs each new session time.
-  """
-  return tf.reduce_mean(tf.cast(tf.equal(x, 0), tf.float32))
-
-
-def loss_average(value, decay=LOSS_AVERAGE_DECAY):
-  """Replaces `tf.train.ExponentialMovingAverage(0.9, name='avg')` of a loss.
-
-  The variable is the one the original's average made, '<loss op name>/avg'
-  starting at 0, so checkpoints keep its name both ways. That average made
-  every loss chart begin with a drop to 0; here an average still exactly 0
-  (never updated: a loss is never exactly 0) takes the loss itself instead.
-
-  Returns the updated average of the scalar `value`, in its dtype;
-  evaluating it updates the variable (once per session.run).
-  """
-  # A trailing '/' makes a scope absolute: the name does not nest under a
-  # tower's scope, which the loss's own op name already carries.
-  with tf.device('/cpu:0'):
-    with tf.name_scope(value.op.name + '/'):
-      average = tf.Variable(lambda: tf.zeros([], value.dtype),
-                            trainable=False, name='avg')
-    with tf.name_scope(average.op.name + '/'):
-      started = tf.not_equal(average, 0)
-      new = tf.where(started, average - (1 - decay) * (average - value),
-                     value)
-      return tf.assign(average, new)
 
 
 def distort(planes, offsets, flips, deltas, factors, image_size):

@@ -8,8 +8,6 @@ docs/mixed_precision.md). The loss scale is a local variable, never saved,
 which TensorFlow's DynamicLossScale is not.
 """
 
-import collections
-
 from absl import app
 import tensorflow.compat.v1 as tf
 
@@ -22,9 +20,6 @@ CPU_BF16_FLAGS = ('amx_bf16', 'avx512_bf16')
 LOSS_SCALE_START = 2.0 ** 15
 LOSS_SCALE_GROWTH_STEPS = 2000
 
-# The loss-scale variables: scale (float32 scalar, what the loss is
-# multiplied by), good_steps (int64 scalar, steps since the scale changed).
-LossScale = collections.namedtuple('LossScale', ['scale', 'good_steps'])
 
 
 def read_cpuinfo():
@@ -106,57 +101,63 @@ def compute_dtype_for_this_machine(requested, on_gpu, use_fp16=False):
   return dtype
 
 
-def needs_loss_scale(compute_dtype):
-  """bool: gradients computed in this dtype need a loss scale (float16)."""
-  return compute_dtype == tf.float16
+def optimizer(opt, compute_dtype):
+  """`opt` itself, or for float16 compute_dtype, whose small gradients would
+  become 0, a LossScaleOptimizer around it; once per graph, outside any
+  tower's variable scope."""
+  return LossScaleOptimizer(opt) if compute_dtype == tf.float16 else opt
 
 
-def dynamic_loss_scale(device='/cpu:0'):
-  """A LossScale of local variables on `device` (with the shared weights);
-  once per graph, outside any tower's variable scope. Its summary
-  'loss_scale' keeps falling when steps overflow (and are skipped)."""
-  with tf.device(device), tf.variable_scope('loss_scale'):
-    scale = tf.get_local_variable('scale', [], tf.float32,
-                                  tf.constant_initializer(LOSS_SCALE_START))
-    good_steps = tf.get_local_variable('good_steps', [], tf.int64,
-                                       tf.zeros_initializer())
-    tf.summary.scalar('loss_scale', scale)
-  return LossScale(scale, good_steps)
+class LossScaleOptimizer(object):
+  """Wraps a tf.train.Optimizer's compute_gradients and apply_gradients with
+  a dynamic loss scale, of local variables on /cpu:0 (with the shared
+  weights), never saved; its summary 'loss_scale' keeps falling when steps
+  overflow.
 
+  compute_gradients (once per tower) differentiates loss * scale and returns
+  the gradients divided back, zeros where any of them overflowed (Inf or
+  NaN). apply_gradients applies zeros if any tower's did (plain SGD: the
+  weights stay as they were) and halves the scale;
+  LOSS_SCALE_GROWTH_STEPS clean steps in a row double it. The scale never
+  falls below 1.
+  """
 
-def compute_gradients(opt, loss, loss_scale=None):
-  """opt.compute_gradients of `loss`, of loss * scale with a LossScale (lest
-  small float16 gradients become 0; `apply_gradients` divides them back)."""
-  return opt.compute_gradients(
-      loss if loss_scale is None else loss * loss_scale.scale)
+  def __init__(self, opt):
+    self._opt = opt
+    self._finite = []  # Each compute_gradients call's: no overflow.
+    with tf.device('/cpu:0'), tf.variable_scope('loss_scale'):
+      self.scale = tf.get_local_variable(
+          'scale', [], tf.float32, tf.constant_initializer(LOSS_SCALE_START))
+      self.good_steps = tf.get_local_variable(
+          'good_steps', [], tf.int64, tf.zeros_initializer())
+      tf.summary.scalar('loss_scale', self.scale)
 
+  def compute_gradients(self, loss):
+    grads_and_vars = self._opt.compute_gradients(loss * self.scale)
+    with tf.name_scope('loss_scale'):  # The tower's.
+      inverse = 1.0 / self.scale
+      unscaled = [(None if g is None else g * inverse, v)
+                  for g, v in grads_and_vars]
+      self._finite.append(tf.reduce_all(
+          [tf.reduce_all(tf.math.is_finite(g)) for g, _ in unscaled
+           if g is not None]))
+      return [(None if g is None else
+               tf.where(self._finite[-1], g, tf.zeros_like(g)), v)
+              for g, v in unscaled]
 
-def apply_gradients(opt, grads_and_vars, global_step, loss_scale=None):
-  """(train_op, the pairs as applied) of opt.apply_gradients; with a loss
-  scale, the pairs are unscaled, and a step whose gradients overflowed (any
-  Inf or NaN) applies zero gradients (plain SGD: the weights stay as they
-  were) and halves the scale; LOSS_SCALE_GROWTH_STEPS clean steps in a row
-  double it. The scale never falls below 1."""
-  if loss_scale is None:
-    return (opt.apply_gradients(grads_and_vars, global_step=global_step),
-            grads_and_vars)
-  with tf.name_scope('loss_scale/'):
-    inverse = 1.0 / loss_scale.scale
-    unscaled = [(None if g is None else g * inverse, v)
-                for g, v in grads_and_vars]
-    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g))
-                            for g, _ in unscaled if g is not None])
-    safe = [(None if g is None else tf.where(finite, g, tf.zeros_like(g)), v)
-            for g, v in unscaled]
-  apply_op = opt.apply_gradients(safe, global_step=global_step)
-  with tf.control_dependencies([apply_op]), tf.name_scope('loss_scale/'):
-    good = tf.where(finite, loss_scale.good_steps + 1, tf.zeros([], tf.int64))
-    grow = good >= LOSS_SCALE_GROWTH_STEPS
-    scale = tf.where(finite,
-                     tf.where(grow, loss_scale.scale * 2, loss_scale.scale),
-                     tf.maximum(loss_scale.scale / 2, 1.0))
-    update = tf.group(
-        tf.assign(loss_scale.scale, scale),
-        tf.assign(loss_scale.good_steps,
-                  tf.where(grow, tf.zeros([], tf.int64), good)))
-  return tf.group(apply_op, update), safe
+  def apply_gradients(self, grads_and_vars, global_step=None):
+    with tf.name_scope('loss_scale/'):
+      finite = tf.reduce_all(self._finite)
+      safe = [(None if g is None else tf.where(finite, g, tf.zeros_like(g)),
+               v) for g, v in grads_and_vars]
+    apply_op = self._opt.apply_gradients(safe, global_step=global_step)
+    with tf.control_dependencies([apply_op]), tf.name_scope('loss_scale/'):
+      good = tf.where(finite, self.good_steps + 1, tf.zeros([], tf.int64))
+      grow = good >= LOSS_SCALE_GROWTH_STEPS
+      scale = tf.where(finite, tf.where(grow, self.scale * 2, self.scale),
+                       tf.maximum(self.scale / 2, 1.0))
+      update = tf.group(
+          tf.assign(self.scale, scale),
+          tf.assign(self.good_steps,
+                    tf.where(grow, tf.zeros([], tf.int64), good)))
+    return tf.group(apply_op, update)

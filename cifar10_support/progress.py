@@ -15,8 +15,34 @@ from cifar10_support import signals
 LOG_FORMAT = '%s: step %d, loss = %.2f (%.1f examples/sec; %.3f sec/batch)'
 
 
+class DivergedError(RuntimeError):
+  """The loss became NaN; the message names the last good checkpoint."""
+
+
+def diverged_error(step, train_dir=None):
+  """The DivergedError for a NaN loss at global step `step`: it names the
+  checkpoint of train_dir a new run resumes from; without train_dir (a
+  cluster worker that is not the chief), that the chief keeps it."""
+  if train_dir is None:
+    return DivergedError('Model diverged with loss = NaN at global step %d; '
+                         'the chief keeps the last good checkpoint.' % step)
+  checkpoint = checkpoints.resumed_from(train_dir)
+  if checkpoint is None:
+    kept = 'no checkpoint had been written yet'
+  else:
+    kept = ('the last good checkpoint, %s, is left intact and a new run '
+            'resumes from it' % checkpoint)
+  return DivergedError(
+      'Model diverged with loss = NaN at step %d: training stopped without '
+      'saving that step; %s. Lower the learning rate or check the data.'
+      % (step, kept))
+
+
 class StepLogger(tf.train.SessionRunHook):
-  """Prints LOG_FORMAT every `log_frequency` steps (the original's _LoggerHook).
+  """Prints LOG_FORMAT every `log_frequency` steps (the original's _LoggerHook)
+  and, as the original's NanTensorHook did, stops training at a NaN loss:
+  it raises diverged_error(step, train_dir) before the hooks after it in the
+  list write that step's summaries and checkpoint.
 
   examples/sec and sec/batch are averaged since the previous line (the first
   window counts session start-up and the queue filling, as in the original)
@@ -36,9 +62,10 @@ class StepLogger(tf.train.SessionRunHook):
       last loss, examples/sec of the last line (None before one).
   """
 
-  def __init__(self, loss, batch_size, log_frequency, step=None,
-               batches_per_step=1, label=''):
+  def __init__(self, loss, batch_size, log_frequency, train_dir=None,
+               step=None, batches_per_step=1, label=''):
     self._loss = loss
+    self._train_dir = train_dir
     self._examples_per_step = batch_size * batches_per_step
     self._batches_per_step = batches_per_step
     self._log_frequency = log_frequency
@@ -72,7 +99,7 @@ class StepLogger(tf.train.SessionRunHook):
       step = self.last_step = int(fetched)
       due = self.own_steps % self._log_frequency == 0
     if math.isnan(self.last_loss):
-      return
+      raise diverged_error(step, self._train_dir)
     self.own_steps += 1
     self._window_steps += 1
     if not due:
@@ -136,13 +163,13 @@ class SaveAnnouncer(tf.train.CheckpointSaverListener):
         steps_and_time_left(global_step_value, self._max_steps, speed)))
 
 
-def report_end(train_dir, step, stop_signals):
-  """Prints how a run ended at global step `step` (stopped by the first of
-  stop_signals, if any), and train_dir's final checkpoint."""
+def report_end(train_dir, step, signum=None):
+  """Prints how a run ended at global step `step` (stopped by signal
+  `signum`, if not None), and train_dir's final checkpoint."""
   final = checkpoints.newest(train_dir)
-  if stop_signals:
+  if signum:
     print('Received %s: stopped at step %d; final checkpoint %s.'
-          % (stop_signals[0].name, step, final), flush=True)
+          % (signum.name, step, final), flush=True)
   else:
     print('Done: step %d reached (--max_steps); final checkpoint %s.'
           % (step, final), flush=True)

@@ -12,6 +12,7 @@ from absl import flags
 
 from cifar10_support import data_files
 from cifar10_support import download
+from cifar10_support import mixed_precision
 from cifar10_support import sessions
 
 TrainSettings = collections.namedtuple('TrainSettings', [
@@ -20,12 +21,12 @@ TrainSettings = collections.namedtuple('TrainSettings', [
     'save_checkpoint_secs', 'save_checkpoint_steps', 'save_summaries_steps',
     'threads', 'input_threads', 'compute_dtype', 'dataset'], defaults=(
         100000, 128, False, 10, False, False, 600, 0, 100,
-        sessions.BY_RULE, data_files.NUM_PREPROCESS_THREADS, None, 'cifar10'))
+        sessions.BY_RULE, 16, None, 'cifar10'))
 TrainSettings.__doc__ = """The settings of one training run: the flag of the
 same name where there is one (its defaults are the flags', TRAIN_DEFAULTS),
 batch_size per tower and per worker; save_checkpoint_steps 0 (or None) for
 none (then save_checkpoint_secs); threads a sessions.ThreadCounts; input_threads the
-input pipeline's; compute_dtype None (float32), tf.bfloat16 or tf.float16
+input pipeline's (cifar10_input.NUM_PREPROCESS_THREADS by default); compute_dtype None (float32), tf.bfloat16 or tf.float16
 (mixed_precision.py); dataset --dataset's (data_files.DATASETS)."""
 
 
@@ -79,6 +80,43 @@ flags.DEFINE_integer('num_inter_threads', None,
                      % sessions.ONE_OP_AT_A_TIME_MAX_CORES, lower_bound=0)
 
 
+def define_train_flags():
+  """Defines the flags every trainer takes beyond cifar10.py's: --train_dir,
+  --max_steps, --log_frequency, --log_device_placement (the original's) and
+  --fresh_start, --save_checkpoint_secs, --save_checkpoint_steps,
+  --save_summaries_steps; once, though one process may import several
+  trainers. Their defaults are TRAIN_DEFAULTS, the Python API's too."""
+  if 'train_dir' in flags.FLAGS:
+    return
+  flags.DEFINE_string('train_dir', '/tmp/cifar10_train',
+                      'Directory where to write event logs and checkpoint.')
+  flags.DEFINE_integer('max_steps', TRAIN_DEFAULTS.max_steps,
+                       'Number of batches to run.', lower_bound=1)
+  flags.DEFINE_boolean('log_device_placement',
+                       TRAIN_DEFAULTS.log_device_placement,
+                       'Whether to log device placement.')
+  flags.DEFINE_integer('log_frequency', TRAIN_DEFAULTS.log_frequency,
+                       'How often to log results to the console.',
+                       lower_bound=1)
+  flags.DEFINE_boolean('fresh_start', TRAIN_DEFAULTS.fresh_start,
+                       'Delete what is in --train_dir (checkpoints and '
+                       'events) and train from step 0 instead of resuming.')
+  flags.DEFINE_integer('save_checkpoint_secs',
+                       TRAIN_DEFAULTS.save_checkpoint_secs,
+                       'Seconds between checkpoints (one is also written at '
+                       'the start and at the end).', lower_bound=1)
+  flags.DEFINE_integer('save_summaries_steps',
+                       TRAIN_DEFAULTS.save_summaries_steps,
+                       'Global steps between TensorBoard summaries (one is '
+                       'also written after the first step and at the last); 0 '
+                       'writes none.', lower_bound=0)
+  flags.DEFINE_integer('save_checkpoint_steps',
+                       TRAIN_DEFAULTS.save_checkpoint_steps,
+                       'If positive, write a checkpoint every this many steps '
+                       'instead of every --save_checkpoint_secs.',
+                       lower_bound=0)
+
+
 def define_checkpoint_dir_flag():
   """Defines --checkpoint_dir once, though cifar10_eval.py and
   cifar10_classify.py both take it and one process may import both."""
@@ -92,12 +130,6 @@ def threads(flag_values):
   """The sessions.ThreadCounts of parsed flag values."""
   return sessions.ThreadCounts(flag_values.num_intra_threads,
                                flag_values.num_inter_threads)
-
-
-def check_no_arguments(argv):
-  """Raises app.UsageError if the command line has more than flags."""
-  if len(argv) > 1:
-    raise app.UsageError('Unexpected arguments: %s' % ' '.join(argv[1:]))
 
 
 def check_flag_writable_dir(name, path):
@@ -114,9 +146,17 @@ def check_flag_writable_dir(name, path):
                          % (name, path, problem))
 
 
-def from_flags(flag_values, compute_dtype=None):
-  """The TrainSettings of the training flags every trainer defines, with the
-  mixed-precision dtype main chose."""
+def from_flags(flag_values, gpu=True, check_train_dir=True):
+  """The TrainSettings of a trainer's parsed flags, once --train_dir is
+  known to be writable (app.UsageError if not; check_train_dir False: known
+  already), with the mixed-precision dtype for this machine
+  (mixed_precision.compute_dtype_for_this_machine, which prints its line);
+  gpu False: the model runs on the CPU even beside a GPU."""
+  if check_train_dir:
+    check_flag_writable_dir('train_dir', flag_values.train_dir)
+  compute_dtype = mixed_precision.compute_dtype_for_this_machine(
+      flag_values.mixed_precision, gpu and sessions.has_gpu(),
+      flag_values.use_fp16)
   return TrainSettings(
       data_dir=flag_values.data_dir, train_dir=flag_values.train_dir,
       max_steps=flag_values.max_steps, batch_size=flag_values.batch_size,

@@ -1,71 +1,76 @@
 """Ctrl-C, SIGTERM and a closed output stop training after the current step,
-with a checkpoint.
-
-    with signals.stop_requests() as stop_signals:
-      while not mon_sess.should_stop() and not stop_signals:
-        mon_sess.run(train_op)
+with a checkpoint: StopOnSignal, a hook of the training session.
 
 A closed output is standard output read by a pipe whose reader has gone
 (`| head -3`, `| grep -m1`, a pager closed). Python ignores SIGPIPE, so a
 write there raises BrokenPipeError instead: a training run's lines
-(print_line) turn it into a stop request, signal.SIGPIPE in that list; every
-script's main is wrapped in ends_quietly_when_output_closes. Either way the
+(print_line) turn it into a stop request, signal.SIGPIPE; every
+script's main is wrapped in script_main. Either way the
 process ends with status 141 (128 + SIGPIPE), as a shell expects, without a
 traceback.
 """
 
-import contextlib
 import functools
 import os
 import signal
 import sys
 import threading
 
-# This thread's innermost stop_requests list, for print_line.
+from absl import app
+import tensorflow.compat.v1 as tf
+
+from cifar10_support import console
+
+# The running StopOnSignal's list of this thread, for print_line.
 _current = threading.local()
 
 
-@contextlib.contextmanager
-def stop_requests():
-  """Yields a list that receives each SIGINT or SIGTERM caught, as a
-  signal.Signals (an int; `.name` is 'SIGTERM'), and signal.SIGPIPE when a
-  print_line of this thread finds standard output closed.
+class StopOnSignal(tf.train.SessionRunHook):
+  """Asks the session to stop after the step during which a SIGINT or
+  SIGTERM came, or a print_line of this thread found standard output
+  closed. From the session's creation to its end `received` gets each, as a
+  signal.Signals (an int; `.name` is 'SIGTERM'), signal.SIGPIPE for the
+  output; `signal` is the first (None before).
 
   Stopping through the training loop, rather than by an exception, lets the
   session end normally, which writes the final checkpoint. The first signal
   restores the previous handlers, so a second one stops at once, without it.
   """
-  received = []
-  outer, _current.received = getattr(_current, 'received', None), received
-  try:
-    if threading.current_thread() is not threading.main_thread():
-      yield received  # Only the main thread may handle signals.
-    else:
-      with _signal_handlers(received):
-        yield received
-  finally:
-    _current.received = outer
 
+  def __init__(self):
+    self.received = []
+    self._previous = {}
 
-@contextlib.contextmanager
-def _signal_handlers(received):
-  """Within the block, SIGINT and SIGTERM append to `received`."""
-  previous = {signum: signal.getsignal(signum) or signal.SIG_DFL
-              for signum in (signal.SIGINT, signal.SIGTERM)}
+  @property
+  def signal(self):
+    return self.received[0] if self.received else None
 
-  def handler(signum, unused_frame):
+  def begin(self):
+    _current.received = self.received
+    # Only the main thread may handle signals.
+    if threading.current_thread() is threading.main_thread():
+      self._previous = {signum: signal.getsignal(signum) or signal.SIG_DFL
+                        for signum in (signal.SIGINT, signal.SIGTERM)}
+      for signum in self._previous:
+        signal.signal(signum, self._handle)
+
+  def _handle(self, signum, unused_frame):
     # Only records it: printing here could re-enter a print in progress.
-    received.append(signal.Signals(signum))
-    for old_signum, old_handler in previous.items():
-      signal.signal(old_signum, old_handler)
+    self.received.append(signal.Signals(signum))
+    self._restore()
 
-  for signum in previous:
-    signal.signal(signum, handler)
-  try:
-    yield
-  finally:
-    for signum, old_handler in previous.items():
-      signal.signal(signum, old_handler)
+  def _restore(self):
+    for signum, handler in self._previous.items():
+      signal.signal(signum, handler)
+    self._previous = {}
+
+  def after_run(self, run_context, run_values):
+    if self.received:
+      run_context.request_stop()
+
+  def end(self, session):
+    self._restore()
+    _current.received = None
 
 
 def exit_if_stopped(signum):
@@ -89,9 +94,9 @@ def print_line(text):
   """Prints a line of a training run's output, flushed.
 
   If standard output is closed, silences it and appends signal.SIGPIPE to
-  this thread's stop_requests list: the loop stops after the current step,
-  with a final checkpoint, as for SIGTERM. Outside stop_requests the
-  BrokenPipeError is raised again, for ends_quietly_when_output_closes.
+  this thread's running StopOnSignal: the loop stops after the current step,
+  with a final checkpoint, as for SIGTERM. Without one the BrokenPipeError
+  is raised again, for script_main.
   """
   try:
     print(text, flush=True)
@@ -104,20 +109,31 @@ def print_line(text):
       received.append(signal.SIGPIPE)
 
 
-def ends_quietly_when_output_closes(main):
-  """Wraps a script's main: if standard output is closed (BrokenPipeError
-  from a print or the last flush), the process ends at once with status 141
-  (128 + SIGPIPE), printing nothing more (a trainer's loop stops through
-  print_line first, and ends with exit_if_stopped)."""
-  @functools.wraps(main)
-  def wrapped(argv):
-    try:
+def script_main(errors=(), arguments=False):
+  """Decorates a script's main(argv), which app.run calls: TensorFlow's
+  Python logs quiet (console.quiet_python_logs); arguments beyond the flags
+  an app.UsageError unless `arguments`; one of `errors` (exception classes)
+  ends the process with one line, '<script>: <message>', and exit status 1;
+  a closed standard output (BrokenPipeError from a print or the last flush)
+  ends it at once with status 141 (128 + SIGPIPE), printing nothing more (a
+  trainer's loop stops through print_line first, and ends with
+  exit_if_stopped)."""
+  def decorate(main):
+    @functools.wraps(main)
+    def wrapped(argv):
+      console.quiet_python_logs()
+      if len(argv) > 1 and not arguments:
+        raise app.UsageError('Unexpected arguments: %s' % ' '.join(argv[1:]))
       try:
-        return main(argv)
-      finally:
-        # What Python would flush at exit, where its error is caught.
-        sys.stdout.flush()
-    except BrokenPipeError:
-      silence_stdout()
-      sys.exit(128 + signal.SIGPIPE)
-  return wrapped
+        try:
+          return main(argv)
+        except errors as e:
+          sys.exit('%s: %s' % (os.path.basename(sys.argv[0]), e))
+        finally:
+          # What Python would flush at exit, where its error is caught.
+          sys.stdout.flush()
+      except BrokenPipeError:
+        silence_stdout()
+        sys.exit(128 + signal.SIGPIPE)
+    return wrapped
+  return decorate

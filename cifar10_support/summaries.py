@@ -3,6 +3,8 @@ each session, at every multiple of N and after the last step, which
 MonitoredTrainingSession's own hook (steps 1, N + 1, ...) never writes.
 """
 
+import time
+
 import tensorflow.compat.v1 as tf
 
 
@@ -20,9 +22,11 @@ def are_due(step, every_steps, last_step, previous):
 
 class SummaryHook(tf.train.SessionRunHook):
   """Writes the summary op's values to `summary_dir` at the steps `are_due`
-  picks, at the global step after the run, as TensorFlow's hook does; the
-  first of a session tells TensorBoard the run (re)started there, dropping
-  what a killed run wrote after its last checkpoint from the charts."""
+  picks, at the global step after the run, as TensorFlow's hook does, with
+  'global_step/sec' since the previous write (TensorFlow's StepCounterHook's
+  chart); the first of a session tells TensorBoard the run (re)started
+  there, dropping what a killed run wrote after its last checkpoint from the
+  charts."""
 
   def __init__(self, summary_dir, every_steps, last_step, summary_op=None,
                own_steps=True):
@@ -61,14 +65,45 @@ class SummaryHook(tf.train.SessionRunHook):
       self._step += 1
     if not self._writing:
       return
+    now = time.time()
     if self._previous is None:
       self._writer.add_session_log(
           tf.SessionLog(status=tf.SessionLog.START), self._step)
+    elif now > self._previous_time:
+      rate = (self._step - self._previous) / (now - self._previous_time)
+      self._writer.add_summary(tf.Summary(value=[tf.Summary.Value(
+          tag='global_step/sec', simple_value=rate)]), self._step)
     self._writer.add_summary(run_values.results['summary'], self._step)
-    self._previous = self._step
+    self._previous, self._previous_time = self._step, now
 
   def end(self, session):
     self._writer.flush()
+
+
+def loss_average(value, decay=0.9):
+  """The original's `tf.train.ExponentialMovingAverage(0.9, name='avg')` of
+  a loss, which TensorBoard shows beside it, without its charts' drop to 0
+  at every start.
+
+  The variable is the one the original's average made, '<loss op name>/avg'
+  starting at 0, so checkpoints keep its name both ways; an average still
+  exactly 0 (never updated: a loss is never exactly 0) takes the loss itself
+  instead.
+
+  Returns the updated average of the scalar `value`, in its dtype;
+  evaluating it updates the variable (once per session.run).
+  """
+  # A trailing '/' makes a scope absolute: the name does not nest under a
+  # tower's scope, which the loss's own op name already carries.
+  with tf.device('/cpu:0'):
+    with tf.name_scope(value.op.name + '/'):
+      average = tf.Variable(lambda: tf.zeros([], value.dtype),
+                            trainable=False, name='avg')
+    with tf.name_scope(average.op.name + '/'):
+      started = tf.not_equal(average, 0)
+      new = tf.where(started, average - (1 - decay) * (average - value),
+                     value)
+      return tf.assign(average, new)
 
 
 def _retag(summary, tag):

@@ -1,6 +1,6 @@
 """What cifar10_multi_gpu_train.py's towers need beyond the lesson: their
-prefetch queue, the check that their gradients can be averaged, their
-variable reads in one scope, and their devices: --split_gpus, the visible
+prefetch queue, their variable reads in one scope, and their session's
+config and devices: --split_gpus, the visible
 GPUs split into one virtual GPU per tower, each with its own memory limit,
 spread evenly over the cards (on one card, `--num_gpus=4 --split_gpus` runs
 four towers where three would use the CPU), and the line for GPU towers
@@ -31,28 +31,6 @@ def prefetch_queue(tensors, capacity):
     tf.summary.scalar('fraction_of_%d_full' % capacity,
                       tf.cast(queue.size(), tf.float32) / capacity)
   return queue
-
-
-def check_gradients(tower_grads):
-  """Raises ValueError, naming the tower and variable, unless every tower
-  (a list of (gradient, variable) pairs) has a gradient for each of tower 0's
-  variables, in the same order: what average_gradients needs."""
-  if not tower_grads:
-    raise ValueError('average_gradients needs at least one tower')
-  names = [var.op.name for _, var in tower_grads[0]]
-  for i, grads_and_vars in enumerate(tower_grads):
-    tower_names = [var.op.name for _, var in grads_and_vars]
-    if tower_names != names:
-      missing = sorted(set(names) - set(tower_names))
-      extra = sorted(set(tower_names) - set(names))
-      raise ValueError(
-          'Tower %d has gradients for other variables than tower 0: missing '
-          '%s, extra %s%s' % (i, missing, extra,
-                              '' if missing or extra else ' (order differs)'))
-    for grad, var in grads_and_vars:
-      if grad is None:
-        raise ValueError('Tower %d has no gradient for variable %s: its loss '
-                         'does not depend on it' % (i, var.op.name))
 
 
 def read_in_one_scope(getter, *args, **kwargs):
@@ -153,30 +131,34 @@ def card_memory_mb():
     nvml.nvmlShutdown()
 
 
-def split_gpus_config(num_towers, tower_device, tower_mb=0,
-                      log_device_placement=False):
-  """The session config of --split_gpus, printing the line that says so;
-  app.UsageError as split_config's, or with --tower_device=cpu."""
+def session_config(num_towers, tower_device, threads=sessions.BY_RULE,
+                   split_gpus=False, split_gpu_memory_mb=0,
+                   log_device_placement=False):
+  """The training session's config for num_towers towers on tower_device,
+  'gpu' or 'cpu' (sessions.training_config's), with `threads`. split_gpus
+  (--split_gpus, tower_device 'gpu') splits the visible GPUs into one
+  virtual GPU per tower of split_gpu_memory_mb (0: split_config's share),
+  printing the line that says so; else GPU towers without a GPU of their own
+  get a line saying what they do. app.UsageError as split_config's, or for
+  split_gpus with tower_device 'cpu'."""
+  visible = sessions.visible_gpus() if tower_device == 'gpu' else 0
+  if not split_gpus:
+    if tower_device == 'gpu' and visible < num_towers:
+      remedy = ('--split_gpus splits the GPU(s) into %d virtual GPUs, one '
+                'per tower.' % num_towers if visible else
+                '--tower_device=cpu gives each tower its own CPU device.')
+      print('%d GPU towers asked for (--num_gpus) but %d GPU(s) visible: '
+            'towers without a GPU run on the CPU (soft placement), as in the '
+            'original; %s' % (num_towers, visible, remedy))
+    return sessions.training_config(threads, num_towers, tower_device,
+                                    log_device_placement)
   if tower_device != 'gpu':
     raise app.UsageError(
         '--split_gpus splits GPUs and --tower_device=cpu puts the towers on '
         'CPU devices: drop one of the two')
-  visible = sessions.visible_gpus()
-  config = split_config(num_towers, visible, card_memory_mb(), tower_mb,
-                        log_device_placement)
+  config = split_config(num_towers, visible, card_memory_mb(),
+                        split_gpu_memory_mb, log_device_placement)
   devices = config.gpu_options.experimental.virtual_devices
   print('--split_gpus: %d GPU(s) split into %d virtual GPUs of %d MB, one per '
         'tower.' % (visible, num_towers, devices[0].memory_limit_mb[0]))
-  return config
-
-
-def fallback_message(num_towers, visible):
-  """What GPU towers without a GPU of their own do, and how to change it."""
-  if visible:
-    remedy = ('--split_gpus splits the GPU(s) into %d virtual GPUs, one per '
-              'tower.' % num_towers)
-  else:
-    remedy = '--tower_device=cpu gives each tower its own CPU device.'
-  return ('%d GPU towers asked for (--num_gpus) but %d GPU(s) visible: towers '
-          'without a GPU run on the CPU (soft placement), as in the original; '
-          '%s' % (num_towers, visible, remedy))
+  return sessions.set_threads(config, threads, num_towers)

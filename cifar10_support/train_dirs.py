@@ -1,10 +1,10 @@
-"""A training run's train_dir, from claiming it to where training starts.
+"""A training run's train_dir: claiming it, where training starts, and
+writing its checkpoints.
 
     with train_dirs.claim(path, fresh_start, data_set) as start:  # lock
       if start.nothing_to_train(max_steps): ...
-      ...build the graph; plan = start.restore_plan()  # say where...
-      with train_dirs.stop_on_full_disk(path):  # one line, not a trace
-        ...train...   # a NaN: raise train_dirs.diverged_error(step, path)
+      ...build the graph; scaffold = start.scaffold()  # restores it
+      hooks = [..., train_dirs.CheckpointSaverHook(path, scaffold, ...)]
 
 One trainer per train_dir (two would write checkpoints over each other):
 each, and a cluster's chief, locks `<train_dir>/.cifar10_train.lock` and
@@ -16,7 +16,6 @@ import contextlib
 import errno
 import os
 import socket
-import sys
 import time
 
 import tensorflow.compat.v1 as tf
@@ -24,6 +23,7 @@ import tensorflow.compat.v1 as tf
 from cifar10_support import checkpoints
 from cifar10_support import data_files
 from cifar10_support import locks
+from cifar10_support import progress
 
 LOCK_NAME = '.cifar10_train.lock'
 
@@ -36,16 +36,12 @@ class TrainDirBusyError(TrainDirLockError):
   """Another trainer holds the train_dir; the message names it."""
 
 
-class DivergedError(RuntimeError):
-  """The loss became NaN; the message names the last good checkpoint."""
-
-
 class DiskFullError(RuntimeError):
   """The disk of train_dir filled up; the message names the directory."""
 
 
 # What stops a training run with one line and exit status 1.
-RUN_ERRORS = (data_files.DataError, DivergedError, DiskFullError,
+RUN_ERRORS = (data_files.DataError, progress.DivergedError, DiskFullError,
               TrainDirLockError, checkpoints.ResumeError)
 
 _STOPPED = 'training stopped before reading or writing anything else'
@@ -158,6 +154,14 @@ class StartPoint(object):
     remove_interrupted_saves(self.train_dir)
     return plan
 
+  def scaffold(self, **kwargs):
+    """The training session's tf.train.Scaffold, built in its graph once
+    the graph is complete: its sessions restore the checkpoint found (see
+    restore_plan) and its saver writes this run's; **kwargs as
+    checkpoints.restoring_scaffold's."""
+    return checkpoints.restoring_scaffold(self.restore_plan(), self.train_dir,
+                                          **kwargs)
+
   def nothing_to_train(self, max_steps):
     """Whether the checkpoint is already at `max_steps`; says so if it is."""
     if self.step < max_steps:
@@ -166,16 +170,6 @@ class StartPoint(object):
           'train.' % (self.step, max_steps))
     return True
 
-
-
-@contextlib.contextmanager
-def run_errors_end_the_process():
-  """Ends the process on a RUN_ERRORS error with one line, '<script>:
-  <message>', and exit status 1."""
-  try:
-    yield
-  except RUN_ERRORS as e:
-    sys.exit('%s: %s' % (os.path.basename(sys.argv[0]), e))
 
 
 @contextlib.contextmanager
@@ -208,25 +202,6 @@ def claim(train_dir, fresh_start, data_set):
     yield start
 
 
-def diverged_error(step, train_dir=None):
-  """The DivergedError for a NaN loss at global step `step`: it names the
-  checkpoint of train_dir a new run resumes from; without train_dir (a
-  cluster worker that is not the chief), that the chief keeps it."""
-  if train_dir is None:
-    return DivergedError('Model diverged with loss = NaN at global step %d; '
-                         'the chief keeps the last good checkpoint.' % step)
-  checkpoint = _resumed_from(train_dir)
-  if checkpoint is None:
-    kept = 'no checkpoint had been written yet'
-  else:
-    kept = ('the last good checkpoint, %s, is left intact and a new run '
-            'resumes from it' % checkpoint)
-  return DivergedError(
-      'Model diverged with loss = NaN at step %d: training stopped without '
-      'saving that step; %s. Lower the learning rate or check the data.'
-      % (step, kept))
-
-
 def remove_interrupted_saves(train_dir):
   """Removes the temporary directories of saves cut short (a kill, a full
   disk): the index only ever names complete checkpoints, so none is read.
@@ -235,14 +210,6 @@ def remove_interrupted_saves(train_dir):
   for partial in tf.io.gfile.glob(os.path.join(train_dir, 'model.ckpt-*_temp')):
     print('Removing %s, an interrupted save.' % partial)
     tf.io.gfile.rmtree(partial)
-
-
-def _resumed_from(train_dir):
-  """The checkpoint a new run in train_dir would resume from, or None."""
-  try:
-    return checkpoints.newest_restorable(train_dir, report=lambda line: None)
-  except checkpoints.ResumeError:
-    return None
 
 
 @contextlib.contextmanager
@@ -261,7 +228,7 @@ def stop_on_full_disk(train_dir):
     if not full:
       raise
     remove_interrupted_saves(train_dir)
-    checkpoint = _resumed_from(train_dir)
+    checkpoint = checkpoints.resumed_from(train_dir)
     kept = ('the newest complete checkpoint, %s, is intact and a new run '
             'resumes from it' % checkpoint if checkpoint else
             'no complete checkpoint had been written yet')
@@ -269,3 +236,31 @@ def stop_on_full_disk(train_dir):
         'the disk of --train_dir=%s is full (no space left on device while '
         'writing to it): training stopped; %s. Free some space, then run the '
         'same command again.' % (train_dir, kept)) from None
+
+
+class CheckpointSaverHook(tf.train.CheckpointSaverHook):
+  """TensorFlow's hook, saving to train_dir with the scaffold's saver when
+  the session starts, every save_steps steps (if positive; else every
+  save_secs seconds) and at the end; each save gets a line
+  (progress.SaveAnnouncer, beginning `label`), and a full disk one
+  DiskFullError (stop_on_full_disk)."""
+
+  def __init__(self, train_dir, scaffold, max_steps, save_steps=0,
+               save_secs=600, label=''):
+    super().__init__(
+        train_dir, save_steps=save_steps or None,
+        save_secs=None if save_steps else save_secs, scaffold=scaffold,
+        listeners=[progress.SaveAnnouncer(train_dir, max_steps, label)])
+    self._train_dir = train_dir
+
+  def after_create_session(self, session, coord):
+    with stop_on_full_disk(self._train_dir):
+      super().after_create_session(session, coord)
+
+  def after_run(self, run_context, run_values):
+    with stop_on_full_disk(self._train_dir):
+      super().after_run(run_context, run_values)
+
+  def end(self, session):
+    with stop_on_full_disk(self._train_dir):
+      super().end(session)

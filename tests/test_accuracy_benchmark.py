@@ -175,7 +175,7 @@ def test_each_leg_is_evaluated_before_the_next_and_timed_as_training(
   events = []
   train_dir = str(tmp_path)
 
-  def train(settings):
+  def train(settings, unused_data_set):
     step = settings.max_steps
     events.append(('train', step))
     done = max([0] + [e[1] for e in events if e[0] == 'eval'])
@@ -190,7 +190,7 @@ def test_each_leg_is_evaluated_before_the_next_and_timed_as_training(
     clock[0] += 1
     return {'signal': None}
 
-  def eval_once(path, unused_settings):
+  def eval_once(path, unused_settings, unused_data_set):
     events.append(('eval', accuracy.checkpoints.step_of(path)))
     clock[0] += 50
     return {'precision': 0.5, 'true_count': 5, 'num_examples': 10}
@@ -200,7 +200,8 @@ def test_each_leg_is_evaluated_before_the_next_and_timed_as_training(
   monkeypatch.setattr(accuracy.cifar10_eval, 'eval_once', eval_once)
   settings = accuracy.run_flags.TrainSettings(None, train_dir)
 
-  results, trained = accuracy.train_and_evaluate(settings, [10, 20, 25], None)
+  results, trained = accuracy.train_and_evaluate(settings, [10, 20, 25], None,
+                                                None)
 
   assert events == [('train', 10), ('eval', 10), ('train', 20), ('eval', 20),
                     ('train', 25), ('eval', 25)]

@@ -16,6 +16,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 import cifar10
 import cifar10_classify
 import cifar10_input
+from cifar10_support import data_files
 import synthetic
 import testutil
 
@@ -235,7 +236,7 @@ def test_script_classifies_odd_pictures_and_names_each_bad_file(
   lines = LINE.findall(result.stdout)
   assert [line[0] for line in lines] == good  # In the order given.
   for line in lines:
-    assert line[1] in cifar10_input.CLASS_NAMES
+    assert line[1] in data_files.CLASS_NAMES
     assert 1.0 >= float(line[2]) >= float(line[4]) >= float(line[6]) >= 0
   assert lines[-2][1:] == lines[-1][1:]  # The GIF, as its first frame.
   errors = [line for line in result.stderr.splitlines()
@@ -319,7 +320,7 @@ def test_savedmodel_serves_what_the_script_prints(colour_model, pngs, tmp_path):
   np.testing.assert_allclose(served['probabilities'], expected, atol=1e-5)
   np.testing.assert_allclose(served['pixels'], expected[:1], atol=1e-5)
   assert list(served['classes']) == [
-      cifar10_input.CLASS_NAMES[p.argmax()] for p in expected]
+      data_files.CLASS_NAMES[p.argmax()] for p in expected]
   assert list(served['pixels_classes']) == list(served['classes'][:1])
 
   # The signatures as `saved_model_cli show --all` lists them: its

@@ -253,14 +253,15 @@ def test_training_records_the_classes_and_refuses_others_on_resume(
 def test_eval_counts_every_record_by_default(own_data):
   settings = evaluation.EvalSettings(own_data, batch_size=8)
   assert settings.num_examples is None
-  assert evaluation.check_settings(settings) == 30
+  assert evaluation.check_num_examples(None, testutil.described(settings),
+                                       settings.eval_data) == 30
 
 
 def test_eval_refuses_a_checkpoint_of_other_classes(tmp_path, own_data):
   path = _checkpoint(str(tmp_path / 'train'), 10)
   with pytest.raises(checkpoints.ClassesMismatchError,
                      match='has 3 classes .* was trained on 10 classes'):
-    cifar10_eval.eval_once(path, evaluation.EvalSettings(own_data,
+    testutil.eval_once(path, evaluation.EvalSettings(own_data,
                                                          batch_size=8))
 
 
@@ -367,7 +368,7 @@ def test_cifar100_is_learned_as_users_train_it(tmp_path):
       '--log_frequency=100'], timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]
   assert ('Classes: 100 classes (fine_0, fine_1, ' in result.stdout)
-  evaluated = cifar10_eval.eval_once(
+  evaluated = testutil.eval_once(
       tf.train.latest_checkpoint(train_dir),
       evaluation.EvalSettings(data_dir, dataset='cifar100',
                               session_config=testutil.session_config(2)))
@@ -442,7 +443,7 @@ def test_own_pictures_convert_train_evaluate_and_classify_by_name(tmp_path,
 
   # cifar10_eval.py --run_once
   capsys.readouterr()
-  evaluated, = cifar10_eval.evaluate(
+  evaluated, = testutil.evaluate(
       train_dir, str(tmp_path / 'eval'), evaluation.EvalSettings(
           data_dir, run_once=True, session_config=testutil.session_config()))
   printed = capsys.readouterr().out
@@ -484,8 +485,8 @@ def test_towers_train_cifar100_on_its_100_classes(tmp_path):
   data_dir = synthetic.make_cifar100_dir(str(tmp_path / 'data'), records=64,
                                          test_records=16)
   train_dir = str(tmp_path / 'train')
-  result = cifar10_multi_gpu_train.train(
-      run_flags.TrainSettings(data_dir, train_dir, max_steps=3, batch_size=8,
+  result = testutil.train(cifar10_multi_gpu_train.train,
+     run_flags.TrainSettings(data_dir, train_dir, max_steps=3, batch_size=8,
                               input_threads=1, dataset='cifar100'),
       num_towers=2, tower_device='cpu')
   assert result['global_step'] == 3

@@ -152,10 +152,15 @@ def closed_port_url():
   return 'http://127.0.0.1:%d/cifar-10-binary.tar.gz' % port
 
 
+@pytest.fixture(autouse=True)
+def no_retry_wait(monkeypatch):
+  monkeypatch.setattr(download, 'RETRY_WAIT_SECS', 0)
+
+
 def fetch(data_dir, url, md5, dataset='cifar10', **kwargs):
-  kwargs.setdefault('retry_wait_secs', 0)
-  download.maybe_download_and_extract(str(data_dir), url, md5,
-                                      dataset=dataset, **kwargs)
+  """maybe_download_and_extract's DataSet of data_dir."""
+  return download.maybe_download_and_extract(str(data_dir), url, md5,
+                                             dataset=dataset, **kwargs)
 
 
 def fetch_source(data_dir, url, source, **kwargs):
@@ -206,6 +211,43 @@ def test_http_download_verified_extracted_and_done_once(tmp_path, server,
   assert printed.take() == ''
 
 
+def test_prepare_describes_the_data_once_and_returns_it(tmp_path, archive,
+                                                        printed, monkeypatch):
+  """The run's one description of its data: prepare describes data_dir once
+  when the files are there, again only after an archive changed what is
+  there, reads the labels once, and returns the DataSet it described."""
+  real_describe, real_check = data_files.describe, data_files.DataSet.check
+  described, checked = [], []
+
+  def describe(*args, **kwargs):
+    described.append(real_describe(*args, **kwargs))
+    return described[-1]
+
+  def check(data_set, names):
+    checked.append(list(names))
+    return real_check(data_set, names)
+  monkeypatch.setattr(data_files, 'describe', describe)
+  monkeypatch.setattr(data_files.DataSet, 'check', check)
+  layout = data_files.LAYOUTS[archive.dataset]
+  data_dir = str(tmp_path)
+
+  fetched = download.prepare(data_dir, archive.path, archive.md5,
+                             archive.dataset)
+  assert len(described) == 2  # Before the extraction, and after it.
+  assert fetched is described[-1]
+  assert fetched == real_describe(data_dir, archive.dataset)
+  assert checked == [list(layout.train_files)]
+  for split, files in (('train', layout.train_files),
+                       ('test', layout.test_files)):
+    del described[:], checked[:]
+    data_set = download.prepare(data_dir, closed_port_url(), None,
+                                archive.dataset, split)
+    assert described == [data_set] and data_set == fetched
+    assert checked == [list(files)]
+  assert 'Data: %s, 1 file, 20 records (checked).' % fetched.directory in (
+      printed.take())
+
+
 @pytest.mark.parametrize('reads, fetched', [('test', False),
                                             ('train_eval', True)])
 def test_only_a_missing_file_that_is_read_is_fetched(tmp_path, server, archive,
@@ -246,7 +288,7 @@ def test_cifar10_missing_directory_line(tmp_path, printed):
   # The line of old, word for word, with the files named by default.
   source = make_source('cifar10', str(tmp_path / 'source'))
   fetch_source(tmp_path / 'data', source.path, source,
-               files=cifar10_input.TRAIN_FILES)
+               files=data_files.TRAIN_FILES)
   assert ('%s does not exist yet (data_batch_1.bin, data_batch_2.bin, '
           'data_batch_3.bin, data_batch_4.bin, data_batch_5.bin are read from '
           'it): getting CIFAR-10.'
@@ -261,7 +303,7 @@ def test_transient_failure_is_retried(tmp_path, server, archive, printed,
                                       first_failure, reason):
   body = archive.body
   server.plan = [first_failure, 'ok']
-  fetch_source(tmp_path, server.url, archive, attempts=3)
+  fetch_source(tmp_path, server.url, archive)
   assert server.requests == 2
   if '%d' in reason:
     reason %= (len(body) // 2, len(body))
@@ -273,8 +315,8 @@ def test_transient_failure_is_retried(tmp_path, server, archive, printed,
 
 def test_client_error_is_not_retried(tmp_path, server, archive, printed):
   server.plan = ['404']
-  with pytest.raises(cifar10_input.DataError) as e:
-    fetch_source(tmp_path, server.url, archive, attempts=3)
+  with pytest.raises(data_files.DataError) as e:
+    fetch_source(tmp_path, server.url, archive)
   assert str(e.value).startswith('Could not download %s: HTTP 404 Not Found. '
                                  'To use a copy you already have, put %s '
                                  % (server.url, archive.official.name))
@@ -289,13 +331,14 @@ def test_client_error_is_not_retried(tmp_path, server, archive, printed):
     ('500', 'HTTP 500 Internal Server Error'),
 ])
 def test_bad_download_is_never_taken_for_the_archive(tmp_path, server, archive,
-                                                     how, reason):
+                                                     monkeypatch, how, reason):
+  monkeypatch.setattr(download, 'DOWNLOAD_ATTEMPTS', 2)
   body = archive.body
   server.plan = [how, how]
   if '%d' in reason:
     reason %= (len(body) // 2, len(body))
-  with pytest.raises(cifar10_input.DataError) as e:
-    fetch_source(tmp_path, server.url, archive, attempts=2)
+  with pytest.raises(data_files.DataError) as e:
+    fetch_source(tmp_path, server.url, archive)
   message = str(e.value)
   assert message.startswith('Could not download %s: %s' % (server.url, reason))
   assert '(2 attempts)' in message
@@ -330,20 +373,20 @@ def test_file_url_and_plain_path_are_used_in_place(tmp_path, archive):
 def test_offline_without_archive_says_where_to_put_it(tmp_path, printed,
                                                       dataset, expected):
   url = closed_port_url()
-  with pytest.raises(cifar10_input.DataError) as e:
-    fetch(tmp_path, url, None, dataset, attempts=3)
+  with pytest.raises(data_files.DataError) as e:
+    fetch(tmp_path, url, None, dataset)
   message = str(e.value)
   assert message.startswith('Could not download %s: ' % url)
   assert expected.format(d=tmp_path) in message
   # No connection at all is not retried: one message, not three.
   assert 'Download attempt' not in printed.take()
-  with pytest.raises(cifar10_input.DataError, match='names no file'):
+  with pytest.raises(data_files.DataError, match='names no file'):
     fetch(tmp_path, 'file://' + str(tmp_path / 'nowhere.tar.gz'), '', dataset)
 
 
 def test_offline_help_names_the_other_data_set_in_data_dir(tmp_path):
   synthetic.make_cifar100_dir(str(tmp_path), records=4)
-  with pytest.raises(cifar10_input.DataError) as e:
+  with pytest.raises(data_files.DataError) as e:
     fetch(tmp_path, closed_port_url(), '')
   assert str(e.value).endswith(
       'test_batch.bin. (%s holds CIFAR-100: --dataset=cifar100 reads it)'
@@ -361,17 +404,21 @@ def test_official_archive_by_default(tmp_path, monkeypatch, dataset):
     urls.append(url)
     raise urllib.error.URLError('no network here')
   monkeypatch.setattr(urllib.request, 'urlopen', offline)
-  with pytest.raises(cifar10_input.DataError) as e:
-    download.prepare(str(tmp_path), dataset=dataset)
-  assert urls == [official.url]
-  assert str(e.value).startswith(
-      'Could not download %s: no network here (offline?). To use a copy you '
-      'already have, put %s ' % (official.url, official.name))
-  assert download.official_source(dataset) == (official.url, official.md5)
-  assert download.official_source(dataset, 'file:///a.tar.gz', '') == (
-      'file:///a.tar.gz', '')
-  assert download.official_source(dataset, '', None) == (official.url,
-                                                         official.md5)
+  for data_url in (None, ''):  # An empty --data_url= is the official one.
+    with pytest.raises(data_files.DataError) as e:
+      download.prepare(str(tmp_path / 'data'), data_url, dataset=dataset)
+    assert str(e.value).startswith(
+        'Could not download %s: no network here (offline?). To use a copy you '
+        'already have, put %s ' % (official.url, official.name))
+  assert urls == [official.url] * 2
+  copy = tmp_path / 'copy.tar.gz'
+  copy.write_bytes(b'not the archive')
+  with pytest.raises(data_files.DataError) as e:
+    download.prepare(str(tmp_path / 'data'), str(copy), dataset=dataset)
+  assert str(e.value) == (
+      '%s has MD5 %s, expected %s (--data_md5): it is corrupt, truncated or '
+      'another file; give --data_md5= (empty) to use it anyway.'
+      % (copy, hashlib.md5(b'not the archive').hexdigest(), official.md5))
 
 
 def test_data_flags_default_to_the_official_archive_of_dataset():
@@ -383,8 +430,6 @@ def test_data_flags_default_to_the_official_archive_of_dataset():
         getattr(download.ARCHIVES['cifar10'], field),
         getattr(download.ARCHIVES['cifar100'], field))) in flag.help
   assert "empty (--data_md5=) to skip the check" in flags.FLAGS['data_md5'].help
-  assert (download.ARCHIVE_NAME, download.BATCHES_DIR) == tuple(
-      download.ARCHIVES['cifar10'][4:])
 
 
 @pytest.mark.slow  # Starts a process.
@@ -489,7 +534,7 @@ def test_unsafe_members_are_refused(tmp_path, dataset, member, expected):
   else:
     _tar_with(bad, _add_file(member.format(**names)))
   data_dir = tmp_path / 'data'
-  with pytest.raises(cifar10_input.DataError) as e:
+  with pytest.raises(data_files.DataError) as e:
     fetch(data_dir, bad, '', dataset)
   assert str(e.value) == 'Refusing to extract %s: %s' % (
       bad, expected.format(**names))
@@ -504,7 +549,7 @@ def test_unreadable_archive_is_reported(tmp_path, archive, cut):
   body = archive.body
   bad.write_bytes(b'not a tar' * 100 if cut == 'garbage'
                   else body[:len(body) // 2])
-  with pytest.raises(cifar10_input.DataError) as e:
+  with pytest.raises(data_files.DataError) as e:
     fetch(tmp_path / 'data', str(bad), '', archive.dataset)
   assert str(e.value).startswith('Could not extract %s (' % bad)
   assert 'it is truncated or not a .tar.gz; delete it' in str(e.value)
@@ -521,7 +566,7 @@ def test_archive_lacking_the_data_is_reported(tmp_path, archive):
               str(partial / directory))
   bad = synthetic.make_archive(str(tmp_path / 'partial.tar.gz'), str(partial),
                                directory)
-  with pytest.raises(cifar10_input.DataError) as e:
+  with pytest.raises(data_files.DataError) as e:
     fetch(tmp_path / 'data', bad, '', archive.dataset)
   assert str(e.value) == (
       '%s does not hold the %s binary data: Failed to find file: '
@@ -535,7 +580,7 @@ def test_archive_lacking_the_data_is_reported(tmp_path, archive):
 
 def test_other_data_sets_archive_is_named(tmp_path, archive):
   wanted = OTHER[archive.dataset]
-  with pytest.raises(cifar10_input.DataError) as e:
+  with pytest.raises(data_files.DataError) as e:
     fetch(tmp_path, archive.path, '', wanted)
   message = str(e.value)
   assert message.startswith('%s does not hold the %s binary data: Failed to '
@@ -573,7 +618,7 @@ def test_unwritable_data_dir_is_reported(tmp_path):
   (tmp_path / 'file').write_text('a file, not a directory')
   data_dir = tmp_path / 'file' / 'data'
   for dataset in download.ARCHIVES:
-    with pytest.raises(cifar10_input.DataError) as e:
+    with pytest.raises(data_files.DataError) as e:
       fetch(data_dir, closed_port_url(), '', dataset)
     assert str(e.value).startswith(
         'Cannot write to data directory %s (NotADirectoryError' % data_dir)
@@ -643,7 +688,7 @@ def test_incomplete_dir_without_archive_names_both_problems(tmp_path, dataset):
   batches = tmp_path / layout.batches_dir
   batches.mkdir()
   url = closed_port_url()
-  with pytest.raises(cifar10_input.DataError) as e:
+  with pytest.raises(data_files.DataError) as e:
     fetch(tmp_path, url, '', dataset)
   assert str(e.value).startswith(
       'Failed to find file: %s (expected a %s binary file'
@@ -688,15 +733,17 @@ def test_converted_set_is_never_replaced_by_a_download(tmp_path, printed,
   assert 'getting' not in out and 'incomplete' not in out
   # The five files of old, asked for explicitly: named, and still untouched.
   if train_files < 5:
-    with pytest.raises(cifar10_input.DataError) as e:
-      fetch(tmp_path, url, None, files=download.ALL_FILES)
+    with pytest.raises(data_files.DataError) as e:
+      fetch(tmp_path, url, None,
+            files=data_files.TRAIN_FILES + data_files.TEST_FILES)
     assert str(e.value).startswith(
         'Failed to find file: %s (expected a CIFAR-10 binary file'
         % os.path.join(batches, 'data_batch_%d.bin' % (train_files + 1)))
-    assert ('; %s holds a complete data set of its own (' % batches
-            in str(e.value))
-    assert str(e.value).endswith('which a download never replaces: read only '
-                                 'its files, or move it away to get CIFAR-10')
+    assert str(e.value).endswith(
+        '; %s is not the CIFAR-10 download (its batches.meta.txt names 3 '
+        'classes (cat, dog, seven)), so it is never replaced by one: write it '
+        'again (cifar10_make_dataset.py), or move it away to get CIFAR-10'
+        % batches)
   assert snapshot(batches) == before
   assert sorted(os.listdir(str(tmp_path))) == ['cifar-10-batches-bin']
 
@@ -711,7 +758,7 @@ def test_broken_converted_set_is_named_not_replaced(tmp_path, train_files,
   with open(os.path.join(batches, 'data_batch_2.bin'), 'r+b') as f:
     f.truncate(5000)
   before = snapshot(batches)
-  with pytest.raises(cifar10_input.DataError) as e:
+  with pytest.raises(data_files.DataError) as e:
     download.prepare(str(tmp_path), closed_port_url())
   assert str(e.value).startswith('Data file %s has 5000 bytes' % os.path.join(
       batches, 'data_batch_2.bin'))
@@ -746,7 +793,7 @@ def _cifar100_with(data_dir, byte, value):
 def test_cifar100_label_bytes_are_checked(tmp_path, printed, dataset, byte,
                                           value, expected):
   path = _cifar100_with(tmp_path, byte, value)
-  with pytest.raises(cifar10_input.DataError) as e:
+  with pytest.raises(data_files.DataError) as e:
     download.prepare(str(tmp_path), closed_port_url(), dataset=dataset)
   coarse = ' (coarse labels)' if dataset == 'cifar100_coarse' else ''
   assert str(e.value) == 'Data file %s, record 3 (byte offset 9222): %s' % (
@@ -796,7 +843,7 @@ def test_a_file_of_the_other_layout_is_named(tmp_path, written, read,
   synthetic.write_records(path, labels, rng.randint(
       200, 256, (records, 32, 32, 3)))
   data_set = data_files.describe(str(tmp_path), read)
-  with pytest.raises(cifar10_input.DataError) as e:
+  with pytest.raises(data_files.DataError) as e:
     data_set.check([layout.train_files[0]])
   assert str(e.value).startswith('Data file %s' % path)
   assert expected in str(e.value)
@@ -812,8 +859,8 @@ def test_eval_flags_prepare_their_dataset(tmp_path, printed):
       batch_size=5, run_once=True, eval_interval_secs=0,
       data_url=closed_port_url(), data_md5=None, dataset='cifar100',
       mixed_precision='off', num_intra_threads=None, num_inter_threads=None)
-  settings = evaluation.fetch_data_then_settings(flag_values)
-  assert settings.num_examples == 10
+  settings, data_set = evaluation.fetch_data_then_settings(flag_values)
+  assert settings.num_examples == 10 and data_set.num_classes == 100
   assert printed.take().startswith(
       'Data: %s, 1 file, 10 records (checked).\nClasses: 100 classes ('
       % (tmp_path / 'cifar-100-binary'))

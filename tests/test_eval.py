@@ -57,7 +57,7 @@ def _test_labels(data_dir):
 
 def _eval_once(checkpoint, data_dir, **kwargs):
   kwargs.setdefault('session_config', session_config())
-  return cifar10_eval.eval_once(
+  return testutil.eval_once(
       checkpoint, evaluation.EvalSettings(data_dir, **kwargs))
 
 
@@ -132,7 +132,7 @@ def test_script_run_once_after_training(data_dir, learned_train_dir, tmp_path):
   assert 'model.ckpt-%d (global step %d' % (TRAIN_STEPS, TRAIN_STEPS) in (
       result.stdout)
   table = result.stdout.split('most confused with\n')[1].splitlines()[:10]
-  assert [line.split()[0] for line in table] == list(cifar10_input.CLASS_NAMES)
+  assert [line.split()[0] for line in table] == list(data_files.CLASS_NAMES)
   # Synthetic test file: 20 records, two of each class.
   assert [int(line.split()[1]) for line in table] == [2] * 10
   assert (eval_dir / 'keep.txt').exists()
@@ -170,7 +170,7 @@ def test_test_file_alone_is_enough_and_nothing_is_fetched(data_dir, colour_dir,
   download.maybe_download_and_extract(
       str(only_test.parent), url, download.ARCHIVES['cifar10'].md5,
       files=list(data_files.TEST_FILES))
-  cifar10_eval.evaluate(colour_dir, str(tmp_path / 'e'),
+  testutil.evaluate(colour_dir, str(tmp_path / 'e'),
                         evaluation.EvalSettings(
                             str(only_test.parent), num_examples=20,
                             batch_size=8, run_once=True,
@@ -332,9 +332,9 @@ def test_eval_and_classify_open_a_checkpoint_through_one_function(
   opened = []
   open_model_checkpoint = checkpoints.open_model_checkpoint
 
-  def spy(checkpoint, averaged=False):
+  def spy(checkpoint, averaged=False, data_set=None):
     opened.append(checkpoint)
-    return open_model_checkpoint(checkpoint, averaged)
+    return open_model_checkpoint(checkpoint, averaged, data_set)
 
   monkeypatch.setattr(checkpoints, 'open_model_checkpoint', spy)
   with pytest.raises(checkpoints.CheckpointError) as refused:
@@ -433,7 +433,7 @@ def test_follows_training_each_checkpoint_once(data_dir, tmp_path, capsys):
     sleeps.append(secs)
     actions[len(sleeps) - 1]()
 
-  results = cifar10_eval.evaluate(
+  results = testutil.evaluate(
       str(checkpoint_dir), str(eval_dir), evaluation.EvalSettings(
           data_dir, num_examples=20, batch_size=8, eval_interval_secs=3,
           session_config=session_config()),
@@ -493,19 +493,14 @@ def test_bad_eval_data_flag_is_rejected_when_parsed():
      r'num_examples=21 is more than the 20 records in .*test_batch\.bin'),
     ({'eval_data': 'train_eval', 'num_examples': 101},
      'num_examples=101 is more than the 100 records'),
-    ({'num_examples': 0}, 'num_examples must be a positive integer, got 0'),
-    ({'batch_size': 0}, 'batch_size must be a positive integer, got 0'),
-    ({'eval_interval_secs': -1}, 'eval_interval_secs must be >= 0, got -1'),
 ])
-def test_bad_settings_fail_before_any_graph(data_dir, tmp_path, kwargs,
-                                            message):
-  settings = dict({'num_examples': 20, 'batch_size': 8}, **kwargs)
-
+def test_bad_settings_are_named(data_dir, kwargs, message):
+  # Checked with the flags, before any graph (fetch_data_then_settings).
+  settings = dict({'num_examples': 20}, **kwargs)
   with pytest.raises(ValueError, match=message):
-    cifar10_eval.evaluate(str(tmp_path), str(tmp_path / 'eval'),
-                          evaluation.EvalSettings(data_dir, **settings))
-  # Nothing was built or written: not even eval_dir.
-  assert not (tmp_path / 'eval').exists()
+    evaluation.check_num_examples(settings['num_examples'],
+                                  data_files.describe(data_dir),
+                                  settings['eval_data'])
 
 
 def test_confusion_image_shows_row_fractions():
@@ -515,7 +510,7 @@ def test_confusion_image_shows_row_fractions():
   confusion[1, 1] = 2
   cell = evaluation.CONFUSION_CELL_PIXELS
 
-  image = evaluation.confusion_image(confusion, cifar10_input.CLASS_NAMES)
+  image = evaluation.confusion_image(confusion, data_files.CLASS_NAMES)
 
   assert image.ndim == 4 and image.dtype == np.uint8
   assert image.shape[0] == 1 and image.shape[3] == 3

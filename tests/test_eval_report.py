@@ -11,9 +11,10 @@ from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.plugins.text import text_plugin
 
 import cifar10_input
+from cifar10_support import data_files
 from cifar10_support import evaluation
 
-NAMES = cifar10_input.CLASS_NAMES
+NAMES = data_files.CLASS_NAMES
 
 # The table evaluation printed, byte for byte, before it served more than
 # CIFAR-10's classes: for _TEN below.

@@ -4,8 +4,9 @@ the cluster (Kubeflow) or not (Vertex AI).
 
 Every task runs the same command, as Kubeflow's TFJob and Vertex AI start
 it, and learns its role from TF_CONFIG, set exactly as each platform sets
-it; real processes on 127.0.0.1. TensorFlow's own TFConfigClusterResolver
-reads every one of these TF_CONFIGs as we do.
+it; real processes on 127.0.0.1. The script reads TF_CONFIG through
+TensorFlow's own TFConfigClusterResolver; the tests' oracle is each
+platform's TF_CONFIG as written.
 """
 
 import glob
@@ -191,43 +192,48 @@ def finished_run(data_dir, tmp_path_factory):
 # --- TF_CONFIG of each platform, read -----------------------------------------
 
 
+def resolve(tf_config):
+  """The clusters.Task that TF_CONFIG, a dict, gives with no cluster flag."""
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setenv('TF_CONFIG', json.dumps(tf_config))
+    return clusters.resolve(None, 0, '', '', startup_wait_secs=300,
+                            operation_timeout_secs=300)
+
+
 def test_a_chief_job_is_the_chief_and_its_workers_count_apart():
   tf_config = {'cluster': {'chief': ['c:1'], 'ps': ['p:1'],
                            'worker': ['w:1', 'w:2']},
                'task': {'type': 'worker', 'index': 1}, 'environment': 'cloud'}
-  cluster, job, index = clusters.resolve_cluster(None, 0, '', '',
-                                                 json.dumps(tf_config))
-  assert (cluster, job, index) == (tf_config['cluster'], 'worker', 1)
-  assert not clusters.is_chief(cluster, 'worker', 0)
-  assert clusters.is_chief(cluster, 'chief', 0)
-  assert list(clusters.training_tasks(cluster)) == [
+  task = resolve(tf_config)
+  cluster = tf_config['cluster']
+  assert task == (cluster, 'worker', 1, 300, 300)
+  assert not clusters.Task(cluster, 'worker', 0).is_chief
+  assert clusters.Task(cluster, 'chief', 0).is_chief
+  assert list(task.training_tasks) == [
       '/job:chief/task:0', '/job:worker/task:0', '/job:worker/task:1']
   for job, index, label in [('chief', 0, 'Chief'), ('master', 0, 'Master'),
                             ('worker', 1, 'Worker 1')]:
-    assert clusters.WorkerSettings(None, cluster, index,
-                                   job_name=job).label == label
-  assert clusters.describe({'/job:chief/task:0': 'c:1'}, cluster) == (
+    assert clusters.Task(cluster, job, index).label == label
+  assert clusters.describe({'/job:chief/task:0': 'c:1'}, 'chief') == (
       'the chief (chief at c:1)')
-  assert clusters.describe({'/job:worker/task:0': 'w:1'}, cluster) == (
+  assert clusters.describe({'/job:worker/task:0': 'w:1'}, 'chief') == (
       'worker task 0 at w:1')
   # Without a chief job, worker 0 is the chief, as before.
-  plain = {'ps': ['p:1'], 'worker': ['w:1']}
-  assert clusters.is_chief(plain, 'worker', 0)
-  assert clusters.describe({'/job:worker/task:0': 'w:1'}, plain) == (
+  plain = clusters.Task({'ps': ['p:1'], 'worker': ['w:1']}, 'worker', 0)
+  assert plain.is_chief and plain.chief_job == 'worker'
+  assert clusters.describe({'/job:worker/task:0': 'w:1'}) == (
       'the chief (worker 0 at w:1)')
 
 
-def test_an_evaluator_and_a_lone_chief_are_read():
+def test_an_evaluator_and_a_lone_chief_are_read(monkeypatch):
   # Vertex AI leaves the evaluator out of the cluster; a chief may be alone.
   tf_config = {'cluster': {'chief': ['c:1'], 'ps': ['p:1']},
                'task': {'type': 'evaluator', 'index': 0},
                'environment': 'cloud'}
-  cluster, job, _ = clusters.resolve_cluster(None, 0, '', '',
-                                             json.dumps(tf_config))
-  assert job == 'evaluator'
-  assert cluster == {'chief': ['c:1'], 'ps': ['p:1']}
+  assert resolve(tf_config)[:3] == (tf_config['cluster'], 'evaluator', 0)
   # The flag form needs no cluster for an evaluator.
-  assert clusters.resolve_cluster('evaluator', 0, '', '', None) == (
+  monkeypatch.delenv('TF_CONFIG', raising=False)
+  assert clusters.resolve('evaluator', 0, '', '', 300, 300)[:3] == (
       None, 'evaluator', 0)
 
 
@@ -238,30 +244,41 @@ def test_kubeflows_evaluator_in_the_cluster_is_not_a_training_task(task):
   tf_config = {'cluster': {'chief': ['c:1'], 'evaluator': ['e:1'],
                            'ps': ['p:1'], 'worker': ['w:1', 'w:2']},
                'task': {'type': task, 'index': 0}, 'environment': 'cloud'}
-  cluster, job, index = clusters.resolve_cluster(None, 0, '', '',
-                                                 json.dumps(tf_config))
-  assert cluster == {'chief': ['c:1'], 'ps': ['p:1'], 'worker': ['w:1', 'w:2']}
-  assert (job, index) == (task, 0)
+  assert resolve(tf_config)[:3] == (
+      {'chief': ['c:1'], 'ps': ['p:1'], 'worker': ['w:1', 'w:2']}, task, 0)
 
 
 @pytest.mark.parametrize('platform', sorted(PLATFORMS))
-def test_tensorflow_reads_every_platforms_tf_config_as_we_do(
-    platform, tmp_path, monkeypatch):
-  # TensorFlow's own resolver is the oracle: the same jobs, addresses, task
-  # type and index for every task of every platform's cluster (the
-  # evaluator job aside, which we read and leave out of the cluster).
+def test_every_platforms_tf_config_is_read_as_the_platform_wrote_it(
+    platform, tmp_path):
+  # The oracle is the TF_CONFIG each platform sets, as written: every
+  # task's jobs and addresses (the evaluator's job aside, which joins no
+  # cluster), its type and its index.
   setup = PLATFORMS[platform]()
   cluster = _ManagedCluster(tmp_path, flags=[], **setup)
   for task in cluster.tasks:
-    tf_config = cluster.tf_config(task)
-    monkeypatch.setenv('TF_CONFIG', tf_config)
-    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-    theirs = resolver.cluster_spec().as_dict()
-    assert ('evaluator' in theirs) == ('evaluator' in setup['jobs'])
-    theirs = {job: addresses for job, addresses in theirs.items()
-              if addresses and job != 'evaluator'}
-    assert clusters.resolve_cluster(None, 0, '', '', tf_config) == (
-        theirs, resolver.task_type, resolver.task_id), tf_config
+    written = json.loads(cluster.tf_config(task))
+    training = {job: addresses for job, addresses in
+                written['cluster'].items() if job != 'evaluator'}
+    assert ('evaluator' in written['cluster']) == ('evaluator' in
+                                                   setup['jobs'])
+    assert resolve(written)[:3] == (training, written['task']['type'],
+                                    written['task']['index']), written
+
+
+def test_tf_config_is_read_as_tensorflow_reads_it():
+  # As TensorFlow's TFConfigClusterResolver reads them: the cluster, the
+  # task type and its index (an int, or a string of one); "environment",
+  # "rpc_layer" (the tasks speak gRPC) and any other key change nothing.
+  cluster = {'ps': ['p:1'], 'worker': ['w:1', 'w:2']}
+  assert resolve({'cluster': cluster, 'rpc_layer': 'grpc',
+                  'environment': 'google', 'task': {'type': 'worker',
+                                                    'index': '1'}})[:3] == (
+                                                        cluster, 'worker', 1)
+  # A map of every task's index is the same cluster as its list.
+  assert resolve({'cluster': {'ps': {'0': 'p:1'}, 'worker': {
+      '1': 'w:2', '0': 'w:1'}}, 'task': {'type': 'ps'}})[:3] == (
+          cluster, 'ps', 0)
 
 
 # Bad TF_CONFIGs and the one line each ends a task with, whole.
@@ -300,16 +317,16 @@ BAD_TF_CONFIG_LINES = [
       'task': {'type': 'evaluator', 'index': 1}},
      r'task \{"type": "evaluator", "index": 1\}: one evaluator follows a '
      r'run, as TensorFlow allows at most one'),
-    ({'cluster': {'chief': ['c:1'], 'ps': ['p:1'], 'evaluator': ['e']},
-      'task': {'type': 'evaluator', 'index': 0}},
-     r'TF_CONFIG cluster "evaluator" entry \'e\' is not host:port'),
     ({'cluster': {'chief': ['c:1'], 'ps': ['p:1'], 'evaluator': None},
       'task': {'type': 'evaluator', 'index': 0}},
-     r'TF_CONFIG cluster needs a "evaluator" list of host:port'),
-    ({'cluster': {'chief': ['c:1'], 'ps': ['p:1'],
-                  'evaluator': ['e:1,e:2']},
-      'task': {'type': 'chief', 'index': 0}},
-     r'cluster lists 2 "evaluator" tasks'),
+     r'^TF_CONFIG is not a cluster TensorFlow can read \(The tasks for job '
+     r'\'evaluator\' must be a list or a dictionary from integers to '
+     r'strings\.\): \'\{"cluster": '),
+    # Kubeflow's enableDynamicWorker: each worker sees itself alone.
+    ({'cluster': {'chief': ['c:1'], 'ps': ['p:1'], 'worker': {'1': 'w:2'}},
+      'task': {'type': 'worker', 'index': 1}},
+     r'^TF_CONFIG cluster "worker" maps some task indexes only: this script '
+     r'needs a list of every task\'s host:port$'),
     ({'cluster': {'chief': ['c:1'], 'ps': ['p:1']},
       'task': {'type': 'worker', 'index': 0}},
      r'task \{"type": "worker", "index": 0\} is not a task of the cluster, '
@@ -320,13 +337,13 @@ BAD_TF_CONFIG_LINES = [
 ] + [(tf_config, '^%s$' % re.escape(line))  # Whole.
      for tf_config, line in BAD_TF_CONFIG_LINES])
 def test_bad_tf_config_of_a_managed_cluster_is_one_line(tf_config, message):
-  with pytest.raises(clusters.TFConfigError, match=message):
-    clusters.resolve_cluster(None, 0, '', '', json.dumps(tf_config))
+  with pytest.raises(ValueError, match=message):
+    resolve(tf_config)
 
 
 @pytest.mark.slow  # A process.
 def test_a_task_given_bad_tf_config_prints_one_line_and_exits_1():
-  # A TFConfigError ends the task with its line alone, no usage text; each
+  # A bad TF_CONFIG ends the task with its line alone, no usage text; each
   # line is test_bad_tf_config_of_a_managed_cluster_is_one_line's.
   tf_config, line = BAD_TF_CONFIG_LINES[0]
   result = testutil.run_script('cifar10_distributed_train.py', [],
@@ -338,11 +355,10 @@ def test_a_task_given_bad_tf_config_prints_one_line_and_exits_1():
 def test_the_chief_jobs_graph_runs_on_the_chief(data_dir):
   cluster = {'chief': ['h0:1'], 'ps': ['h1:1'], 'worker': ['h2:1']}
   with tf.Graph().as_default() as graph:
+    settings = run_flags.TrainSettings(data_dir, None, batch_size=8,
+                                       input_threads=1)
     built = dist.build_worker_graph(
-        run_flags.TrainSettings(data_dir, None, batch_size=8,
-                                   input_threads=1),
-        clusters.WorkerSettings(None, cluster, 0, sync_replicas=True,
-                                job_name='chief'))
+        settings, testutil.described(settings), clusters.Task(cluster, 'chief', 0), replicas=2)
     built['sync_optimizer'].ready_for_local_init_op.mark_used()
   for op in graph.get_operations():
     if op.type in ('RandomShuffleQueueV2', 'Conv2D', 'SaveV2'):

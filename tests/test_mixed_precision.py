@@ -34,6 +34,7 @@ from test_train import LINE
 from testutil import ROOT
 from testutil import script_env
 from testutil import session_config
+import testutil
 
 # /proc/cpuinfo 'flags' lines, shortened, of the machines the project runs on.
 ZEN3 = 'fpu vme sse sse2 avx avx2 fma bmi2 sha_ni vaes vpclmulqdq'
@@ -111,8 +112,7 @@ def _training_graph(compute_dtype, batch=4):
     labels = tf.zeros([batch], tf.int32)
     logits = cifar10.inference(images, compute_dtype)
     loss = cifar10.loss(logits, labels)
-    cifar10.train(loss, global_step, batch,
-                  mixed_precision.needs_loss_scale(compute_dtype))
+    cifar10.train(loss, global_step, batch, compute_dtype)
   return graph, logits, loss
 
 
@@ -173,16 +173,19 @@ def test_bfloat16_forward_pass_is_close_to_float32():
 
 
 def _loss_scale_step(grads):
-  """One apply_gradients with a loss scale; returns the new weight, scale and
-  good steps, for gradients `grads` (of a scaled loss) of a weight 1.0."""
+  """Two steps of the float16 optimizer; returns the new weight, scale and
+  good steps, for a loss whose scaled gradients at the first scale are
+  `grads`, of a weight 1.0."""
   with tf.Graph().as_default():
     global_step = tf.train.get_or_create_global_step()
     weight = tf.get_variable('w', initializer=tf.ones([2]))
-    loss_scale = mixed_precision.dynamic_loss_scale()
-    opt = tf.train.GradientDescentOptimizer(1.0)
-    train_op, applied = mixed_precision.apply_gradients(
-        opt, [(tf.constant(grads, tf.float32), weight)], global_step,
-        loss_scale)
+    loss_scale = mixed_precision.optimizer(
+        tf.train.GradientDescentOptimizer(1.0), tf.float16)
+    loss = tf.reduce_sum(
+        tf.constant(grads, tf.float32) / mixed_precision.LOSS_SCALE_START
+        * weight)
+    train_op = loss_scale.apply_gradients(
+        loss_scale.compute_gradients(loss), global_step)
     with tf.Session(config=session_config()) as sess:
       sess.run([tf.global_variables_initializer(),
                 tf.local_variables_initializer()])
@@ -231,7 +234,7 @@ def test_bfloat16_checkpoint_is_float32_and_evaluates_both_ways(data_dir,
   dirs = {}
   for name, dtype in (('float32', None), ('bfloat16', tf.bfloat16)):
     dirs[name] = str(tmp_path / name)
-    cifar10_train.train(run_flags.TrainSettings(
+    testutil.train(cifar10_train.train, run_flags.TrainSettings(
         data_dir, dirs[name], max_steps=3, batch_size=8, input_threads=1,
         save_checkpoint_secs=3600, compute_dtype=dtype))
   checkpoints = {name: tf.train.latest_checkpoint(path)
@@ -241,7 +244,7 @@ def test_bfloat16_checkpoint_is_float32_and_evaluates_both_ways(data_dir,
   assert len(contents) == 25
   assert {dtype for dtype, _ in contents.values()} == {tf.float32, tf.int64}
   for name, checkpoint in checkpoints.items():
-    results = [cifar10_eval.eval_once(checkpoint, evaluation.EvalSettings(
+    results = [testutil.eval_once(checkpoint, evaluation.EvalSettings(
                    data_dir, num_examples=20, batch_size=10,
                    session_config=session_config(), compute_dtype=dtype))
                for dtype in (None, tf.bfloat16)]
@@ -249,7 +252,7 @@ def test_bfloat16_checkpoint_is_float32_and_evaluates_both_ways(data_dir,
     assert [r['num_examples'] for r in results] == [20, 20], name
   # Each resumes in training the other way round.
   for name, dtype in (('float32', tf.bfloat16), ('bfloat16', None)):
-    stats = cifar10_train.train(run_flags.TrainSettings(
+    stats = testutil.train(cifar10_train.train, run_flags.TrainSettings(
         data_dir, dirs[name], max_steps=5, batch_size=8, input_threads=1,
         save_checkpoint_secs=3600, compute_dtype=dtype))
     assert stats['global_step'] == 5, name
@@ -259,8 +262,9 @@ def test_bfloat16_checkpoint_is_float32_and_evaluates_both_ways(data_dir,
 
 def test_eval_graph_computes_in_bfloat16_and_predicts_as_float32(data_dir):
   with tf.Graph().as_default() as graph:
-    cifar10_eval.build_eval_graph(evaluation.EvalSettings(
-        data_dir, batch_size=10, compute_dtype=tf.bfloat16))
+    settings = evaluation.EvalSettings(data_dir, batch_size=10,
+                                       compute_dtype=tf.bfloat16)
+    cifar10_eval.build_eval_graph(settings, testutil.described(settings))
   convs = [op for op in graph.get_operations() if op.type == 'Conv2D']
   assert [op.get_attr('T') for op in convs] == [tf.bfloat16] * 2
 
@@ -272,7 +276,7 @@ def test_eval_with_the_flag_predicts_what_the_weights_say(data_dir, tmp_path,
   # records are 3s.
   path = str(tmp_path / 'model.ckpt')
   save_checkpoint(path, 7, raw_class=5, shadow_class=3, dtype=dtype)
-  result = cifar10_eval.eval_once(path + '-7', evaluation.EvalSettings(
+  result = testutil.eval_once(path + '-7', evaluation.EvalSettings(
       data_dir, num_examples=20, batch_size=10,
       session_config=session_config(), compute_dtype=tf.bfloat16))
   assert result['true_count'] == 2
@@ -293,8 +297,7 @@ def test_float16_step_scales_the_loss_and_moves_the_weights_as_float32():
       global_step = tf.train.get_or_create_global_step()
       logits = cifar10.inference(tf.constant(images, tf.float32), dtype)
       train_op = cifar10.train(cifar10.loss(logits, tf.constant(labels)),
-                               global_step, 32,
-                               loss_scaling=dtype == tf.float16)
+                               global_step, 32, compute_dtype=dtype)
       weights = {v.op.name: v for v in tf.trainable_variables()}
       with tf.Session(config=session_config()) as sess:
         sess.run([tf.global_variables_initializer(),

@@ -19,6 +19,7 @@ from cifar10_support import sessions
 from cifar10_support import towers
 from test_train import LINE, event_tags, event_values, histogram_tags
 from testutil import OP_TIMEOUT_MS, run_script
+import testutil
 
 BATCH = 8
 
@@ -186,18 +187,10 @@ def test_summary_tags_match_single_device_training(data_dir):
           'learning_rate', 'images', 'conv1/weights/gradients'} <= towers
 
 
-def test_average_gradients_names_the_mismatch():
+def test_average_gradients_averages_each_variables_over_the_towers():
   with tf.Graph().as_default():
     v = tf.get_variable('v', [2])
-    w = tf.get_variable('w', [])
     one, three = tf.constant([1.0, 1.0]), tf.constant([3.0, 5.0])
-
-    with pytest.raises(ValueError, match=r"Tower 1 .*missing \['w'\]"):
-      multi.average_gradients([[(one, v), (one[0], w)], [(one, v)]])
-    with pytest.raises(ValueError,
-                       match='Tower 1 has no gradient for variable w'):
-      multi.average_gradients([[(one, v), (one[0], w)], [(one, v), (None, w)]])
-
     (mean, var), = multi.average_gradients([[(one, v)], [(three, v)]])
     assert var is v
     with tf.Session() as sess:
@@ -241,7 +234,7 @@ def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path, capsys):
 
   # The script's --num_gpus=2 --tower_device=cpu, by a call (its process is
   # tested in test_closed_output.py and below).
-  multi.train(run_flags.TrainSettings(
+  testutil.train(multi.train, run_flags.TrainSettings(
       data_dir, train_dir, max_steps=6, batch_size=BATCH, log_frequency=2),
       num_towers=2, tower_device='cpu')
   first = capsys.readouterr().out
@@ -263,14 +256,14 @@ def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path, capsys):
   np.testing.assert_allclose(
       restored,
       tf.train.load_variable(checkpoint, 'conv1/biases/ExponentialMovingAverage'))
-  result = cifar10_eval.eval_once(checkpoint, evaluation.EvalSettings(
+  result = testutil.eval_once(checkpoint, evaluation.EvalSettings(
       data_dir, num_examples=16, batch_size=BATCH,
       session_config=_config(1)))
   assert result['checkpoint'] == checkpoint
   assert re.search(r'precision @ 1 = \d\.\d{3}', capsys.readouterr().out)
 
   # GPU towers on a machine with fewer GPUs: one line, then soft placement.
-  multi.train(run_flags.TrainSettings(
+  testutil.train(multi.train, run_flags.TrainSettings(
       data_dir, train_dir, max_steps=10, batch_size=BATCH, log_frequency=2),
       num_towers=2, tower_device='gpu')
   second = capsys.readouterr().out
@@ -348,24 +341,29 @@ def test_split_that_cannot_work_is_one_usage_line(args, message):
   assert str(e.value).startswith(message)
 
 
-def test_gpu_fallback_message_names_the_flag_that_helps():
-  assert towers.fallback_message(4, 1).endswith(
-      'soft placement), as in the original; --split_gpus splits the GPU(s) '
-      'into 4 virtual GPUs, one per tower.')
-  assert towers.fallback_message(2, 0).endswith(
-      '--tower_device=cpu gives each tower its own CPU device.')
+def test_gpu_fallback_message_names_the_flag_that_helps(monkeypatch, capsys):
+  for visible, towers_asked, remedy in (
+      (1, 4, '--split_gpus splits the GPU(s) into 4 virtual GPUs, one per '
+             'tower.'),
+      (0, 2, '--tower_device=cpu gives each tower its own CPU device.')):
+    monkeypatch.setattr(sessions, 'visible_gpus', lambda v=visible: v)
+    towers.session_config(towers_asked, 'gpu')
+    assert capsys.readouterr().out == (
+        '%d GPU towers asked for (--num_gpus) but %d GPU(s) visible: towers '
+        'without a GPU run on the CPU (soft placement), as in the original; '
+        '%s\n' % (towers_asked, visible, remedy))
 
 
 def test_split_gpus_config_refuses_cpu_towers_and_a_machine_without_gpus():
   with pytest.raises(app.UsageError) as e:
-    towers.split_gpus_config(4, 'cpu')
+    towers.session_config(4, 'cpu', split_gpus=True)
   assert str(e.value) == ('--split_gpus splits GPUs and --tower_device=cpu '
                           'puts the towers on CPU devices: drop one of the '
                           'two')
   if not tf.config.list_physical_devices('GPU'):
     # The GPUs TensorFlow sees, none here, go to split_config (above).
     with pytest.raises(app.UsageError) as e:
-      towers.split_gpus_config(4, 'gpu')
+      towers.session_config(4, 'gpu', split_gpus=True)
     assert str(e.value) == (
         '--split_gpus needs a GPU, and TensorFlow sees none; without one, '
         '--tower_device=cpu gives each tower its own CPU device')

@@ -8,9 +8,10 @@ from PIL import ImageDraw
 from PIL import ImageFont
 
 import cifar10_input
+from cifar10_support import data_files
 from cifar10_support import evaluation
 
-NAMES = cifar10_input.CLASS_NAMES
+NAMES = data_files.CLASS_NAMES
 GREY = [200, 200, 200]
 WHITE = [255, 255, 255]
 

@@ -21,7 +21,10 @@ import tensorflow.compat.v1 as tf
 import cifar10
 import cifar10_input
 import cifar10_train
+from cifar10_support import data_files
+from cifar10_support import progress
 from cifar10_support import run_flags
+from cifar10_support import signals
 from cifar10_support import train_dirs
 import synthetic
 import testutil
@@ -63,8 +66,8 @@ def test_bad_data_file_is_named_with_its_problem(tmp_path, break_file):
   paths = [os.path.join(root, 'cifar-10-batches-bin', name)
            for name in synthetic.TRAIN_FILES]
   expected = break_file(paths[1])
-  with pytest.raises(cifar10_input.DataError) as e:
-    cifar10_input.check_data_files(paths)
+  with pytest.raises(data_files.DataError) as e:
+    data_files.check_data_files(paths)
   assert isinstance(e.value, ValueError)
   assert str(e.value).startswith(expected)
 
@@ -72,12 +75,12 @@ def test_bad_data_file_is_named_with_its_problem(tmp_path, break_file):
 def test_label_check_passes_good_files_and_counts_records(data_dir):
   paths = [os.path.join(data_dir, 'cifar-10-batches-bin', name)
            for name in synthetic.TRAIN_FILES]
-  assert cifar10_input.check_data_files(paths) == 5 * 20
+  assert data_files.check_data_files(paths) == 5 * 20
 
 
 # The script's one line and exit status 1 for a bad data file, through a
 # process; a NaN loss and the other errors that end a run take the same
-# way (run_errors_end_the_process, the test below), their messages tested
+# way (the trainers' signals.script_main, the test below), their messages tested
 # by calls.
 @pytest.mark.slow  # Starts a process.
 def test_script_reports_bad_label_without_traceback(tmp_path):
@@ -95,10 +98,10 @@ def test_script_reports_bad_label_without_traceback(tmp_path):
 
 
 @pytest.mark.parametrize('error,line', [
-    (cifar10_input.DataError('Data file /d/data_batch_2.bin is empty (0 '
+    (data_files.DataError('Data file /d/data_batch_2.bin is empty (0 '
                              'bytes)'),
      'cifar10_train.py: Data file /d/data_batch_2.bin is empty (0 bytes)'),
-    (train_dirs.DivergedError('Model diverged with loss = NaN at step 0: '
+    (progress.DivergedError('Model diverged with loss = NaN at step 0: '
                               'training stopped'),
      'cifar10_train.py: Model diverged with loss = NaN at step 0: training '
      'stopped'),
@@ -107,15 +110,21 @@ def test_a_run_error_ends_the_process_with_its_one_line(monkeypatch, error,
                                                         line):
   monkeypatch.setattr(sys, 'argv', ['/home/u/cifar10_train.py',
                                     '--max_steps=20'])
+  raised = []
+
+  @signals.script_main(train_dirs.RUN_ERRORS)
+  def main(unused_argv):
+    raise raised[0]
+
+  raised.append(error)
   with pytest.raises(SystemExit) as ended:
-    with train_dirs.run_errors_end_the_process():
-      raise error
+    main(['cifar10_train.py'])
   # sys.exit(str): Python writes the line to stderr, exit status 1.
   assert ended.value.code == line
   # Anything else is a bug: its traceback is not turned into a line.
+  raised[0] = KeyError('a bug')
   with pytest.raises(KeyError):
-    with train_dirs.run_errors_end_the_process():
-      raise KeyError('a bug')
+    main(['cifar10_train.py'])
 
 
 # --- Bad flags ----------------------------------------------------------------
@@ -154,8 +163,8 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(
   # step as the loss check; the outcome must be the same.
   monkeypatch.setattr(cifar10, 'loss', _nan_from_step(7))
   train_dir = str(tmp_path / 'train')
-  with pytest.raises(train_dirs.DivergedError) as e:
-    cifar10_train.train(run_flags.TrainSettings(
+  with pytest.raises(progress.DivergedError) as e:
+    testutil.train(cifar10_train.train, run_flags.TrainSettings(
         data_dir, train_dir, max_steps=20, batch_size=8, log_frequency=1,
         save_checkpoint_steps=1, save_summaries_steps=summary_steps,
         input_threads=2))

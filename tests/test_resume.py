@@ -51,19 +51,19 @@ FRESH_LINE = re.compile(r'^Starting fresh \(not in model\.ckpt-(\d+), which '
                         r'another trainer wrote\): (.*)\.$', re.M)
 
 
-def _values(checkpoint):
+def checkpoint_values(checkpoint):
   """Every tensor of a checkpoint, by name."""
   reader = tf.train.load_checkpoint(checkpoint)
   return {name: reader.get_tensor(name)
           for name in reader.get_variable_to_shape_map()}
 
 
-def _run(trainer, data_dir, train_dir, max_steps):
+def run_trainer(trainer, data_dir, train_dir, max_steps):
   """Trains with one trainer's train function; returns what it printed."""
   train, kwargs = TRAINERS[trainer]
   printed = io.StringIO()
   with contextlib.redirect_stdout(printed):
-    train(run_flags.TrainSettings(data_dir, train_dir, batch_size=BATCH,
+    testutil.train(train, run_flags.TrainSettings(data_dir, train_dir, batch_size=BATCH,
                                      log_frequency=2, max_steps=max_steps),
           **kwargs)
   return printed.getvalue()
@@ -84,7 +84,7 @@ def _check_resumed(stdout, train_dir, saved, step, max_steps, writer, reader):
   assert tf.train.latest_checkpoint(train_dir).endswith(
       'model.ckpt-%d' % max_steps)
 
-  restored = _values(checkpoint)  # Rewritten by the reader at its start.
+  restored = checkpoint_values(checkpoint)  # Rewritten by the reader at its start.
   assert set(OWN_STATE[reader]) <= set(restored)
   fresh = sorted(set(OWN_STATE[reader]) - set(OWN_STATE[writer]))
   lines = FRESH_LINE.findall(stdout)
@@ -101,7 +101,7 @@ def _check_resumed(stdout, train_dir, saved, step, max_steps, writer, reader):
     np.testing.assert_array_equal(restored[name], saved[name], err_msg=name)
   assert restored['global_step'] == step
   # Training went on from there: the final weights moved.
-  final = _values(tf.train.latest_checkpoint(train_dir))
+  final = checkpoint_values(tf.train.latest_checkpoint(train_dir))
   assert final['global_step'] == max_steps
   assert not np.array_equal(final['local4/weights'], saved['local4/weights'])
 
@@ -110,16 +110,16 @@ def _check_resumed(stdout, train_dir, saved, step, max_steps, writer, reader):
 def test_each_trainer_resumes_the_others_checkpoints(data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
   chain = ['single', 'towers2', 'towers1', 'towers2', 'single']
-  _run(chain[0], data_dir, train_dir, 4)
+  run_trainer(chain[0], data_dir, train_dir, 4)
   for i, (writer, reader) in enumerate(zip(chain, chain[1:])):
     step = 4 * (i + 1)
-    saved = _values(tf.train.latest_checkpoint(train_dir))
+    saved = checkpoint_values(tf.train.latest_checkpoint(train_dir))
     assert saved['global_step'] == step
-    stdout = _run(reader, data_dir, train_dir, step + 4)
+    stdout = run_trainer(reader, data_dir, train_dir, step + 4)
     _check_resumed(stdout, train_dir, saved, step, step + 4, writer, reader)
 
 
-def _run_chief(data_dir, train_dir, max_steps, sync, tmp_path):
+def run_chief(data_dir, train_dir, max_steps, sync, tmp_path):
   """Runs a cluster of one ps and one worker (the chief) to max_steps."""
   ps_port, worker_port = testutil.free_ports(2)
   cluster = ['--ps_hosts=127.0.0.1:%d' % ps_port,
@@ -148,15 +148,15 @@ def _run_chief(data_dir, train_dir, max_steps, sync, tmp_path):
 @pytest.mark.slow  # Trains.
 def test_distributed_chief_resumes_and_is_resumed(data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
-  _run('single', data_dir, train_dir, 4)
+  run_trainer('single', data_dir, train_dir, 4)
   for step, sync in ((4, False), (8, True)):
-    saved = _values(tf.train.latest_checkpoint(train_dir))
-    stdout = _run_chief(data_dir, train_dir, step + 4, sync, tmp_path)
+    saved = checkpoint_values(tf.train.latest_checkpoint(train_dir))
+    stdout = run_chief(data_dir, train_dir, step + 4, sync, tmp_path)
     writer = 'single' if step == 4 else 'distributed'
     _check_resumed(stdout, train_dir, saved, step, step + 4, writer,
                    'distributed')
-  saved = _values(tf.train.latest_checkpoint(train_dir))
-  stdout = _run('towers2', data_dir, train_dir, 16)
+  saved = checkpoint_values(tf.train.latest_checkpoint(train_dir))
+  stdout = run_trainer('towers2', data_dir, train_dir, 16)
   _check_resumed(stdout, train_dir, saved, 12, 16, 'distributed', 'towers2')
 
 

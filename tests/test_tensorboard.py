@@ -44,7 +44,7 @@ def _train(train, data_dir, train_dir, **kwargs):
   """A trainer's train function, in this process, as its script calls it."""
   towers = {name: kwargs.pop(name) for name in ('num_towers', 'tower_device')
             if name in kwargs}
-  train(run_flags.TrainSettings(data_dir, train_dir, batch_size=8,
+  testutil.train(train, run_flags.TrainSettings(data_dir, train_dir, batch_size=8,
                                    log_frequency=100, **kwargs), **towers)
 
 
@@ -59,7 +59,7 @@ def logdir(data_dir, tmp_path_factory):
   def build(root):
     _train(cifar10_train.train, data_dir, os.path.join(root, 'train'),
            max_steps=STEPS, save_summaries_steps=EVERY)
-    cifar10_eval.evaluate(os.path.join(root, 'train'),
+    testutil.evaluate(os.path.join(root, 'train'),
                           os.path.join(root, 'eval'),
                           evaluation.EvalSettings(data_dir, num_examples=20,
                                                   batch_size=8,

@@ -109,7 +109,7 @@ def eval_precision(data_dir, train_dir, eval_dir):
   script's lines, its summaries in eval_dir too."""
   import cifar10_eval  # pylint: disable=g-import-not-at-top
   from cifar10_support import evaluation  # pylint: disable=g-import-not-at-top
-  results = cifar10_eval.evaluate(train_dir, eval_dir, evaluation.EvalSettings(
+  results = evaluate(train_dir, eval_dir, evaluation.EvalSettings(
       data_dir, num_examples=LEARNABLE_TEST_RECORDS, run_once=True,
       session_config=session_config()))
   assert len(results) == 1 and (
@@ -156,17 +156,46 @@ def exit_line(function, script, args=(), flag_values=None):
   return ended.value.code
 
 
-def trainer_line(script, train, *args, **kwargs):
-  """The line trainer `script` ends with (exit status 1) where its main's
-  train(*args, **kwargs) raises one of train_dirs.RUN_ERRORS, by that call
-  (exit_line); the process that prints it: each trainer's process test, in
-  test_resume.py."""
-  from cifar10_support import train_dirs  # pylint: disable=g-import-not-at-top
+def train(train_function, settings, **kwargs):
+  """A trainer's train function of `settings`, handed the data set its main
+  hands it (download.prepare's: data_files.describe's)."""
+  return train_function(settings, described(settings), **kwargs)
 
-  def run():
-    with train_dirs.run_errors_end_the_process():
-      train(*args, **kwargs)
-  return exit_line(run, script)
+
+def described(settings):
+  """The data_files.DataSet of a TrainSettings' or EvalSettings' data, as
+  the scripts' mains hand it down."""
+  from cifar10_support import data_files  # pylint: disable=g-import-not-at-top
+  return data_files.describe(settings.data_dir, settings.dataset)
+
+
+def eval_once(checkpoint, settings, **kwargs):
+  """cifar10_eval.eval_once of settings' data, as its main hands it down."""
+  import cifar10_eval  # pylint: disable=g-import-not-at-top
+  return cifar10_eval.eval_once(checkpoint, settings, described(settings),
+                                **kwargs)
+
+
+def evaluate(checkpoint_dir, eval_dir, settings, **kwargs):
+  """cifar10_eval.evaluate of settings' data, as its main hands it down."""
+  import cifar10_eval  # pylint: disable=g-import-not-at-top
+  return cifar10_eval.evaluate(checkpoint_dir, eval_dir, settings,
+                               described(settings), **kwargs)
+
+
+def trainer_line(script, train_function, settings, **kwargs):
+  """The line trainer `script` ends with (exit status 1) where its main's
+  train raises one of train_dirs.RUN_ERRORS, by a call (exit_line) through
+  its main's decorator; the process that prints it: each trainer's process
+  test, in test_resume.py."""
+  # pylint: disable=g-import-not-at-top
+  from cifar10_support import signals
+  from cifar10_support import train_dirs
+
+  @signals.script_main(train_dirs.RUN_ERRORS)
+  def main(unused_argv):
+    train(train_function, settings, **kwargs)
+  return exit_line(lambda: main([script]), script)
 
 
 def model_checkpoint(directory, step=1, num_classes=10, dtype=tf.float32,
@@ -294,7 +323,7 @@ def train_fixture(data_dir, train_dir, max_steps, batch_size, **kwargs):
   cifar10.INITIAL_LEARNING_RATE = FIXTURE_LEARNING_RATE
   cifar10.distorted_inputs = seeded_inputs
   try:
-    return cifar10_train.train(run_flags.TrainSettings(
+    return train(cifar10_train.train, run_flags.TrainSettings(
         data_dir, train_dir, max_steps=max_steps, batch_size=batch_size,
         input_threads=1, **kwargs))
   finally:
