@@ -84,6 +84,15 @@ def test_loss_averages_start_at_the_loss_and_end_at_the_last_step(
     assert average[0][1] > 0.5 * raw[-1][1]
 
 
+@pytest.mark.parametrize('run,steps', [
+    ('train', [10, 20, STEPS]), ('towers', [5, 10, 12])])
+def test_steps_per_second_are_charted_with_the_summaries_after_the_first(
+    logdir, run, steps):
+  rates = _scalars(os.path.join(logdir, run), 'global_step/sec')
+  assert [step for step, _ in rates] == steps
+  assert all(rate > 0 for _, rate in rates)
+
+
 def test_save_summaries_steps_zero_writes_no_summaries(data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
   _train(cifar10_train.train, data_dir, train_dir, max_steps=5,
