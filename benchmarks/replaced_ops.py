@@ -51,7 +51,7 @@ def tf_distort(planes, offsets, flips, deltas, factors, image_size):
     image = tf.image.adjust_contrast(image, factor)
     return tf.image.per_image_standardization(image)
   return tf.map_fn(one, (images, offsets, flips, deltas, factors),
-                   dtype=tf.float32)
+                   fn_output_signature=tf.float32)
 
 
 VARIANTS = {'ours': OURS, 'tf.nn.lrn': (tf_lrn, OURS[1]),
