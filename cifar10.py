@@ -132,7 +132,9 @@ def distorted_inputs(data_dir=DEFAULT_DATA_DIR, batch_size=128, use_fp16=False,
     labels: 1-D tensor of [batch_size], int32 (float16 with use_fp16).
 
   Raises:
-    ValueError: if data_dir is empty or a data file is missing or malformed.
+    ValueError: if data_dir is empty or a data file is missing or not whole
+      records (their labels are checked where the data is prepared:
+      download.prepare).
   """
   if not data_dir:
     raise ValueError('Please supply a data_dir')

@@ -250,8 +250,7 @@ def train(settings, data_set, worker, target, replicas=None):
       creator = clusters.BoundedSessionCreator(
           worker, target, config, start, global_step=graph['global_step'],
           classes=(graph['chief_classes'], data_set))
-      stop = signals.StopOnSignal()
-      hooks = step_hooks(logger, settings.max_steps) + [stop]
+      hooks = step_hooks(logger, settings.max_steps)
       if replicas:
         hooks += [graph['sync_optimizer'].make_session_run_hook(is_chief),
                   ReleaseTokensHook(graph['release_op'])]
@@ -267,6 +266,9 @@ def train(settings, data_set, worker, target, replicas=None):
                 settings.train_dir, creator.scaffold, settings.max_steps,
                 save_steps=steps, save_secs=settings.save_checkpoint_secs,
                 label=label)]
+      # Last: the signals are caught until the final checkpoint is written.
+      stop = signals.StopOnSignal()
+      hooks.append(stop)
       try:
         # A short grace period: at a synchronous run's end the chief's
         # gradient aggregation thread, blocked on gradients that will never

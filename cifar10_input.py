@@ -41,7 +41,7 @@ NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN = 50000
 HEIGHT, WIDTH, DEPTH = 32, 32, 3
 
 # Threads that run the reader and the preprocessing in parallel.
-NUM_PREPROCESS_THREADS = 16
+NUM_PREPROCESS_THREADS = data_files.NUM_PREPROCESS_THREADS  # 16
 # Part of an epoch kept in the shuffling queue, so batches mix well.
 MIN_FRACTION_OF_EXAMPLES_IN_QUEUE = 0.4
 # Records each queue-runner step reads and preprocesses together.

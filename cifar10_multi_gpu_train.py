@@ -266,8 +266,10 @@ def train(settings, data_set, num_towers=1, tower_device='gpu', config=None):
           data_set=data_set)
 
       # Its sessions restore the checkpoint found above, once it fits this
-      # graph; its saver writes this run's checkpoints.
-      scaffold = start.scaffold()
+      # graph; its saver writes this run's checkpoints. The summaries are the
+      # global ones and the last tower's.
+      summary_op = tf.summary.merge(step.summaries)
+      scaffold = start.scaffold(summary_op=summary_op)
 
       # examples/sec counts every tower; sec/batch is per tower batch, as in
       # the original.
@@ -276,18 +278,18 @@ def train(settings, data_set, num_towers=1, tower_device='gpu', config=None):
                                    batches_per_step=num_towers)
       stop = signals.StopOnSignal()
       # In this order: a NaN loss (the logger) stops training before its
-      # step's summaries (the global ones and the last tower's) and
-      # checkpoint are written.
+      # step's summaries and checkpoint are written; the signals are caught
+      # until the last hook, the final checkpoint, has ended.
       hooks = [tf.train.StopAtStepHook(last_step=settings.max_steps),
-               logger, stop,
+               logger,
                summaries.SummaryHook(settings.train_dir,
                                      settings.save_summaries_steps,
-                                     settings.max_steps,
-                                     tf.summary.merge(step.summaries)),
+                                     settings.max_steps, summary_op),
                train_dirs.CheckpointSaverHook(
                    settings.train_dir, scaffold, settings.max_steps,
                    save_steps=settings.save_checkpoint_steps,
-                   save_secs=settings.save_checkpoint_secs)]
+                   save_secs=settings.save_checkpoint_secs),
+               stop]
       # No checkpoint_dir: the session's own savers, which would write before
       # the hooks above run, are off. Creating it writes the first checkpoint.
       with tf.train.MonitoredTrainingSession(

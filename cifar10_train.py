@@ -101,16 +101,18 @@ def train(settings, data_set):
                                    settings.log_frequency, settings.train_dir)
       stop = signals.StopOnSignal()
       # In this order: a NaN loss (the logger) stops training before its
-      # step's summaries and checkpoint are written.
+      # step's summaries and checkpoint are written; the signals are caught
+      # until the last hook, the final checkpoint, has ended.
       hooks = [tf.train.StopAtStepHook(last_step=settings.max_steps),
-               logger, stop,
+               logger,
                summaries.SummaryHook(settings.train_dir,
                                      settings.save_summaries_steps,
                                      settings.max_steps),
                train_dirs.CheckpointSaverHook(
                    settings.train_dir, scaffold, settings.max_steps,
                    save_steps=settings.save_checkpoint_steps,
-                   save_secs=settings.save_checkpoint_secs)]
+                   save_secs=settings.save_checkpoint_secs),
+               stop]
       config = sessions.training_config(
           settings.threads, log_device_placement=settings.log_device_placement)
       # No checkpoint_dir: the session's own savers, which would write before

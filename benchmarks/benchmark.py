@@ -34,7 +34,6 @@ import tensorflow.compat.v1 as tf
 import cifar10
 import cifar10_classify
 import cifar10_eval
-import cifar10_input
 import cifar10_multi_gpu_train
 from cifar10_support import checkpoints
 from cifar10_support import data_files
@@ -269,10 +268,9 @@ class TrainScriptVariant(Variant):
       images, labels = cifar10.distorted_inputs(data_dir, batch_size)
       self.train_op, loss = _train_op(images, labels, global_step, batch_size,
                                       compute_dtype)
-      self._start(train_dir, config, loss,
-                  progress.StepLogger(loss, batch_size, 10))
+      self._start(train_dir, config, progress.StepLogger(loss, batch_size, 10))
 
-  def _start(self, train_dir, config, loss, step_hook, summary_op=None):
+  def _start(self, train_dir, config, step_hook, summary_op=None):
     """Opens the trainer's session with its hooks and saving settings, as
     cifar10_train.py does from step 0."""
     self._log = open(os.devnull, 'w')
@@ -351,7 +349,7 @@ class TowersVariant(TrainScriptVariant):
       self.train_op = [step.train_op, step.loss]
       self._start(train_dir,
                   sessions.training_config(threads, num_towers, 'cpu'),
-                  step.loss, progress.StepLogger(
+                  progress.StepLogger(
                       step.loss, batch_size, 10, batches_per_step=num_towers),
                   summary_op=tf.summary.merge(step.summaries))
 

@@ -214,14 +214,14 @@ def describe(tasks, chief_job='worker'):
   return ' and '.join(names)
 
 
-def _connect_errors(tasks, timeout_secs=1):
+def _connect_errors(tasks):
   """{name: OSError} for those of `tasks` that refuse a TCP connection now."""
   errors = {}
   for name, address in tasks.items():
     host, _, port = address.rpartition(':')
     try:
       socket.create_connection((host.strip('[]'), int(port)),
-                               timeout=timeout_secs).close()
+                               timeout=1).close()
     except OSError as e:
       errors[name] = e
   return errors
@@ -363,8 +363,7 @@ class BoundedSessionCreator(tf.train.SessionCreator):
     if worker.is_chief:
       # Restores on the chief's CPU, from its own disk, as its saver saves.
       with tf.device(worker.device):
-        self.scaffold = checkpoints.restoring_scaffold(
-            start.restore_plan(), start.train_dir, self._restored)
+        self.scaffold = start.scaffold(on_recovery=self._restored)
       self.hooks = []
     else:
       self.scaffold = tf.train.Scaffold()

@@ -1,6 +1,7 @@
 """The data sets' binary files: their layouts, what a data directory holds
 (`describe`), and the check of its records, shared by the download, the
-scripts and cifar10_input (which keeps the CIFAR-10 names and describes them).
+scripts and cifar10_input (which describes CIFAR-10's layout where it is
+handed no DataSet).
 
 A data set is described by its data, never by constants: its class names
 from the names file beside the records (CIFAR-10's names where an old copy
@@ -19,6 +20,9 @@ LABEL_BYTES = 1
 HEIGHT, WIDTH, DEPTH = 32, 32, 3
 IMAGE_BYTES = HEIGHT * WIDTH * DEPTH
 RECORD_BYTES = LABEL_BYTES + IMAGE_BYTES  # 3073
+
+# Threads that read and preprocess, for each input pipeline by default.
+NUM_PREPROCESS_THREADS = 16
 
 # CIFAR-10's ten classes, in label order (batches.meta.txt of the download).
 CLASS_NAMES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog',

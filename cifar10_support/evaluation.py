@@ -20,7 +20,6 @@ from PIL import ImageFont
 import tensorflow.compat.v1 as tf
 
 from cifar10_support import checkpoints
-from cifar10_support import data_files
 from cifar10_support import download
 from cifar10_support import mixed_precision
 from cifar10_support import run_flags

@@ -21,12 +21,12 @@ TrainSettings = collections.namedtuple('TrainSettings', [
     'save_checkpoint_secs', 'save_checkpoint_steps', 'save_summaries_steps',
     'threads', 'input_threads', 'compute_dtype', 'dataset'], defaults=(
         100000, 128, False, 10, False, False, 600, 0, 100,
-        sessions.BY_RULE, 16, None, 'cifar10'))
+        sessions.BY_RULE, data_files.NUM_PREPROCESS_THREADS, None, 'cifar10'))
 TrainSettings.__doc__ = """The settings of one training run: the flag of the
 same name where there is one (its defaults are the flags', TRAIN_DEFAULTS),
 batch_size per tower and per worker; save_checkpoint_steps 0 (or None) for
 none (then save_checkpoint_secs); threads a sessions.ThreadCounts; input_threads the
-input pipeline's (cifar10_input.NUM_PREPROCESS_THREADS by default); compute_dtype None (float32), tf.bfloat16 or tf.float16
+input pipeline's; compute_dtype None (float32), tf.bfloat16 or tf.float16
 (mixed_precision.py); dataset --dataset's (data_files.DATASETS)."""
 
 

@@ -49,9 +49,13 @@ class StopOnSignal(tf.train.SessionRunHook):
     _current.received = self.received
     # Only the main thread may handle signals.
     if threading.current_thread() is threading.main_thread():
-      self._previous = {signum: signal.getsignal(signum) or signal.SIG_DFL
-                        for signum in (signal.SIGINT, signal.SIGTERM)}
-      for signum in self._previous:
+      for signum in (signal.SIGINT, signal.SIGTERM):
+        previous = signal.getsignal(signum) or signal.SIG_DFL
+        # A session that failed never ends its hooks: its handler is left.
+        left = getattr(previous, '__self__', None)
+        if isinstance(left, StopOnSignal):
+          previous = left._previous.get(signum, signal.SIG_DFL)  # pylint: disable=protected-access
+        self._previous[signum] = previous
         signal.signal(signum, self._handle)
 
   def _handle(self, signum, unused_frame):

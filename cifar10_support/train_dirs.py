@@ -133,14 +133,16 @@ class StartPoint(object):
     if checkpoint:
       reader = tf.train.load_checkpoint(checkpoint)
       checkpoints.check_classes(checkpoint, data_set, reader)
-      # The name's step, else its own (none: restore_plan refuses it).
+      # The name's step, else its own (none: scaffold() refuses it).
       self.step = (checkpoints.step_of(checkpoint) or
                    checkpoints.saved_step(reader) or 0)
 
-  def restore_plan(self):
-    """The checkpoints.RestorePlan of the graph just built (None without a
-    checkpoint); once it fits, says so, records the data's classes beside
-    it (for eval and classify) and removes interrupted saves. Raises
+  def scaffold(self, **kwargs):
+    """The training session's tf.train.Scaffold, built once the graph is
+    complete: its sessions restore the checkpoint found, and its saver
+    writes this run's (**kwargs: checkpoints.restoring_scaffold's). Once
+    the checkpoint fits the graph, says so, records the data's classes
+    beside it (for eval and classify) and removes interrupted saves; raises
     checkpoints.CheckpointMismatchError, changing nothing, if it does not."""
     plan = None
     if self.checkpoint is not None:
@@ -152,15 +154,7 @@ class StartPoint(object):
         print(line)
     checkpoints.record_classes(self.train_dir, self.data_set)
     remove_interrupted_saves(self.train_dir)
-    return plan
-
-  def scaffold(self, **kwargs):
-    """The training session's tf.train.Scaffold, built in its graph once
-    the graph is complete: its sessions restore the checkpoint found (see
-    restore_plan) and its saver writes this run's; **kwargs as
-    checkpoints.restoring_scaffold's."""
-    return checkpoints.restoring_scaffold(self.restore_plan(), self.train_dir,
-                                          **kwargs)
+    return checkpoints.restoring_scaffold(plan, self.train_dir, **kwargs)
 
   def nothing_to_train(self, max_steps):
     """Whether the checkpoint is already at `max_steps`; says so if it is."""
@@ -206,7 +200,7 @@ def remove_interrupted_saves(train_dir):
   """Removes the temporary directories of saves cut short (a kill, a full
   disk): the index only ever names complete checkpoints, so none is read.
   Called once the checkpoint to resume from is known to fit the graph
-  (StartPoint.restore_plan), so that a refused run changes nothing."""
+  (StartPoint.scaffold), so that a refused run changes nothing."""
   for partial in tf.io.gfile.glob(os.path.join(train_dir, 'model.ckpt-*_temp')):
     print('Removing %s, an interrupted save.' % partial)
     tf.io.gfile.rmtree(partial)

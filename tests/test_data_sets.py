@@ -216,10 +216,11 @@ def test_other_classes_than_the_checkpoints_are_refused_naming_both(
 
 
 def _restore_plan(start):
-  """start.restore_plan() in a graph of no variables, which any checkpoint
-  fits: where a trainer records the classes."""
+  """start.scaffold() in a graph of only a global step, which any
+  checkpoint fits: where a trainer records the classes."""
   with tf.Graph().as_default():
-    start.restore_plan()
+    tf.train.get_or_create_global_step()
+    start.scaffold()
 
 
 def test_training_records_the_classes_and_refuses_others_on_resume(

@@ -127,6 +127,19 @@ def test_a_run_error_ends_the_process_with_its_one_line(monkeypatch, error,
     main(['cifar10_train.py'])
 
 
+def test_a_failed_sessions_signal_handlers_are_not_kept_by_the_next():
+  """A session that raised never ends its hooks (TensorFlow's
+  MonitoredSession): the next run's StopOnSignal puts back the handlers
+  from before both, not the failed run's."""
+  before = {signum: signal.getsignal(signum)
+            for signum in (signal.SIGINT, signal.SIGTERM)}
+  failed, later = signals.StopOnSignal(), signals.StopOnSignal()
+  failed.begin()  # ...and its session raised: no end().
+  later.begin()
+  later.end(None)
+  assert {signum: signal.getsignal(signum) for signum in before} == before
+
+
 # --- Bad flags ----------------------------------------------------------------
 
 def test_check_flag_writable_dir(tmp_path):
