@@ -279,6 +279,7 @@ def train(settings, data_set, worker, target, replicas=None):
                                      stop_grace_period_secs=3) as mon_sess:
           while not mon_sess.should_stop():
             mon_sess.run(graph['train_op'])
+        clusters.wait_for_queue_runners()
       except tf.errors.DeadlineExceededError:
         raise clusters.operation_timeout_error(worker, logger.last_step)
       except tf.errors.CancelledError as e:

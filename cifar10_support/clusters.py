@@ -462,6 +462,17 @@ class ChiefWatch(tf.train.SessionRunHook):
                'the chief again, then this evaluator.')
 
 
+def wait_for_queue_runners(secs=10):
+  """Waits up to secs for the queue runners' threads a closed session left
+  (named by Python after their targets): the synchronous chief's, blocked
+  on gradients that never come, returns once the session is closed, and
+  TensorFlow aborts the process if the interpreter exits under it."""
+  deadline = time.time() + secs
+  for thread in threading.enumerate():
+    if thread.name.endswith(('(_run)', '(_close_on_stop)')):
+      thread.join(max(0.0, deadline - time.time()))
+
+
 def chief_classes_variable(data_set):
   """A variable on the ps tasks that the chief initialises with its data's
   class names (one string, a name a line); never saved (the checkpoints

@@ -109,18 +109,13 @@ def optimizer(opt, compute_dtype):
 
 
 class LossScaleOptimizer(object):
-  """Wraps a tf.train.Optimizer's compute_gradients and apply_gradients with
-  a dynamic loss scale, of local variables on /cpu:0 (with the shared
-  weights), never saved; its summary 'loss_scale' keeps falling when steps
-  overflow.
-
-  compute_gradients (once per tower) differentiates loss * scale and returns
-  the gradients divided back, zeros where any of them overflowed (Inf or
-  NaN). apply_gradients applies zeros if any tower's did (plain SGD: the
-  weights stay as they were) and halves the scale;
-  LOSS_SCALE_GROWTH_STEPS clean steps in a row double it. The scale never
-  falls below 1.
-  """
+  """A tf.train.Optimizer's compute_gradients and apply_gradients with a
+  dynamic loss scale, local variables on /cpu:0, never saved (summary
+  'loss_scale'). compute_gradients (once per tower) returns the gradients of
+  loss * scale divided back, zeros where any overflowed (Inf or NaN);
+  apply_gradients applies zeros if any tower's did (plain SGD: the weights
+  stay) and halves the scale; LOSS_SCALE_GROWTH_STEPS clean steps in a row
+  double it. The scale never falls below 1."""
 
   def __init__(self, opt):
     self._opt = opt

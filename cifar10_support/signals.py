@@ -28,14 +28,10 @@ _current = threading.local()
 class StopOnSignal(tf.train.SessionRunHook):
   """Asks the session to stop after the step during which a SIGINT or
   SIGTERM came, or a print_line of this thread found standard output
-  closed. From the session's creation to its end `received` gets each, as a
-  signal.Signals (an int; `.name` is 'SIGTERM'), signal.SIGPIPE for the
-  output; `signal` is the first (None before).
-
-  Stopping through the training loop, rather than by an exception, lets the
-  session end normally, which writes the final checkpoint. The first signal
-  restores the previous handlers, so a second one stops at once, without it.
-  """
+  closed: `received` gets each, as a signal.Signals (`.name` 'SIGTERM'),
+  signal.SIGPIPE for the output; `signal` is the first (None before). The
+  session then ends normally, writing the final checkpoint; the first
+  signal restores the previous handlers, so a second stops at once."""
 
   def __init__(self):
     self.received = []
@@ -114,14 +110,10 @@ def print_line(text):
 
 
 def script_main(errors=(), arguments=False):
-  """Decorates a script's main(argv), which app.run calls: TensorFlow's
-  Python logs quiet (console.quiet_python_logs); arguments beyond the flags
-  an app.UsageError unless `arguments`; one of `errors` (exception classes)
-  ends the process with one line, '<script>: <message>', and exit status 1;
-  a closed standard output (BrokenPipeError from a print or the last flush)
-  ends it at once with status 141 (128 + SIGPIPE), printing nothing more (a
-  trainer's loop stops through print_line first, and ends with
-  exit_if_stopped)."""
+  """Decorates a script's main(argv): TensorFlow's Python logs quiet; more
+  than flags an app.UsageError unless `arguments`; one of `errors` ends the
+  process with one line, '<script>: <message>', and exit status 1; a closed
+  standard output (BrokenPipeError) at once with 141 (128 + SIGPIPE)."""
   def decorate(main):
     @functools.wraps(main)
     def wrapped(argv):
