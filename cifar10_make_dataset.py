@@ -65,16 +65,13 @@ flags.register_validator('test_fraction', lambda value: 0 < value < 1,
 # Shuffling and holding out are seeded: the same tree, the same bytes.
 SEED = 20261126
 RECORDS_PER_FILE = 10000
-# Pictures decoded in one session.run.
-DECODE_BATCH = 256
+DECODE_BATCH = 256  # pictures decoded in one session.run
 PROGRESS_SECONDS = 2
 LAYOUT = data_files.CIFAR10
-PARTIAL_PREFIX = '.%s.partial-' % LAYOUT.batches_dir
 
 
 class DatasetError(ValueError):
-  """Input that cannot be converted: the message names the path and what was
-  expected."""
+  """Input that cannot be converted, naming the path and what was expected."""
 
 
 def _visible(names):
@@ -82,9 +79,7 @@ def _visible(names):
 
 
 def find_pictures(folder):
-  """(pictures, others): the sorted paths of the picture files at any depth
-  in `folder`, and of its other files; hidden files and folders (a name
-  starting with '.') are left out of both."""
+  """(pictures, other files): sorted paths at any depth, hidden ones out."""
   found, others = [], []
   for parent, folders, files in os.walk(folder):
     folders[:] = _visible(folders)  # Pruned: os.walk does not enter them.
@@ -94,27 +89,8 @@ def find_pictures(folder):
   return sorted(found), sorted(others)
 
 
-def _check_class_name(folder, name):
-  if name.splitlines() != [name] or name.strip() != name:
-    raise DatasetError(
-        '%r: a class folder\'s name cannot hold a line break or start or end '
-        'with a blank (batches.meta.txt holds one class name a line); '
-        'expected a one-line name: rename the folder'
-        % os.path.join(folder, name))
-  try:
-    name.encode('utf-8')
-  except UnicodeEncodeError:
-    raise DatasetError('%r: a class folder\'s name must be UTF-8 text (it is '
-                       'written to batches.meta.txt); rename the folder'
-                       % os.path.join(folder, name)) from None
-
-
 def find_classes(folder):
-  """(class names, pictures, others) of a folder of class folders: the
-  class names sorted, the picture paths of each (a list per class, in label
-  order), and the files that are no class's pictures; DatasetError for no
-  class folder, too many, a name that cannot be a line of batches.meta.txt,
-  or a class without pictures."""
+  """(class names, each class's picture paths, the other files)."""
   entries = _visible(os.listdir(folder))
   names = [n for n in entries if os.path.isdir(os.path.join(folder, n))]
   others = [os.path.join(folder, n) for n in entries if n not in names]
@@ -128,44 +104,30 @@ def find_classes(folder):
                        % (folder, len(names), data_files.MAX_CLASSES))
   per_class = []
   for name in names:
-    _check_class_name(folder, name)
-    found, not_pictures = find_pictures(os.path.join(folder, name))
+    path = os.path.join(folder, name)
+    if name.splitlines() != [name] or name.strip() != name:
+      raise DatasetError(
+          '%r: a class folder\'s name cannot hold a line break or start or '
+          'end with a blank (batches.meta.txt holds one class name a line); '
+          'expected a one-line name: rename the folder' % path)
+    try:
+      name.encode('utf-8')
+    except UnicodeEncodeError:
+      raise DatasetError('%r: a class folder\'s name must be UTF-8 text (it '
+                         'is written to batches.meta.txt); rename the folder'
+                         % path) from None
+    found, not_pictures = find_pictures(path)
     if not found:
       raise DatasetError('%s holds no picture; expected at least one %s file '
                          'in each class folder (at any depth)'
-                         % (os.path.join(folder, name),
-                            ', '.join(pictures.IMAGE_EXTENSIONS)))
+                         % (path, ', '.join(pictures.IMAGE_EXTENSIONS)))
     per_class.append(found)
     others.extend(not_pictures)
   return names, per_class, others
 
 
-def hold_out(per_class, folders, test_fraction, rng):
-  """(train, test) lists of (path, label): test_fraction of each class's
-  pictures (rounded), chosen by `rng`, held out for testing; DatasetError
-  naming the class folder if that is none or all of them."""
-  train, test = [], []
-  for label, (paths, folder) in enumerate(zip(per_class, folders)):
-    count = int(len(paths) * test_fraction + 0.5)
-    if count in (0, len(paths)):
-      raise DatasetError(
-          '%s: %s of its %d pictures would be held out for testing at '
-          '--test_fraction=%g; expected a class with enough pictures for '
-          'both splits (add pictures, or change --test_fraction)'
-          % (folder, 'none' if count == 0 else 'all', len(paths),
-             test_fraction))
-    order = rng.permutation(len(paths))
-    test.extend((paths[i], label) for i in order[:count])
-    train.extend((paths[i], label) for i in order[count:])
-  return train, test
-
-
 def plan(root, test_fraction):
-  """(class names, train, test, others, own_split): the classes in `root`
-  and its pictures of each split, (path, label) pairs in the order they are
-  written (shuffled with SEED), the files left out (not pictures), and
-  whether the split is root's own (train/ and test/).
-  DatasetError for anything that cannot be converted but bad files."""
+  """(names, train, test, others, own_split): (path, label)s, in write order."""
   if not os.path.isdir(root):
     raise DatasetError('%s: no such folder; expected a folder of class '
                        'folders (%s/<class>/...)' % (root, root))
@@ -181,8 +143,7 @@ def plan(root, test_fraction):
           % (root, ', '.join(n for n in top if n not in ('train', 'test'))))
     splits = [find_classes(os.path.join(root, n)) for n in ('train', 'test')]
     if splits[0][0] != splits[1][0]:
-      only = [sorted(set(a[0]) - set(b[0])) for a, b in (splits,
-                                                          splits[::-1])]
+      only = [sorted(set(a[0]) - set(b[0])) for a, b in (splits, splits[::-1])]
       raise DatasetError(
           '%s/train and %s/test hold different class folders (only in '
           'train/: %s; only in test/: %s); expected the same classes in both'
@@ -194,48 +155,45 @@ def plan(root, test_fraction):
     others = splits[0][2] + splits[1][2]
   else:
     names, per_class, others = find_classes(root)
-    train, test = hold_out(per_class, [os.path.join(root, n) for n in names],
-                           test_fraction, rng)
+    train, test = [], []
+    for label, (paths, name) in enumerate(zip(per_class, names)):
+      count = int(len(paths) * test_fraction + 0.5)  # rounded
+      if count in (0, len(paths)):
+        raise DatasetError(
+            '%s: %s of its %d pictures would be held out for testing at '
+            '--test_fraction=%g; expected a class with enough pictures for '
+            'both splits (add pictures, or change --test_fraction)'
+            % (os.path.join(root, name), 'none' if count == 0 else 'all',
+               len(paths), test_fraction))
+      order = rng.permutation(len(paths))
+      test.extend((paths[i], label) for i in order[:count])
+      train.extend((paths[i], label) for i in order[count:])
   return (names, [train[i] for i in rng.permutation(len(train))],
           [test[i] for i in rng.permutation(len(test))], others, own_split)
 
 
-def decoded_records(items, decode_run, report_bad, progress):
-  """Yields uint8 [n, 3073] arrays of records, a label byte and the R, G
-  and B planes, of the pictures in `items` ((path, label) pairs), in order,
-  DECODE_BATCH at a time; a file that is not a picture is left out and
-  report_bad('path: reason') called. decode_run(list of encoded files)
-  gives their uint8 [n, 3072] planes; progress(n) is called after each
-  batch of n files."""
+def decoded_records(items, decode_run, progress):
+  """Yields uint8 [n, 3073] records (label, R, G and B planes) of (path,
+  label) `items`; progress(n, ['path: reason' of each non-picture]) after."""
   for start in range(0, len(items), DECODE_BATCH):
     batch = items[start:start + DECODE_BATCH]
-    paths = [path for path, _ in batch]
-    outcomes = [pictures.read(path) for path in paths]
+    outcomes = [pictures.read(path) for path, _ in batch]
     try:
       planes = decode_run([data for problem, data in outcomes if not problem])
     except tf.errors.InvalidArgumentError:
       # A file does not decode: decoding each alone finds which.
-      pictures.mark_undecodable(paths, outcomes,
+      pictures.mark_undecodable([path for path, _ in batch], outcomes,
                                 lambda data: decode_run([data]))
       planes = decode_run([data for problem, data in outcomes if not problem])
-    labels = []
-    for (_, label), (problem, _) in zip(batch, outcomes):
-      if problem:
-        report_bad(problem)
-      else:
-        labels.append(label)
-    records = np.empty((len(labels), LAYOUT.record_bytes), np.uint8)
-    records[:, 0] = labels
-    records[:, 1:] = planes
-    progress(len(batch))
-    yield records
+    labels = [label for (_, label), (problem, _) in zip(batch, outcomes)
+              if not problem]
+    progress(len(batch), [problem for problem, _ in outcomes if problem])
+    yield np.concatenate([np.array(labels, np.uint8)[:, None], planes], 1)
 
 
 def write_records(record_arrays, directory, file_names, per_file):
-  """Writes the records of `record_arrays` to the files file_names[0],
-  [1], ... of directory, per_file records each but the last; returns the
-  records of each label, int64 [256]."""
-  written, per_label, f = 0, np.zeros(256, np.int64), None
+  """Writes per_file records a file; returns the int64 [256] count per label."""
+  per_label, names, f = np.zeros(256, np.int64), iter(file_names), None
   try:
     for records in record_arrays:
       per_label += np.bincount(records[:, 0], minlength=256)
@@ -243,8 +201,7 @@ def write_records(record_arrays, directory, file_names, per_file):
         if f is None or f.tell() == per_file * LAYOUT.record_bytes:
           if f:
             f.close()
-          f = open(os.path.join(directory, file_names[written]), 'wb')
-          written += 1
+          f = open(os.path.join(directory, next(names)), 'wb')
         room = per_file - f.tell() // LAYOUT.record_bytes
         f.write(records[:room].tobytes())
         records = records[room:]
@@ -254,38 +211,25 @@ def write_records(record_arrays, directory, file_names, per_file):
   return per_label
 
 
-def put_in_place(partial, target):
-  """Renames the written directory `partial` to `target`; an existing
-  target is renamed aside just before (a kill between the two renames
-  leaves it there, whole), then deleted."""
-  if not os.path.exists(target):
-    os.rename(partial, target)  # Fails if one appeared since (not empty).
-    return
-  os.rename(target, partial + '.old')
-  os.rename(partial, target)
-  shutil.rmtree(partial + '.old')
-
-
 def _print(line, bad=False):
-  print(line, file=sys.stderr if bad else sys.stdout, flush=True)
+  print('%s: %s' % (os.path.basename(sys.argv[0]), line) if bad else line,
+        file=sys.stderr if bad else sys.stdout, flush=True)
 
 
 def convert(root, data_dir, test_fraction=0.2, skip_bad_files=False,
             overwrite=False, log=_print):
-  """Converts the pictures in `root` to a data set in data_dir (module
-  docstring); returns the data_files.DataSet written.
+  """Writes root's pictures as a data set in data_dir; returns its DataSet.
 
-  log(line) gets the start line, progress every PROGRESS_SECONDS and the
-  left-out files; log(line, bad=True) each file that is not a picture.
-  Raises DatasetError, leaving data_dir as it was, for input that cannot be
-  converted, including bad files without skip_bad_files.
+  log(line) gets the start, progress and left-out lines; log(line, bad=True)
+  each file that is not a picture. DatasetError, data_dir left as it was,
+  for input that cannot be converted (bad files too, unless skip_bad_files).
   """
   target = os.path.join(data_dir, LAYOUT.batches_dir)
   if os.path.exists(target) and not overwrite:
     raise DatasetError('%s exists already (a data set); expected a new '
                        '--data_dir, or --overwrite to replace it' % target)
   names, train, test, others, own_split = plan(root, test_fraction)
-  total, done, last = len(train) + len(test), 0, time.time()
+  total, done, last, bad = len(train) + len(test), 0, time.time(), []
   log('Converting %d pictures in %s (%s; %s) into %s.' % (
       total, root, data_files.describe_classes(names),
       'train/ and test/ as given' if own_split else
@@ -297,21 +241,19 @@ def convert(root, data_dir, test_fraction=0.2, skip_bad_files=False,
             'are' if len(others) > 1 else 'is',
             ', '.join(pictures.IMAGE_EXTENSIONS), others[0]))
 
-  def progress(count):
+  def progress(count, problems):
     nonlocal done, last
     done += count
+    for problem in problems:
+      bad.append(problem)
+      log(('skipped %s' if skip_bad_files else '%s') % problem, bad=True)
     if time.time() - last >= PROGRESS_SECONDS and done < total:
       last = time.time()
       log('Converted %d of %d pictures.' % (done, total))
 
-  bad = []
-
-  def bad_file(problem):
-    bad.append(problem)
-    log(('skipped %s' if skip_bad_files else '%s') % problem, bad=True)
-
   os.makedirs(data_dir, exist_ok=True)
-  partial = tempfile.mkdtemp(prefix=PARTIAL_PREFIX, dir=data_dir)
+  partial = tempfile.mkdtemp(prefix='.%s.partial-' % LAYOUT.batches_dir,
+                             dir=data_dir)
   try:
     umask = os.umask(0)
     os.umask(umask)
@@ -321,18 +263,14 @@ def convert(root, data_dir, test_fraction=0.2, skip_bad_files=False,
       planes = tf.reshape(
           tf.transpose(pictures.decode_batch(encoded), [0, 3, 1, 2]),
           [-1, data_files.IMAGE_BYTES])
-      graph.finalize()
     with tf.Session(graph=graph) as sess:
-      def decode_run(contents):
-        return sess.run(planes, {encoded: contents})
-      train_files = data_files.train_files(
-          len(train) // RECORDS_PER_FILE + 1)
+      decode_run = sess.make_callable(planes, [encoded])
       for split, items, file_names, per_file in (
-          ('training', train, train_files, RECORDS_PER_FILE),
+          ('training', train, data_files.train_files(
+              len(train) // RECORDS_PER_FILE + 1), RECORDS_PER_FILE),
           ('test', test, LAYOUT.test_files, len(test))):
-        per_label = write_records(
-            decoded_records(items, decode_run, bad_file, progress), partial,
-            file_names, per_file)
+        per_label = write_records(decoded_records(items, decode_run, progress),
+                                  partial, file_names, per_file)
         empty = [n for n, count in zip(names, per_label) if not count]
         if empty and not (bad and not skip_bad_files):
           raise DatasetError('class %s has no picture that TensorFlow can '
@@ -347,28 +285,29 @@ def convert(root, data_dir, test_fraction=0.2, skip_bad_files=False,
              'are' if len(bad) > 1 else 'is', data_dir))
     with open(os.path.join(partial, LAYOUT.names_file), 'wb') as f:
       f.write(data_files.class_names_text(names))
-    put_in_place(partial, target)
+    replacing = os.path.exists(target)
+    if replacing:  # Aside just before: a kill between leaves it whole.
+      os.rename(target, partial + '.old')
+    os.rename(partial, target)  # Fails if one appeared since (not empty).
+    if replacing:
+      shutil.rmtree(partial + '.old')
   finally:
     shutil.rmtree(partial, ignore_errors=True)
   return data_files.describe(data_dir)
 
 
-# Output closed early (`| head`): exit status 141 at once, quietly.
 @signals.script_main(arguments=True)
 def main(argv):
   if len(argv) != 2:
     raise app.UsageError('Give one folder of pictures: cifar10_make_dataset.py '
                          'PICTURES --data_dir=DIR')
-  name = os.path.basename(sys.argv[0])
   try:
-    dataset = convert(
-        argv[1], FLAGS.data_dir, test_fraction=FLAGS.test_fraction,
-        skip_bad_files=FLAGS.skip_bad_files, overwrite=FLAGS.overwrite, log=lambda line, bad=False: _print(
-            '%s: %s' % (name, line) if bad else line, bad))
+    dataset = convert(argv[1], FLAGS.data_dir, FLAGS.test_fraction,
+                      FLAGS.skip_bad_files, overwrite=FLAGS.overwrite)
   except BrokenPipeError:
     raise  # Output closed: main's wrapper ends the process quietly.
   except (DatasetError, OSError) as e:
-    sys.exit('%s: %s' % (name, e))
+    sys.exit('%s: %s' % (os.path.basename(sys.argv[0]), e))
   print('Wrote %s: %s; %d training records in %d file%s, %d test records.' % (
       dataset.directory, dataset.describe_classes(),
       dataset.records(dataset.train_files), len(dataset.train_files),

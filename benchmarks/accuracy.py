@@ -2,10 +2,9 @@
 
     python benchmarks/accuracy.py --data_dir=/tmp/cifar10_data --steps=2000
 
-benchmarks/README.md ("Accuracy") says what a run does and prints, how the
-record (accuracy_curve.json) was made and why the tolerance rule is what it
-is. Exit status 1 if a checked row is outside its tolerance or the loss
-became NaN, else 0.
+benchmarks/README.md ("Accuracy") says what a run prints, how the record
+(accuracy_curve.json) was made and why the tolerance rule is what it is.
+Exit status 1 if a row is outside its tolerance or the loss became NaN.
 """
 
 import argparse
@@ -51,15 +50,12 @@ CURVE = os.path.join(BENCHMARKS, 'accuracy_curve.json')
 MARGIN_SDS = 2.0
 # What a run must share with the record to be checked against it.
 SAME_AS_RECORD = ('test_data_md5', 'batch_size', 'num_examples')
-OK = 'OK'
-REGRESSION = 'REGRESSION'
-NOT_RECORDED = 'not recorded'
+OK, REGRESSION, NOT_RECORDED = 'OK', 'REGRESSION', 'not recorded'
 
 
 def pooled_sd(precisions_by_step):
-  """The run-to-run standard deviation pooled over steps (lists of floats,
-  the runs' precisions at each step): each step's deviations from its own
-  mean, runs - 1 degrees of freedom each; 0.0 when no step has two runs."""
+  """The run-to-run standard deviation pooled over steps (a list of the runs'
+  precisions per step), each step about its own mean; 0.0 for single runs."""
   squares, freedom = 0.0, 0
   for values in precisions_by_step:
     mean = sum(values) / len(values)
@@ -79,11 +75,9 @@ def expected_by_step(curve):
 
 
 def make_rows(results, expected):
-  """The results (dicts with 'step' and 'precision'), each with 'recorded'
-  and 'tolerance' added (None where `expected`, {step: (recorded,
-  tolerance)}, has no such step) and 'result': OK, REGRESSION (above the
-  band too: a model that learns faster did not run the same maths) or
-  NOT_RECORDED."""
+  """The results (dicts of 'step', 'precision'), each with the 'recorded'
+  and 'tolerance' of `expected` ({step: (recorded, tolerance)}, else None)
+  and 'result': OK, REGRESSION (above the band too) or NOT_RECORDED."""
   rows = []
   for result in results:
     recorded, tolerance = expected.get(result['step'], (None, None))
@@ -100,7 +94,7 @@ def make_rows(results, expected):
 
 
 def table_lines(rows):
-  """The printed table, one str per line: a header and a line per row."""
+  """The printed table's lines: a header and a line per row."""
   lines = ['%6s  %9s  %13s  %8s  %9s  %s' % (
       'step', 'wall time', 'precision @ 1', 'recorded', 'tolerance',
       'result')]
@@ -115,8 +109,8 @@ def table_lines(rows):
 
 
 def verdict(rows, recorded_steps):
-  """(exit status, one line): 1 if a row (`make_rows`) is a REGRESSION,
-  else 0; recorded_steps, the record's, are named when none was checked."""
+  """(exit status, line): 1 if a row (`make_rows`) is a REGRESSION, else 0;
+  the line names recorded_steps (the record's) when none was checked."""
   failed = [row for row in rows if row['result'] == REGRESSION]
   checked = [row for row in rows if row['result'] != NOT_RECORDED]
   if failed:
@@ -135,8 +129,7 @@ def verdict(rows, recorded_steps):
 
 
 def checked_steps(steps, eval_every):
-  """The global steps whose checkpoints are evaluated: every multiple of
-  eval_every up to steps, and steps itself (the final checkpoint)."""
+  """The steps evaluated: every multiple of eval_every, and the last."""
   return sorted(set(range(eval_every, steps + 1, eval_every)) | {steps})
 
 
@@ -145,22 +138,12 @@ def _saved_at(checkpoint):
 
 
 def train_and_evaluate(settings, steps, eval_settings, data_set):
-  """Trains to each of `steps` (increasing) in turn from an empty train_dir,
-  each leg resuming from the last one's checkpoint and evaluated before the
-  next (so the trainer's keeping only five never matters); data_set is
-  settings.data_dir's data_files.DataSet.
-
-  Returns:
-    (results, train_wall_s): a dict per step, 'step' (int), 'wall_s',
-    'precision' (floats), 'true_count' and 'num_examples' (ints); and the
-    training seconds in all. wall_s counts training time as the README
-    defines it, up to the checkpoint's save.
-
-  Raises:
-    train_dirs.RUN_ERRORS, as cifar10_train.train.
-    checkpoints.CheckpointError, as cifar10_eval.eval_once.
-    SystemExit: a signal stopped training (after its final checkpoint).
-  """
+  """Trains to each of `steps` in turn from an empty train_dir, each leg
+  resuming from the last one's checkpoint, evaluated before the next (the
+  trainer keeps five). Returns (a dict per step: 'step', 'wall_s' (training
+  time as the README defines it), 'precision', 'true_count', 'num_examples';
+  the training seconds in all). Raises what cifar10_train.train and
+  cifar10_eval.eval_once raise, SystemExit after a signal's final save."""
   results, trained, previous = [], 0.0, None
   for step in steps:
     began = time.time()
@@ -190,8 +173,7 @@ def train_and_evaluate(settings, steps, eval_settings, data_set):
 
 
 def machine_info(machine):
-  """The log's fields that say where a run was measured; machine is the
-  machine's short name (docs/machines.md), or None."""
+  """The log's fields saying where a run was measured; machine: its name."""
   cpuinfo = mixed_precision.read_cpuinfo()
   family = re.search(r'^cpu family\s*:\s*(\d+)', cpuinfo, re.M)
   model = re.search(r'^model\s*:\s*(\d+)', cpuinfo, re.M)
@@ -205,13 +187,9 @@ def machine_info(machine):
 
 
 def curve_from_logs(logs):
-  """A record (accuracy_curve.json's content) from the --log of N runs:
-  each point's 'precision' and 'wall_s' are lists in the logs' order.
-
-  Raises:
-    ValueError: the logs differ in machine, TensorFlow version, steps or
-      SAME_AS_RECORD, or one is not float32.
-  """
+  """A record (accuracy_curve.json's content) of N runs' --log files, each
+  point's 'precision' and 'wall_s' in the logs' order; ValueError if the logs
+  differ in machine, TensorFlow, steps or SAME_AS_RECORD, or one is bf16."""
   first = logs[0]
   for log in logs:
     if log['mixed_precision'] != 'off':
@@ -229,15 +207,12 @@ def curve_from_logs(logs):
   return {
       'what': 'precision @ 1 on the 10,000 test images of N independent '
               'float32 runs of benchmarks/accuracy.py, per step',
-      'machine': first['machine'], 'cpu': first['cpu'],
-      'cpu_family_model': first['cpu_family_model'],
-      'tensorflow': first['tensorflow'], 'python': first['python'],
+      **{key: first[key] for key in ('machine', 'cpu', 'cpu_family_model',
+                                     'tensorflow', 'python')},
       'date': dates[0] if dates[0] == dates[-1] else ' to '.join(
           (dates[0], dates[-1])),
       'command': command,
-      'test_data_md5': first['test_data_md5'],
-      'batch_size': first['batch_size'],
-      'num_examples': first['num_examples'],
+      **{key: first[key] for key in SAME_AS_RECORD},
       'runs': [log['started'] for log in logs],
       'points': [
           {'step': row['step'],
@@ -315,10 +290,8 @@ def record(args):
 
 
 def record_to_check(path, info):
-  """The record at `path` if this run can be checked against it, else None,
-  said in a line. info: this run's log fields, with the SAME_AS_RECORD ones
-  (another copy of CIFAR-10, batch or number of test images gives other
-  precisions: the record says nothing about them)."""
+  """The record at `path` if this run (info: its log fields) can be checked
+  against it: same SAME_AS_RECORD fields; else None, said in a line."""
   if not os.path.exists(path):
     print('No record at %s: this run is printed, not checked.' % path)
     return None
@@ -399,9 +372,7 @@ def run(args, argv):
           'deviation' % (len(curve['runs']), curve['machine'],
                          curve['tensorflow'], curve['date'],
                          os.path.relpath(args.curve), MARGIN_SDS))
-  for table_line in table_lines(rows):
-    print(table_line)
-  print(line)
+  print('\n'.join(table_lines(rows) + [line]))
   if args.log:
     info['rows'] = [dict(row, wall_s=round(row['wall_s'], 1)) for row in rows]
     write_json(args.log, info)
@@ -409,14 +380,13 @@ def run(args, argv):
   return status
 
 
-def main(argv=None):
+def main():
   """The command line; returns the exit status."""
-  argv = sys.argv[1:] if argv is None else argv
-  args = parse_args(argv)
+  args = parse_args(sys.argv[1:])
   if args.record:
     return record(args)
   console.quiet_python_logs()
-  return run(args, argv)
+  return run(args, sys.argv[1:])
 
 
 if __name__ == '__main__':

@@ -2,10 +2,8 @@
 
     python benchmarks/benchmark.py --data_dir=/tmp/cifar10_data
 
-Each variant (a row: the class or *_variant function that builds it says
-what it runs) gets its own graph and session, and all are measured in
-interleaved rounds. benchmarks/README.md explains the rows and the ratios,
-and holds the measured figures.
+Each variant (a row) has a graph and session of its own; all are measured in
+interleaved rounds. benchmarks/README.md explains the rows and the ratios.
 """
 
 import argparse
@@ -20,8 +18,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, 'tests'))
+sys.path[:0] = [os.path.join(ROOT, 'tests'), ROOT]
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 # The same kernels the scripts choose.
 from cifar10_support import console  # pylint: disable=g-import-not-at-top
@@ -58,11 +55,7 @@ MACS_PER_EXAMPLE = (CONV1_MACS + 12 * 12 * 5 * 5 * 64 * 64  # conv2
 TRAIN_FLOP_PER_EXAMPLE = 2 * (3 * MACS_PER_EXAMPLE - CONV1_MACS)
 FORWARD_FLOP_PER_EXAMPLE = 2 * MACS_PER_EXAMPLE
 
-MATMUL_SIZES = (1024, 2048, 4096)
-MATMUL_PRODUCTS = (1, 2, 4)
-MATMUL_MAX_GFLOP = 150  # keeps 4096 x1; x2 takes seconds a run on 2 cores
-# Seconds of one measurement window of a matmul configuration.
-MATMUL_WINDOW_S = 0.25
+MATMUL_WINDOW_S = 0.25  # seconds of a matmul configuration's window
 
 # /proc/cpuinfo flags reported in the machine line.
 CPU_FEATURES = (('AVX-512', 'avx512f'), ('AVX512_BF16', 'avx512_bf16'),
@@ -79,13 +72,10 @@ BASELINES.update({'%s_%s' % (name, suffix): name
 
 def describe_machine(cpuinfo=None, cpu_count=None, usable_cores=None,
                      environ=None, tf_version=None):
-  """The 'machine: ...' line. Each argument None is read from this machine:
-  /proc/cpuinfo, os.cpu_count(), the cores this process may use (printed
-  where fewer), os.environ (TF_ENABLE_ONEDNN_OPTS) and tf.__version__."""
+  """The 'machine: ...' line; each argument None is this machine's."""
   cpuinfo = mixed_precision.read_cpuinfo() if cpuinfo is None else cpuinfo
   cpu_count = os.cpu_count() if cpu_count is None else cpu_count
-  usable_cores = (sessions.usable_cores() if usable_cores is None
-                  else usable_cores)
+  usable_cores = usable_cores or sessions.usable_cores()
   environ = os.environ if environ is None else environ
   model = re.search(r'^model name[ \t]*:[ \t]*(\S.*?)[ \t]*$', cpuinfo, re.M)
   model = (model and model.group(1)) or platform.processor() or 'unknown CPU'
@@ -113,23 +103,19 @@ def describe_machine(cpuinfo=None, cpu_count=None, usable_cores=None,
 
 
 def describe_threads(config):
-  """A tf.ConfigProto's thread settings, in one line. A session runs its
-  steps in its first session_inter_op_thread_pool, else in the process's
-  inter-op pool."""
+  """A tf.ConfigProto's thread settings, in one line."""
   intra, inter = testutil.config_threads(config)
-  pools = config.session_inter_op_thread_pool
+  notes = {0: " (TF's choice)", 1: ' (one op at a time)'}
   if inter < 0:
-    inter_text = "%d (ops run in the caller's thread)" % inter
-  else:
-    inter_text = {0: "0 (TF's choice)", 1: '1 (one op at a time)'}.get(
-        inter, '%d' % inter)
-  text = 'threads: intra %s, inter %s' % (
-      "0 (TF's choice)" if intra == 0 else '%d' % intra, inter_text)
+    notes[inter] = " (ops run in the caller's thread)"
+  text = 'threads: intra %d%s, inter %d%s' % (
+      intra, notes[0] if intra == 0 else '', inter, notes.get(inter, ''))
+  pools = config.session_inter_op_thread_pool
   if pools:
     text += ' from session_inter_op_thread_pool [%s]' % '; '.join(
         '%d thread%s%s%s' % (
             pool.num_threads, '' if pool.num_threads == 1 else 's',
-            " (TF's choice)" if pool.num_threads == 0 else '',
+            notes[0] if pool.num_threads == 0 else '',
             ", global '%s'" % pool.global_name if pool.global_name else '')
         for pool in pools)
     if len(pools) > 1:
@@ -141,10 +127,8 @@ def describe_threads(config):
 
 def row_name(name, compute_dtype):
   """'train' for float32; 'train_bf16' or 'train_fp16' in mixed precision."""
-  if compute_dtype is None:
-    return name
-  return '%s_%s' % (name, {tf.bfloat16: 'bf16', tf.float16: 'fp16'}[
-      compute_dtype])
+  return name + {None: '', tf.bfloat16: '_bf16', tf.float16: '_fp16'}[
+      compute_dtype]
 
 
 def _constant_batch(batch_size):
@@ -155,8 +139,7 @@ def _constant_batch(batch_size):
 
 
 def _train_op(images, labels, global_step, batch_size, compute_dtype=None):
-  """(train op, loss) as cifar10_train.train builds them: `train` and
-  `bound` share it, so that the bound computes the same."""
+  """(train op, loss) as cifar10_train.train builds them, for both rows."""
   loss = cifar10.loss(cifar10.inference(images, compute_dtype), labels)
   return cifar10.train(loss, global_step, batch_size,
                        compute_dtype=compute_dtype), loss
@@ -173,17 +156,22 @@ class Variant(object):
     self.flop_per_example = flop_per_example
     self.rates = []
 
+  def _quiet(self):  # around a window's steps and the warm-up's
+    return contextlib.nullcontext()
+
   def measure(self):
-    start = time.time()
-    for _ in range(self.steps):
-      self.step()
-    self.rates.append(self.steps * self.examples_per_step
-                      / (time.time() - start))
+    with self._quiet():
+      start = time.time()
+      for _ in range(self.steps):
+        self.step()
+      self.rates.append(self.steps * self.examples_per_step
+                        / (time.time() - start))
 
   def warm_up(self):
     """Untimed steps: graph optimization, kernel caches, queue filling."""
-    for _ in range(max(5, self.steps // 5)):
-      self.step()
+    with self._quiet():
+      for _ in range(max(5, self.steps // 5)):
+        self.step()
 
   def close(self):
     pass
@@ -201,11 +189,11 @@ class SessionVariant(Variant):
     self.graph = tf.Graph()
     with self.graph.as_default():
       self.fetch = build()
-      self.sess = tf.Session(config=self.config)
+      self.sess = tf.Session(config=config)
       self.sess.run([tf.global_variables_initializer(),
                      tf.local_variables_initializer()])
       self.coord = tf.train.Coordinator()
-      # A variant on a constant batch has no queue to run.
+      # Only with a queue: the call warns without one.
       self.threads = (
           tf.train.start_queue_runners(self.sess, self.coord)
           if tf.get_collection(tf.GraphKeys.QUEUE_RUNNERS) else [])
@@ -271,8 +259,7 @@ class TrainScriptVariant(Variant):
       self._start(train_dir, config, progress.StepLogger(loss, batch_size, 10))
 
   def _start(self, train_dir, config, step_hook, summary_op=None):
-    """Opens the trainer's session with its hooks and saving settings, as
-    cifar10_train.py does from step 0."""
+    """Opens cifar10_train.py's session, hooks and saving from step 0."""
     self._log = open(os.devnull, 'w')
     settings = run_flags.TrainSettings(None, train_dir, max_steps=10 ** 9)
     with self._quiet():
@@ -295,22 +282,12 @@ class TrainScriptVariant(Variant):
     with contextlib.redirect_stdout(self._log), self.graph.as_default():
       yield
 
-  def measure(self):
-    # Quiet once a window, not once a step: the loop stays as it is.
-    with self._quiet():
-      super(TrainScriptVariant, self).measure()
-
-  def warm_up(self):
-    with self._quiet():
-      super(TrainScriptVariant, self).warm_up()
-
   def step(self):
     self.sess.run(self.train_op)
 
   def median_traced_step(self, steps):
-    """(step_time.Breakdown, step_stats) of the traced step of median wall
-    time of `steps` > 0, after one that sets the tracer up. The median step,
-    not each part's median, so that its parts add up."""
+    """(step_time.Breakdown, step_stats) of the median of `steps` traced
+    steps (not each part's median: its parts add up), after a first one."""
     options = tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE)
     runs = []
     for _ in range(steps + 1):
@@ -393,12 +370,10 @@ class ClassifyVariant(Variant):
   def __init__(self, data_dir, scratch, num_files, batch_size, config):
     pixels = synthetic.read_records(os.path.join(
         data_dir, download.BATCHES_DIR, data_files.TEST_FILES[0]))[1]
-    os.makedirs(scratch)
-    self.files = []
-    for i, picture in enumerate(pixels[:num_files]):
-      self.files.append(os.path.join(scratch, 'record_%05d.png' % i))
-      with open(self.files[-1], 'wb') as f:
-        f.write(tf.io.encode_png(picture).numpy())
+    self.files = [os.path.join(scratch, 'record_%05d.png' % i)
+                  for i in range(min(num_files, len(pixels)))]
+    for path, picture in zip(self.files, pixels):
+      tf.io.write_file(path, tf.io.encode_png(picture))
     super(ClassifyVariant, self).__init__('classify', 1, len(self.files),
                                           FORWARD_FLOP_PER_EXAMPLE)
     self.batch_size = batch_size
@@ -453,8 +428,7 @@ class MatmulVariant(SessionVariant):
         '' if self.products == 1 else 's')
 
   def warm_up(self):
-    """One run, then runs timed for ~MATMUL_WINDOW_S / 2 to set the
-    window's runs (one at least)."""
+    """Sets the window's runs (one at least) to last ~MATMUL_WINDOW_S."""
     self.step()
     count, start = 0, time.time()
     while count == 0 or time.time() - start < MATMUL_WINDOW_S / 2:
@@ -465,10 +439,8 @@ class MatmulVariant(SessionVariant):
 
 
 def mixed_precision_rows(requested, on_gpu, cpu_feature, capability):
-  """(compute dtype of the mixed-precision rows, the line about them, the
-  end of the bf16 ceiling's line), as mixed_precision.choose but a CPU without
-  native bfloat16 is measured in bfloat16 anyway; (None, None, '') for
-  requested 'off'. cpu_feature: mixed_precision.cpu_bf16_feature()'s answer."""
+  """(compute dtype, line, the bf16 ceiling line's end) of the mixed rows:
+  mixed_precision.choose's, but bfloat16 also where a CPU emulates it."""
   dtype, line = mixed_precision.choose(requested, on_gpu, cpu_feature, capability)
   if requested != 'off' and dtype is None:
     dtype, line = tf.bfloat16, (
@@ -497,10 +469,8 @@ def matmul_ceiling(variants, median, dtype=None):
 
 
 def table_lines(variants, median, bf16_note=''):
-  """The printed table: a row per variant, then the ceilings' lines. Each
-  GFLOP/s is given as a ratio of its ceiling only: the bf16 one, where
-  bfloat16 products ran, for those and the *_bf16 rows (its line ends with
-  bf16_note)."""
+  """The table's lines: a row per variant, then the ceilings'. A GFLOP/s is
+  a ratio of its own ceiling: the bf16 one for bfloat16 products and rows."""
   tops = {tf.float32: matmul_ceiling(variants, median) + ('ceiling',),
           tf.bfloat16: matmul_ceiling(variants, median, tf.bfloat16)
                        + ('bf16 ceiling',)}
@@ -516,11 +486,10 @@ def table_lines(variants, median, bf16_note=''):
                           '(rounds: %.1f-%.1f GFLOP/s)' % (
                               min(v.rates) / 1e9, max(v.rates) / 1e9)))
       continue
-    ratios = []
+    ratios, model_gflops = [], ''
     if v.name in BASELINES:
       ratios.append('%.2f of %s' % (median[v.name] / median[BASELINES[v.name]],
                                     BASELINES[v.name]))
-    model_gflops = ''
     if v.flop_per_example:
       rate = median[v.name] * v.flop_per_example / 1e9
       model_gflops = '%.1f' % rate
@@ -556,9 +525,8 @@ def _startup_seconds(data_dir, train_dir, threads):
       [sys.executable, os.path.join(ROOT, 'cifar10_train.py'),
        '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
        '--max_steps=1', '--fresh_start'] + [
-           '--%s=%d' % (name, value) for name, value in zip(
-               ('num_intra_threads', 'num_inter_threads'), threads)
-           if value is not None],
+           '--num_%s_threads=%d' % item for item in threads._asdict().items()
+           if item[1] is not None],
       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
   seconds = None
   for line in proc.stdout:
@@ -569,16 +537,12 @@ def _startup_seconds(data_dir, train_dir, threads):
 
 
 def _rss_mib():
-  with open('/proc/self/status') as f:
-    for line in f:
-      if line.startswith('VmRSS:'):
-        return int(line.split()[1]) / 1024.0
-  return float('nan')
+  with open('/proc/self/statm') as f:  # resident pages second
+    return int(f.read().split()[1]) * resource.getpagesize() / 2.0 ** 20
 
 
 def parse_args():
-  """The flags, and args.matmuls: the (size, products) of each matmul
-  configuration within --matmul_max_gflop."""
+  """The flags; args.matmuls: the (size, products) within the GFLOP cap."""
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   # (flag, type or choices, default, help)
   for flag, kind, default, text in (
@@ -598,11 +562,11 @@ def parse_args():
       ('startup_runs', int, 3, None),
       ('traced_steps', int, 10, 'traced steps per training variant, after '
        'the timed rounds, for the split of a step\'s time; 0: none'),
-      ('matmul_sizes', _sizes, list(MATMUL_SIZES), 'matrix sizes N of the '
+      ('matmul_sizes', _sizes, [1024, 2048, 4096], 'matrix sizes N of the '
        'ceiling\'s NxN products (comma-separated)'),
-      ('matmul_products', _sizes, list(MATMUL_PRODUCTS), 'numbers of '
+      ('matmul_products', _sizes, [1, 2, 4], 'numbers of '
        'products side by side in one session.run (comma-separated)'),
-      ('matmul_max_gflop', float, MATMUL_MAX_GFLOP, 'leave out the '
+      ('matmul_max_gflop', float, 150, 'leave out the '
        'configurations of more GFLOP per session.run (the default keeps '
        '4096 x1 and leaves out 4096 x2 and x4: seconds a run on 2 cores)')):
     choices = kind if isinstance(kind, list) else None
@@ -622,7 +586,6 @@ def main():
   # Its own lines only, as the scripts print (TF_CPP_MIN_LOG_LEVEL=0: all).
   console.quiet_python_logs()
   scratch = tempfile.mkdtemp(prefix='cifar10_bench_')
-  # Default: full-size synthetic files, 5 x 10000 train and 10000 test.
   data_dir = args.data_dir or synthetic.make_data_dir(
       os.path.join(scratch, 'data'), records_per_file=10000)
   batch = args.batch_size
@@ -671,10 +634,8 @@ def main():
         EvalVariant(data_dir, batch, num_test, eval_config, mixed),
         forward_variant(eval_batches, batch, eval_config, mixed),
     ]
-  variants += [MatmulVariant(n, k) for n, k in args.matmuls]
-  if mixed == tf.bfloat16:
-    variants += [MatmulVariant(n, k, dtype=tf.bfloat16)
-                 for n, k in args.matmuls]
+  for dtype in [None] + ([tf.bfloat16] if mixed == tf.bfloat16 else []):
+    variants += [MatmulVariant(n, k, dtype) for n, k in args.matmuls]
   for variant in variants:
     variant.warm_up()
   rss = []
@@ -684,33 +645,24 @@ def main():
     rss.append(_rss_mib())
     print('round %d/%d done, RSS %.0f MiB' % (round_index + 1, args.rounds,
                                              rss[-1]), flush=True)
-  splits = {}
-  if args.traced_steps > 0:
-    splits = {v.name: v.median_traced_step(args.traced_steps)
-              for v in variants if isinstance(v, TrainScriptVariant)}
+  splits = {v.name: v.median_traced_step(args.traced_steps) for v in variants
+            if isinstance(v, TrainScriptVariant) and args.traced_steps > 0}
   for variant in variants:
     variant.close()
 
   median = {v.name: float(np.median(v.rates)) for v in variants}
-  print()
-  for line in table_lines(variants, median, bf16_note):
-    print(line.rstrip())
+  print('\n' + '\n'.join(table_lines(variants, median, bf16_note)))
   if splits:
-    print()
-    print('where a training step\'s time goes (traced step of median length '
+    print('\nwhere a training step\'s time goes (traced step of median length '
           'of %d; tracing adds to it):' % args.traced_steps)
     for v in variants:
       if v.name in splits:
         print(step_time.describe(v.name, splits[v.name][0],
                                  v.examples_per_step / median[v.name]))
   if splits and mixed:
-    # Which ops of a mixed-precision step run in which type, at what cost.
     for name in ('train', row_name('train', mixed)):
-      print()
-      for line in step_time.cost_lines(name, splits[name][1]):
-        print(line)
-  print()
-  print('start to first step: %s s (median %.1f s)' % (
+      print('\n' + '\n'.join(step_time.cost_lines(name, splits[name][1])))
+  print('\nstart to first step: %s s (median %.1f s)' % (
       ', '.join('%.1f' % s for s in startup_s), float(np.median(startup_s))))
   print('memory: RSS per round %s MiB; peak %.0f MiB' % (
       ', '.join('%.0f' % r for r in rss),

@@ -3,14 +3,9 @@
 
     python benchmarks/make_dataset.py --runs=3
 
-It extracts cifar10-jpg.tar.gz (beside make_cifar10_bin.py) to a temporary
-folder, then runs, in turn, `make_cifar10_bin.py DEST` and
-`cifar10_make_dataset.py JPEGS --data_dir=DEST` as whole processes, --runs
-times each, interleaved so that drift in the machine's speed hits both
-alike. It prints each one's median wall time, the converter's over the
-reference's, each one's peak RSS (its largest over the runs), and whether
-the two wrote the same records: the sorted records of the training files,
-and of the test file, byte for byte. benchmarks/README.md holds the figures.
+Each runs as a whole process, --runs times, interleaved so that drift in the
+machine's speed hits both alike; benchmarks/README.md says what it prints,
+and holds the figures.
 """
 
 import argparse
@@ -46,9 +41,8 @@ def machine():
 
 
 def timed(command):
-  """(wall seconds, peak RSS in MiB) of running `command` to its end; the
-  process must succeed (its stderr, TensorFlow's start-up lines from
-  make_cifar10_bin.py, is shown only if it fails)."""
+  """(wall seconds, peak RSS in MiB) of running `command`, which must
+  succeed (its stderr, TensorFlow's start-up lines, shown only if not)."""
   with tempfile.TemporaryFile() as stderr:
     start = time.time()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL,

@@ -2,10 +2,9 @@
 
     python benchmarks/plot_results.py
 
-writes docs/results.png and docs/results_thumb.png from accuracy_curve.json,
-results_*.json (accuracy.py --log files) and results_transcribed.json, all
-in benchmarks/; docs/results.md shows and explains the figure. A series
-without wall times (null) is drawn on the step panel only.
+writes docs/results.png and docs/results_thumb.png (docs/results.md) from
+benchmarks/accuracy_curve.json, results_*.json (accuracy.py --log files)
+and results_transcribed.json.
 """
 
 import argparse
@@ -37,15 +36,9 @@ THUMB = os.path.join(ROOT, 'docs', 'results_thumb.png')
 COLORS = {'float32': '#1f5fa8', 'bfloat16': '#e07b00'}
 MARKERS = {'EPYC-Zen5': 'o', 'EPYC-AVX2': 's', 'Xeon-AMX': '^',
            'IceLake': 'D'}
-# Wall-time ticks, in seconds, and their labels.
 TIME_TICKS = [(60, '1 min'), (300, '5 min'), (600, '10 min'),
               (1800, '30 min'), (3600, '1 h'), (7200, '2 h'), (14400, '4 h')]
-# Single points at one step are drawn this factor apart (`dodges`).
-DODGE = 1.07
-DPI = 110
-# Characters per line of the caption.
-CAPTION_WIDTH = 165
-THUMB_DPI = 48
+DODGE = 1.07  # single points at one step are drawn this factor apart
 
 
 def series_of_log(log):
@@ -59,10 +52,8 @@ def series_of_log(log):
 
 
 def dodges(all_series):
-  """{series index: factor}, {step: count}: the single points (not the
-  original tutorial's) that share a step are drawn at their step times a
-  factor around 1 (DODGE apart on the log axis), so that none hides
-  another; the caption says so."""
+  """{series index: factor}, {step: count}: single points (not the original
+  tutorial's) that share a step are drawn DODGE apart on the log axis."""
   at_step = {}
   for index, series in enumerate(all_series):
     if len(series['points']) == 1 and not series.get('theirs'):
@@ -74,8 +65,8 @@ def dodges(all_series):
 
 
 def draw_series(axes, series, dodge=1.0):
-  """Draws one series on both panels: (steps axes, time axes); its steps
-  times `dodge` (see `dodges`)."""
+  """Draws a series on both panels (steps axes, time axes), its steps times
+  `dodge`; points without a wall time (null) on the step panel only."""
   theirs = series.get('theirs', False)
   style = dict(
       color='black' if theirs else COLORS[series['dtype']],
@@ -123,8 +114,7 @@ def draw_record(axes, curve):
 
 
 def caption(transcribed, dodged):
-  """The text under the legend: results_transcribed.json's notes and each
-  series' note, then a line for each step of `dodged` (`dodges`)."""
+  """The text under the legend: the transcribed notes, then the dodges'."""
   lines = transcribed['notes'] + [series['note']
                                   for series in transcribed['series']
                                   if series.get('note')]
@@ -132,11 +122,11 @@ def caption(transcribed, dodged):
     lines.append('The %d points at %s steps are drawn side by side, %.0f%% '
                  'apart on the step axis, so that none hides another.'
                  % (count, '{:,}'.format(step), (DODGE - 1) * 100))
-  return '\n'.join(textwrap.fill(line, CAPTION_WIDTH) for line in lines)
+  return '\n'.join(textwrap.fill(line, 165) for line in lines)
 
 
 def draw(transcribed, curve, logs):
-  """(matplotlib Figure, its two Axes: steps, then wall time, its title)."""
+  """(matplotlib Figure, its two Axes: steps then wall time, its title)."""
   figure, axes = plt.subplots(1, 2, figsize=(13, 8.2), sharey=True)
   draw_record(axes, curve)
   # float32 first, as in the transcribed series.
@@ -184,8 +174,8 @@ def draw(transcribed, curve, logs):
 def panels_box(figure, axes, title):
   """The box, in inches, around the title and both panels (no legend)."""
   renderer = figure.canvas.get_renderer()
-  boxes = [ax.get_tightbbox(renderer) for ax in axes]
-  boxes.append(title.get_window_extent(renderer))
+  boxes = [ax.get_tightbbox(renderer) for ax in axes] + [
+      title.get_window_extent(renderer)]
   return transforms.Bbox.union(boxes).transformed(
       figure.dpi_scale_trans.inverted()).padded(0.1)
 
@@ -208,10 +198,10 @@ def main():
   figure, axes, title = draw(
       accuracy.read_json(TRANSCRIBED), accuracy.read_json(args.curve),
       [accuracy.read_json(path) for path in paths])
-  figure.savefig(args.out, dpi=DPI)
+  figure.savefig(args.out, dpi=110)
   print('Wrote %s' % args.out)
   if args.thumb:
-    figure.savefig(args.thumb, dpi=THUMB_DPI,
+    figure.savefig(args.thumb, dpi=48,
                    bbox_inches=panels_box(figure, axes, title))
     print('Wrote %s' % args.thumb)
 

@@ -5,10 +5,8 @@ a time, as the original distorted them).
 
     python benchmarks/replaced_ops.py --data_dir=/tmp/cifar10_data --rounds=9
 
-Three graphs of cifar10.train on real data, each with one op swapped back,
-in one process; rounds of 30 steps interleaved; prints each variant's median
-ms per step and what ours saves of it. A replacement stays where it saves at
-least 5% (docs/performance.md).
+Prints the median ms per step of three training graphs, each with one op
+swapped back, in interleaved rounds of 30 steps, and what ours saves.
 """
 
 import argparse
@@ -32,11 +30,6 @@ from cifar10_support import sessions
 OURS = fast_ops.lrn, fast_ops.distort
 
 
-def tf_lrn(x, depth_radius=5, bias=1.0, alpha=1.0, beta=0.5, name=None):
-  return tf.nn.lrn(x, depth_radius, bias=bias, alpha=alpha, beta=beta,
-                   name=name)
-
-
 def tf_distort(planes, offsets, flips, deltas, factors, image_size):
   """fast_ops.distort's arguments, through tf.image one image at a time."""
   images = tf.transpose(tf.cast(planes, tf.float32), [0, 2, 3, 1])
@@ -54,25 +47,22 @@ def tf_distort(planes, offsets, flips, deltas, factors, image_size):
                    fn_output_signature=tf.float32)
 
 
-VARIANTS = {'ours': OURS, 'tf.nn.lrn': (tf_lrn, OURS[1]),
+VARIANTS = {'ours': OURS, 'tf.nn.lrn': (tf.nn.lrn, OURS[1]),
             'tf.image distortions': (OURS[0], tf_distort)}
 
 
 def start(name, data_dir, batch_size):
   """A session training variant `name`, warmed up; (session, train op)."""
   fast_ops.lrn, fast_ops.distort = VARIANTS[name]
-  graph = tf.Graph()
-  with graph.as_default():
+  with tf.Graph().as_default():
     global_step = tf.train.get_or_create_global_step()
     images, labels = cifar10.distorted_inputs(
         data_dir, batch_size, data_set=data_files.describe(data_dir))
     loss = cifar10.loss(cifar10.inference(images), labels)
     train_op = cifar10.train(loss, global_step, batch_size)
-    init = tf.global_variables_initializer()
-  fast_ops.lrn, fast_ops.distort = OURS
-  sess = tf.Session(graph=graph, config=sessions.training_config())
-  sess.run(init)
-  with graph.as_default():
+    fast_ops.lrn, fast_ops.distort = OURS
+    sess = tf.Session(config=sessions.training_config())
+    sess.run(tf.global_variables_initializer())
     tf.train.start_queue_runners(sess=sess, coord=tf.train.Coordinator())
   for _ in range(30):
     sess.run(train_op)

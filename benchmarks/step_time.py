@@ -1,7 +1,7 @@
 """Splits a traced step's wall time into input, compute and host work.
 
-The parts, and why they add up to the step, are defined in
-benchmarks/README.md ("Where a training step's time goes").
+benchmarks/README.md ("Where a training step's time goes") defines the parts
+and why they add up to the step.
 """
 
 import collections
@@ -9,17 +9,14 @@ import re
 
 import tensorflow.compat.v1 as tf
 
-# Op types that take a batch from an input queue.
-INPUT_OP_TYPES = frozenset([
-    'QueueDequeueV2', 'QueueDequeueManyV2', 'QueueDequeueUpToV2',
-    'QueueDequeue', 'QueueDequeueMany', 'QueueDequeueUpTo'])
-
+# The op types that take a batch from an input queue.
+_INPUT_OP_TYPE = re.compile(r'QueueDequeue(Many|UpTo)?(V2)?$')
 # A node's timeline label reads '[allocations] name = OpType(inputs)'; GPU
-# stream entries carry a kernel name instead, and are never input ops.
+# stream entries carry a kernel name instead.
 _OP_TYPE = re.compile(r' = (\w+)\(')
 
-# Seconds, floats: step = input + compute + host, host = before + between +
-# after (the host time before the first op, between ops, after the last).
+# Seconds: step = input + compute + host, host = before + between + after
+# (the host time before the first op, between ops, after the last).
 Breakdown = collections.namedtuple(
     'Breakdown', ['step', 'input', 'compute', 'host', 'before', 'between',
                   'after'])
@@ -39,7 +36,7 @@ def union(intervals):
       merged[-1][1] = max(merged[-1][1], end)
     else:
       merged.append([start, end])
-  return [tuple(pair) for pair in merged]
+  return merged
 
 
 def length(disjoint):
@@ -47,25 +44,22 @@ def length(disjoint):
 
 
 def split_step(step_stats, start, end):
-  """The Breakdown of one traced run.
+  """The Breakdown of a traced run's StepStats (every device and stream).
 
-  step_stats: its StepStats, every device and stream; nodes without a start
-  time are left out. start, end: time.time() just before and after the run
-  call, the clock of the trace's start times; before or after comes out
-  negative only if the trace does not lie inside [start, end].
+  start, end: time.time() just before and after the run call, the clock of
+  the trace; before or after is negative only if the trace lies outside.
   """
   ops, inputs = [], []
   for device in step_stats.dev_stats:
     for node in device.node_stats:
       if node.all_start_nanos:  # nanoseconds when recorded, else micros
-        begin = node.all_start_nanos / 1e3
-        interval = (begin, begin + node.all_end_rel_nanos / 1e3)
+        begin, span = node.all_start_nanos / 1e3, node.all_end_rel_nanos / 1e3
       elif node.all_start_micros:
-        begin = float(node.all_start_micros)
-        interval = (begin, begin + node.all_end_rel_micros)
+        begin, span = node.all_start_micros, node.all_end_rel_micros
       else:
         continue
-      (inputs if op_type(node) in INPUT_OP_TYPES else ops).append(interval)
+      is_input = _INPUT_OP_TYPE.match(op_type(node))
+      (inputs if is_input else ops).append((begin, begin + span))
   busy = union(ops + inputs)
   if not busy:  # nothing traced: all of it was host work
     return Breakdown(end - start, 0.0, 0.0, end - start, end - start, 0.0,
@@ -103,17 +97,16 @@ def describe(name, split, untraced_step=None):
 
 def node_costs(step_stats):
   """(node name, op type, first output's dtype name or '', seconds) of each
-  op of a traced step, the costliest first; a GPU's stream entries (they
-  repeat its ops' kernels) and labels without an op type are left out."""
+  op, the costliest first; a GPU's stream entries (its ops' kernels again)
+  and labels without an op type are left out."""
   nodes = []
   for device in step_stats.dev_stats:
     if '/stream:' in device.device or '/memcpy' in device.device:
       continue
     for node in device.node_stats:
-      kind = op_type(node)
+      kind, dtype = op_type(node), ''
       if not kind:
         continue
-      dtype = ''
       if node.output:
         code = node.output[0].tensor_description.dtype
         try:
@@ -126,24 +119,23 @@ def node_costs(step_stats):
 
 
 def cost_lines(name, step_stats, top_types=15, top_ops=12):
-  """Lines for a traced step's op time: the `top_types` costliest (op type,
-  output dtype) pairs with their op counts, then the `top_ops` costliest
-  ops by name (`node_costs`), each with its share of the summed op time
+  """Lines of op time: the top_types costliest (op type, output dtype) pairs,
+  then the top_ops costliest ops, each with its share of the summed op time
   (ops that ran side by side each count in full)."""
   nodes = node_costs(step_stats)
   total = sum(node[3] for node in nodes) or float('nan')
-  totals = collections.defaultdict(lambda: [0, 0.0])
+  counts, times = collections.Counter(), collections.Counter()
   for _, kind, dtype, seconds in nodes:
-    totals[(kind, dtype)][0] += 1
-    totals[(kind, dtype)][1] += seconds
-  types = sorted(totals.items(), key=lambda item: -item[1][1])
+    counts[kind, dtype] += 1
+    times[kind, dtype] += seconds
+  types = times.most_common()
   lines = ['%s: op time by type and output dtype (%.1f ms of ops in all):'
            % (name, total * 1e3)]
-  for (kind, dtype), (count, seconds) in types[:top_types]:
+  for (kind, dtype), seconds in types[:top_types]:
     lines.append('  %-28s %-9s %4d ops %8.2f ms %5.1f%%' % (
-        kind, dtype, count, seconds * 1e3, 100 * seconds / total))
+        kind, dtype, counts[kind, dtype], seconds * 1e3, 100 * seconds / total))
   if types[top_types:]:
-    rest = sum(seconds for _, (_, seconds) in types[top_types:])
+    rest = sum(seconds for _, seconds in types[top_types:])
     lines.append('  %d other op types %8.2f ms %5.1f%%' % (
         len(types[top_types:]), rest * 1e3, 100 * rest / total))
   lines.append('%s: the costliest ops by name:' % name)

@@ -1,12 +1,5 @@
-"""Checkpoints: finding them, checking them, opening one for its averaged
-weights (evaluation, classify), and resuming from any trainer's.
-
-Every trainer saves the same model state under the original's names (the
-weights, their moving averages, the global step) and beside it state of its
-own (loss averages named after the tower that computed them). So a
-checkpoint resumes in any trainer whose model state it holds, with this
-graph's shapes and dtypes; the trainer's own state it lacks starts afresh.
-"""
+"""Checkpoints: finding, checking and opening them, and resuming from any
+trainer's (docs/resuming.md)."""
 
 import collections
 import os
@@ -15,19 +8,12 @@ import tensorflow.compat.v1 as tf
 
 from cifar10_support import data_files
 
-# What tf.train.ExponentialMovingAverage appends to a variable's name.
 AVERAGE_SUFFIX = '/ExponentialMovingAverage'
-# A variable every checkpoint of the CIFAR-10 model holds: the one looked for.
 MODEL_PROBE = 'conv1/weights'
-# The last layer's biases: their length is the model's class count.
-CLASSES_PROBE = 'softmax_linear/biases'
-# The class names of the checkpoints in a directory, as a names file
-# (data_files.read_class_names): every trainer writes it beside its
-# checkpoints, so that a copied train_dir still names its classes. A file,
-# not a variable: the checkpoints keep the original's variables.
+CLASSES_PROBE = 'softmax_linear/biases'  # Its length is the class count.
+# A file, not a variable: the checkpoints keep the original's variables.
 CLASSES_FILE = 'class_names.txt'
-# Variables no checkpoint holds (a cluster's record of the chief's classes).
-NOT_SAVED = 'not_saved'
+NOT_SAVED = 'not_saved'  # The collection of variables no checkpoint holds.
 
 
 class CheckpointError(ValueError):
@@ -35,13 +21,11 @@ class CheckpointError(ValueError):
 
 
 class UnusableCheckpointError(CheckpointError):
-  """One checkpoint cannot be used, as others of its directory may: what
-  evaluation following training skips."""
+  """One checkpoint cannot be used, as others of its directory may."""
 
 
 class CheckpointUnreadableError(UnusableCheckpointError):
-  """A listed checkpoint's files are missing, incomplete or damaged, as when
-  training pruned it or is still writing it; `problem` says how."""
+  """A listed checkpoint's files are missing, incomplete or damaged."""
 
   def __init__(self, checkpoint, problem, action='read'):
     super().__init__('cannot %s checkpoint %s (pruned by training, not '
@@ -68,17 +52,12 @@ class NotTheModelError(CheckpointMismatchError):
     self.missing = missing
 
 
-class NoRestorableCheckpointError(ResumeError):
-  """Every checkpoint listed is damaged or missing."""
-
-
 class ClassesMismatchError(CheckpointError, ResumeError):
   """The data's classes are not those a checkpoint was trained on."""
 
 
 def step_of(path):
-  """The global step in a checkpoint's name ('.../model.ckpt-300' -> 300), or
-  None when it ends in no '-<digits>'."""
+  """The step in a checkpoint's name ('.../model.ckpt-300': 300), or None."""
   suffix = path.rsplit('-', 1)[-1] if path and '-' in path else ''
   return int(suffix) if suffix.isdigit() else None
 
@@ -91,8 +70,7 @@ def saved_step(reader):
 
 
 def verified_reader(checkpoint):
-  """(reader, None) once every value of `checkpoint` has read back (which
-  verifies its checksums), else (None, a one-line reason)."""
+  """(reader, None) once every value has read back, else (None, why)."""
   try:
     reader = tf.train.load_checkpoint(checkpoint)
     for name in reader.get_variable_to_shape_map():
@@ -105,10 +83,8 @@ def verified_reader(checkpoint):
 
 
 def listed(directory, report=None):
-  """The checkpoints of a directory, oldest first, as its index lists them
-  (one whose file is here is taken from here: an index of absolute paths,
-  the original's, names the old place of a moved directory); without a
-  readable index, the model.ckpt-N files by N, `report` saying so."""
+  """A directory's checkpoints, oldest first, as its index lists them (here,
+  if moved); without an index, the model.ckpt-N files by N, `report` says."""
   try:
     state = tf.train.get_checkpoint_state(directory)
   except (tf.errors.OpError, ValueError):
@@ -137,12 +113,8 @@ def newest(directory):
 
 
 def newest_restorable(train_dir, report=print):
-  """The newest checkpoint of train_dir that restores, or None if it has
-  none; `report` gets one line for each checkpoint skipped.
-
-  Raises:
-    NoRestorableCheckpointError: every checkpoint is damaged or missing.
-  """
+  """The newest checkpoint of train_dir that reads back, or None; `report`
+  gets a line for each skipped. ResumeError if there are only such."""
   paths = listed(train_dir, report)
   if not paths:
     return None
@@ -156,7 +128,7 @@ def newest_restorable(train_dir, report=print):
       return checkpoint
     report('Checkpoint %s is damaged and left as it is (%s): trying the one '
            'before it.' % (checkpoint, problem))
-  raise NoRestorableCheckpointError(
+  raise ResumeError(
       'no checkpoint in --train_dir=%s restores: all %d are damaged or '
       'missing (see the lines above). Nothing was changed; move them away '
       '(or --fresh_start deletes them) to train from step 0, or give another '
@@ -172,23 +144,17 @@ def resumed_from(train_dir):
 
 
 def open_model_checkpoint(checkpoint, averaged=False, data_set=None):
-  """(reader, the weights' dtype, global step: saved, else in the name, else
-  0) of a checkpoint of the CIFAR-10 model, every value read back; its first
-  and last layers (averaged: their moving averages too) are looked for
-  before a graph is built (`check_averages_restorable` checks all, after),
-  and its classes are data_set's (a data_files.DataSet; None: any).
-
-  Raises:
-    CheckpointUnreadableError: its files are missing, incomplete or damaged.
-    NotTheModelError: it lacks the model (or, averaged, its moving averages).
-    ClassesMismatchError: as check_classes.
-  """
+  """(reader, weights' dtype, global step: saved, else the name's, else 0) of
+  a checkpoint that reads back (else CheckpointUnreadableError), holds the
+  model's first and last layers (averaged: their averages too; else
+  NotTheModelError) and data_set's classes (None: any; see check_classes)."""
   reader, problem = verified_reader(checkpoint)
   if problem:
     raise CheckpointUnreadableError(checkpoint, problem)
   probes = [MODEL_PROBE, CLASSES_PROBE]
-  for name in probes + ([probe + AVERAGE_SUFFIX for probe in probes]
-                        if averaged else []):
+  if averaged:
+    probes += [probe + AVERAGE_SUFFIX for probe in probes]
+  for name in probes:
     if not reader.has_tensor(name):
       raise NotTheModelError(checkpoint, name)
   if data_set is not None:
@@ -201,15 +167,12 @@ def open_model_checkpoint(checkpoint, averaged=False, data_set=None):
 
 
 def check_averages_restorable(reader, variables_to_restore, checkpoint):
-  """Raises CheckpointMismatchError, naming what is missing or of the wrong
-  shape,
-  unless a checkpoint has every moving average of variables_to_restore (key
-  -> variable, cifar10.moving_averages_to_restore())."""
+  """CheckpointMismatchError unless the checkpoint has every variable of
+  variables_to_restore (Saver's var_list dict), of the same shape."""
   shapes = reader.get_variable_to_shape_map()
   missing = sorted(key for key in variables_to_restore if key not in shapes)
   if missing:
-    raw_names = [variables_to_restore[key].op.name for key in missing]
-    if all(name in shapes for name in raw_names):
+    if all(variables_to_restore[key].op.name in shapes for key in missing):
       raise CheckpointMismatchError(
           'checkpoint %s has no moving averages of the weights (no %s): '
           'evaluation uses the averaged weights, which cifar10_train.py '
@@ -226,10 +189,9 @@ def check_averages_restorable(reader, variables_to_restore, checkpoint):
 
 
 def checkpoint_classes(checkpoint, reader=None):
-  """(count, names) of the classes `checkpoint` was trained on: count from
-  its last layer, names from CLASSES_FILE beside it (None without one, or
-  one of another count); CheckpointMismatchError without a last layer.
-  reader: its tf.train.load_checkpoint, if open."""
+  """(count, names) of the classes `checkpoint` (or its open reader) was
+  trained on: count from its last layer (else CheckpointMismatchError), names
+  from CLASSES_FILE beside it if there and as many, else None."""
   reader = reader or tf.train.load_checkpoint(checkpoint)
   shape = reader.get_variable_to_shape_map().get(CLASSES_PROBE)
   if shape is None or len(shape) != 1:
@@ -241,9 +203,8 @@ def checkpoint_classes(checkpoint, reader=None):
 
 
 def class_names_for(count, names):
-  """The names to show for a checkpoint's classes (`checkpoint_classes`):
-  its own, else CIFAR-10's for a checkpoint of ten classes written without
-  them (the original's, or before the file), else class_0, class_1, ..."""
+  """The names to show for checkpoint_classes' (count, names): its names,
+  else CIFAR-10's for ten classes, else class_0, class_1, ..."""
   if names:
     return names
   if count == len(data_files.CLASS_NAMES):
@@ -252,9 +213,8 @@ def class_names_for(count, names):
 
 
 def check_classes(checkpoint, data_set, reader=None):
-  """Raises ClassesMismatchError, one message naming both, unless data_set
-  (a data_files.DataSet) has the classes `checkpoint` was trained on: their
-  count, and their names where the checkpoint records them."""
+  """ClassesMismatchError unless data_files.DataSet data_set has the classes
+  `checkpoint` was trained on (their count, and names if recorded)."""
   count, names = checkpoint_classes(checkpoint, reader)
   if count == data_set.num_classes and names in (None, data_set.class_names):
     return
@@ -267,38 +227,12 @@ def check_classes(checkpoint, data_set, reader=None):
          '%d classes' % count))
 
 
-def record_classes(directory, data_set):
-  """Writes data_set's class names to CLASSES_FILE in `directory` unless it
-  holds them already (a refused resume leaves train_dir as it was); the
-  file is replaced whole, never half-written."""
-  path = os.path.join(directory, CLASSES_FILE)
-  try:
-    if data_files.read_class_names(path) == data_set.class_names:
-      return
-  except data_files.DataError:
-    pass  # Unreadable: written anew.
-  partial = path + '.tmp'
-  with tf.io.gfile.GFile(partial, 'wb') as f:
-    f.write(data_files.class_names_text(data_set.class_names))
-  tf.io.gfile.rename(partial, path, overwrite=True)
-
-
-# What `plan_restore` returns: the checkpoint's path prefix; a dict,
-# checkpoint name -> variable of this graph to restore; the sorted names of
-# this graph's variables that the checkpoint lacks (trainer-only state, which
-# keeps its initial values).
-RestorePlan = collections.namedtuple('RestorePlan',
-                                     ['checkpoint', 'variables',
-                                      'not_in_checkpoint'])
-
-
-def _describe(shape, dtype):
-  return '%s %s' % (tf.as_dtype(dtype).name, list(shape))
+RestorePlan = collections.namedtuple(
+    'RestorePlan', ['checkpoint', 'variables', 'not_in_checkpoint'])
 
 
 def another_model(checkpoint, name, needed):
-  """The CheckpointMismatchError of a checkpoint to resume from without
-  `name`, which this model needs (as `needed`)."""
+  """The CheckpointMismatchError of a checkpoint without `name`."""
   return CheckpointMismatchError(
       'checkpoint %s has no %s, which this model needs (%s): it was written '
       'by another model. Nothing was changed; train this one in another '
@@ -306,13 +240,9 @@ def another_model(checkpoint, name, needed):
 
 
 def plan_restore(checkpoint):
-  """The `RestorePlan` of the default graph's variables from `checkpoint`:
-  the model state must be there, the other variables where it has them.
-
-  Raises:
-    CheckpointMismatchError: naming the variable of the model state that is
-      missing, or that differs in shape or dtype.
-  """
+  """The RestorePlan of the graph's saved variables: `variables`, name ->
+  variable, from `checkpoint`; `not_in_checkpoint`, the sorted names of the
+  others. CheckpointMismatchError if the model state is not all there."""
   reader = tf.train.load_checkpoint(checkpoint)
   shapes = reader.get_variable_to_shape_map()
   dtypes = reader.get_variable_to_dtype_map()
@@ -322,18 +252,17 @@ def plan_restore(checkpoint):
   restore, missing = {}, []
   for var in sorted(saved_variables(), key=lambda v: v.op.name):
     name = var.op.name
-    here = _describe(var.shape.as_list(), var.dtype.base_dtype)
+    here = '%s %s' % (var.dtype.base_dtype.name, var.shape.as_list())
     if name not in shapes:
       if name in required:
         raise another_model(checkpoint, name, here)
       missing.append(name)
       continue
-    there = _describe(shapes[name], dtypes[name])
+    there = '%s %s' % (dtypes[name].name, shapes[name])
     if there != here:
-      hint = ''
-      if {dtypes[name], var.dtype.base_dtype} == {tf.float16, tf.float32}:
-        hint = (' (--use_fp16 must be as it was when the checkpoint was '
-                'written)')
+      fp16 = {dtypes[name], var.dtype.base_dtype} == {tf.float16, tf.float32}
+      hint = (' (--use_fp16 must be as it was when the checkpoint was '
+              'written)' if fp16 else '')
       raise CheckpointMismatchError(
           'checkpoint %s holds %s as %s; this model has it as %s%s. Nothing '
           'was changed; resume with the settings it was written with, or train '
@@ -344,46 +273,30 @@ def plan_restore(checkpoint):
 
 
 def saved_variables():
-  """The default graph's global variables that checkpoints hold: all but
-  those of the NOT_SAVED collection."""
+  """The graph's global variables but those of NOT_SAVED."""
   unsaved = set(tf.get_collection(NOT_SAVED))
   return [var for var in tf.global_variables() if var not in unsaved]
 
 
 def not_in_checkpoint_message(plan):
-  """The line saying what starts fresh, or None if everything was restored."""
-  if not plan.not_in_checkpoint:
-    return None
+  """The line naming what starts fresh (plan.not_in_checkpoint, if any)."""
   return ('Starting fresh (not in %s, which another trainer wrote): %s.'
           % (os.path.basename(plan.checkpoint),
              ', '.join(plan.not_in_checkpoint)))
 
 
 def restoring_scaffold(plan, train_dir, on_recovery=None, **kwargs):
-  """A Scaffold whose sessions initialise every variable, then restore.
-
-  Build it in the training graph, after its global step; its session must
-  not restore on its own (no checkpoint_dir). The first session restores
-  `plan` (None: only initialises). A session re-created after one was lost
-  (a ps task restarted, its variables gone) restores instead the newest
-  checkpoint of train_dir that restores then, as the start-up one may have
-  been pruned since; on_recovery, if given, is then called with it (or None)
-  and its global step. **kwargs: other tf.train.Scaffold arguments.
-  """
-  # Savers are graph ops, made now: the graph is final once sessions start.
-  # The start-up plan's restores its variables from any checkpoint holding
-  # them; the scaffold's own saver restores the checkpoints this run writes.
-  # Its index names them relative to train_dir, so a moved one still reads.
+  """A Scaffold (**kwargs: its other arguments) whose sessions (with no
+  checkpoint_dir) initialise every variable, then restore `plan` (None:
+  nothing), or once re-created after a ps task restarted, train_dir's newest
+  checkpoint, then call on_recovery with it (or None) and its global step."""
+  # Relative paths: a moved train_dir's index still reads.
   if not tf.get_collection(tf.GraphKeys.SAVERS):
     tf.add_to_collection(tf.GraphKeys.SAVERS, tf.train.Saver(
         sharded=True, allow_empty=True, save_relative_paths=True))
-  plan_savers = {}
-  if plan is not None:
-    plan_savers[frozenset(plan.variables)] = tf.train.Saver(
-        plan.variables, sharded=False, name='resume_saver')
-  # The global step is set only by init_fn, restored or initialised: until
-  # then the model is not ready, so other workers of a cluster wait for the
-  # restore instead of training on freshly initialised weights.
+  resume_saver = None if plan is None else tf.train.Saver(
+      plan.variables, sharded=False, name='resume_saver')
+  # Until init_fn sets the global step, the other workers wait (not ready).
   global_step = tf.train.get_global_step()
   init_op = tf.variables_initializer(
       [var for var in tf.global_variables() if var is not global_step],
@@ -399,20 +312,27 @@ def restoring_scaffold(plan, train_dir, on_recovery=None, **kwargs):
       if checkpoint:
         with session.graph.as_default():
           current = plan_restore(checkpoint)
-        if not_in_checkpoint_message(current):
+        if current.not_in_checkpoint:
           print(not_in_checkpoint_message(current))
     if current is not None:
-      saver = plan_savers.get(frozenset(current.variables))
-      if saver is None and not current.not_in_checkpoint:
-        saver = scaffold.saver  # Saves, so restores, every variable.
-      if saver is None:
+      saver = scaffold.saver  # Saves, so restores, every variable.
+      if plan is not None and set(current.variables) == set(plan.variables):
+        saver = resume_saver
+      elif current.not_in_checkpoint:
         raise ResumeError(
-            'checkpoint %s lacks variables that this run started with '
-            '(%s): it cannot be restored into the running session. Run the '
-            'same command again to resume from it'
+            'checkpoint %s lacks variables that this run started with (%s): '
+            'it cannot be restored into the running session. Run the same '
+            'command again to resume from it'
             % (current.checkpoint, ', '.join(current.not_in_checkpoint)))
       saver.restore(session, current.checkpoint)
-      _take_over_pruning(scaffold.saver, current.checkpoint)
+      # As after its own restore, the saver prunes those up to it here: not a
+      # newer (damaged) one, nor the old place of a moved train_dir's.
+      directory = os.path.dirname(current.checkpoint)
+      paths = [path for path in listed(directory)
+               if os.path.dirname(path) == directory]
+      if current.checkpoint in paths:
+        paths = paths[:paths.index(current.checkpoint) + 1]
+      scaffold.saver.recover_last_checkpoints(paths)
     else:
       session.run(global_step.initializer)
     if sessions[0] > 1 and on_recovery is not None:
@@ -420,16 +340,3 @@ def restoring_scaffold(plan, train_dir, on_recovery=None, **kwargs):
                   int(session.run(global_step)))
 
   return tf.train.Scaffold(init_op=init_op, init_fn=init_fn, **kwargs)
-
-
-def _take_over_pruning(saver, checkpoint):
-  """Hands `saver` the pruning of the checkpoints up to `checkpoint`, as a
-  session that restores by itself does: never a newer (damaged) one, and
-  only those of its directory (an old index of a moved train_dir names the
-  old place, whose checkpoints are not this run's to delete)."""
-  directory = os.path.dirname(checkpoint)
-  paths = [path for path in listed(directory)
-           if os.path.dirname(path) == directory]
-  if checkpoint in paths:
-    paths = paths[:paths.index(checkpoint) + 1]
-  saver.recover_last_checkpoints(paths)

@@ -1,10 +1,6 @@
-"""The ps/worker cluster of cifar10_distributed_train.py: this task and its
-cluster (`resolve`: the flags, or TF_CONFIG as TensorFlow's own
-TFConfigClusterResolver reads it, checked as docs/distributed.md promises),
-and what TensorFlow leaves unbounded or unsaid when a task goes away: the
-wait for the ps tasks, a worker's sessions, lost and re-created, the chief
-it watches (docs/distributed.md, "Faults"). A dict of tasks maps each name,
-as TensorFlow names it, '/job:ps/task:0', to its 'host:port'."""
+"""The ps/worker cluster of cifar10_distributed_train.py (`resolve`), and what
+TensorFlow leaves unbounded when a task goes away (docs/distributed.md).
+A dict of tasks maps each name, '/job:ps/task:0', to its 'host:port'."""
 
 import collections
 import json
@@ -22,9 +18,6 @@ from cifar10_support import checkpoints
 from cifar10_support import data_files
 from cifar10_support import signals
 
-# A chief job ('chief', or 'master' on older platforms) is the chief; without
-# one, worker 0 is. An evaluator joins no server: it is never part of the
-# training cluster, whether TF_CONFIG lists it (Kubeflow) or not (Vertex AI).
 CHIEF_JOBS = ('chief', 'master')
 ONE_EVALUATOR = ('one evaluator follows a run, as TensorFlow allows at most '
                  'one: set the evaluator replicas to 1')
@@ -33,14 +26,11 @@ ONE_EVALUATOR = ('one evaluator follows a run, as TensorFlow allows at most '
 class Task(collections.namedtuple('Task', [
     'cluster', 'job_name', 'task_index', 'startup_wait_secs',
     'operation_timeout_secs'], defaults=(300, 300))):
-  """This task of its cluster, which maps 'ps', 'worker' and a chief job to
-  lists of 'host:port' (never 'evaluator'; None for an evaluator from
-  --job_name), and how long it waits on the other tasks."""
-  __slots__ = ()
+  """This task; its cluster maps 'ps', 'worker' and a chief job to lists of
+  'host:port' (never 'evaluator'; None for an evaluator from --job_name)."""
 
   @property
   def chief_job(self):
-    """'chief' or 'master' where the cluster has that job, else 'worker'."""
     return next((job for job in CHIEF_JOBS if job in self.cluster), 'worker')
 
   @property
@@ -53,12 +43,10 @@ class Task(collections.namedtuple('Task', [
 
   @property
   def device(self):
-    """Where this task's own ops run: its CPU (workers place no GPU ops)."""
-    return self.name + '/cpu:0'
+    return self.name + '/cpu:0'  # Workers place no GPU ops.
 
   @property
   def label(self):
-    """How the task's console lines begin: 'Worker 1', 'Chief', 'Master'."""
     return (self.job_name.capitalize() if self.job_name in CHIEF_JOBS else
             'Worker %d' % self.task_index)
 
@@ -72,13 +60,12 @@ class Task(collections.namedtuple('Task', [
 
   @property
   def training_tasks(self):
-    """The tasks that train: the chief first, then any other workers."""
+    """The chief first, then any other workers."""
     return dict(self.chief_task, **self.tasks_of('worker'))
 
 
 def parse_hosts(value, flag_name, error):
-  """['h0:2222', 'h1:2222'] from 'h0:2222, h1:2222', or `error` naming
-  `flag_name` and the entry at fault."""
+  """['h0:2222', 'h1:2222'] from 'h0:2222, h1:2222', else `error` at fault."""
   if not value or not value.strip():
     raise error('%s is empty: give a comma-separated list of host:port, '
                 'e.g. localhost:2222,localhost:2223' % flag_name)
@@ -94,25 +81,12 @@ def parse_hosts(value, flag_name, error):
   return hosts
 
 
-def _tf_config_hosts(jobs, job):
-  tasks = jobs.get(job)
-  if tasks is None:
-    raise ValueError('TF_CONFIG cluster needs a "%s" list of host:port' % job)
-  if isinstance(tasks, dict) and tasks:  # Some indexes only: a sparse map.
-    raise ValueError('TF_CONFIG cluster "%s" maps some task indexes only: '
-                     'this script needs a list of every task\'s host:port'
-                     % job)
-  return parse_hosts(','.join(tasks), 'TF_CONFIG cluster "%s"' % job,
-                     ValueError)
-
-
 def _from_tf_config(tf_config):
-  """(cluster, job_name, task_index) from TF_CONFIG, the evaluator job left
-  out of the cluster, or a ValueError saying what is wrong with it."""
+  """(cluster, job_name, task_index) from TF_CONFIG, else a ValueError."""
   resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
   try:
     jobs = resolver.cluster_spec().as_dict()
-    job_name, task_index = resolver.task_type, resolver.task_id
+    job_name, task_index = resolver.task_type, resolver.task_id or 0
   except json.JSONDecodeError as e:
     raise ValueError('TF_CONFIG is not valid JSON (%s): %r' % (e, tf_config))
   except (TypeError, ValueError) as e:  # Not {"job": ["host:port", ...]}.
@@ -123,15 +97,12 @@ def _from_tf_config(tf_config):
         'TF_CONFIG needs a "cluster" and a "task" object, e.g. {"cluster": '
         '{"ps": ["h0:2222"], "worker": ["h1:2222"]}, "task": {"type": '
         '"worker", "index": 0}}; got %r' % tf_config)
-  task_index = task_index or 0  # A task without an index is task 0.
-  task = json.dumps({'type': job_name, 'index': task_index})
   extra = sorted(set(jobs) - {'ps', 'worker', 'evaluator'} - set(CHIEF_JOBS))
   if extra:
     raise ValueError('TF_CONFIG cluster has job(s) %s; this script knows '
                      '"ps", "worker", "chief" or "master" (the chief), and '
                      '"evaluator"' % ', '.join(extra))
-  # The evaluator's address is never used: only their number counts.
-  if len(jobs.get('evaluator') or ()) > 1:
+  if len(jobs.get('evaluator') or ()) > 1:  # Their addresses are never used.
     raise ValueError('TF_CONFIG cluster lists %d "evaluator" tasks; %s'
                      % (len(jobs['evaluator']), ONE_EVALUATOR))
   chiefs = [job for job in CHIEF_JOBS if job in jobs]
@@ -143,13 +114,23 @@ def _from_tf_config(tf_config):
         'TF_CONFIG cluster needs a "ps" list of host:port%s: this script '
         'trains with parameter servers'
         % (' beside its "%s" job' % chiefs[0] if chiefs else ''))
-  cluster = {job: _tf_config_hosts(jobs, job) for job in ['ps'] + chiefs}
-  for chief in chiefs:
-    if len(cluster[chief]) != 1:
+  cluster = {}
+  for job in ['ps'] + chiefs + ['worker']:
+    tasks = jobs.get(job)
+    if job == 'worker' and chiefs and not tasks:
+      continue  # A chief may train alone.
+    if tasks is None:
+      raise ValueError('TF_CONFIG cluster needs a "%s" list of host:port' % job)
+    if isinstance(tasks, dict) and tasks:  # Some indexes only: a sparse map.
+      raise ValueError('TF_CONFIG cluster "%s" maps some task indexes only: '
+                       'this script needs a list of every task\'s host:port'
+                       % job)
+    cluster[job] = parse_hosts(','.join(tasks), 'TF_CONFIG cluster "%s"' % job,
+                               ValueError)
+    if job in chiefs and len(cluster[job]) != 1:
       raise ValueError('TF_CONFIG cluster "%s" lists %d tasks; a cluster has '
-                       'one chief' % (chief, len(cluster[chief])))
-  if jobs.get('worker') or not chiefs:  # A chief may train alone.
-    cluster['worker'] = _tf_config_hosts(jobs, 'worker')
+                       'one chief' % (job, len(cluster[job])))
+  task = json.dumps({'type': job_name, 'index': task_index})
   if job_name == 'evaluator' and task_index != 0:
     raise ValueError('TF_CONFIG task %s: %s' % (task, ONE_EVALUATOR))
   if job_name != 'evaluator' and job_name not in cluster:
@@ -162,12 +143,9 @@ def _from_tf_config(tf_config):
 
 def resolve(job_name, task_index, ps_hosts, worker_hosts, startup_wait_secs,
             operation_timeout_secs):
-  """This Task, from the cluster flags, else from the TF_CONFIG environment
-  variable (saying that it is ignored when both are given).
-
-  Raises app.UsageError naming the flag at fault, or ValueError what in
-  TF_CONFIG (one line, no usage text).
-  """
+  """This Task, from the cluster flags, else from TF_CONFIG (saying that it
+  is ignored when both are given). Raises app.UsageError naming the flag at
+  fault, or ValueError what in TF_CONFIG (one line, no usage text)."""
   tf_config = os.environ.get('TF_CONFIG')
   flags_given = job_name or ps_hosts or worker_hosts
   if flags_given or not tf_config:
@@ -214,22 +192,20 @@ def describe(tasks, chief_job='worker'):
   return ' and '.join(names)
 
 
-def _connect_errors(tasks):
-  """{name: OSError} for those of `tasks` that refuse a TCP connection now."""
-  errors = {}
-  for name, address in tasks.items():
-    host, _, port = address.rpartition(':')
-    try:
-      socket.create_connection((host.strip('[]'), int(port)),
-                               timeout=1).close()
-    except OSError as e:
-      errors[name] = e
-  return errors
+def _refusal(address):
+  """The OSError of a TCP connection to 'host:port' now, or None."""
+  host, _, port = address.rpartition(':')
+  try:
+    socket.create_connection((host.strip('[]'), int(port)), timeout=1).close()
+  except OSError as e:
+    return e
+  return None
 
 
 def unreachable(tasks):
   """Those of `tasks` that refuse or ignore a TCP connection now."""
-  return {name: tasks[name] for name in _connect_errors(tasks)}
+  return {name: address for name, address in tasks.items()
+          if _refusal(address)}
 
 
 def wait_for_addresses(tasks, wait_secs):
@@ -237,8 +213,8 @@ def wait_for_addresses(tasks, wait_secs):
   TimeoutError after `wait_secs` naming each that did not, and why."""
   deadline = time.time() + wait_secs
   while True:
-    errors = _connect_errors(tasks)
-    tasks = {name: tasks[name] for name in errors}
+    errors = {name: _refusal(address) for name, address in tasks.items()}
+    tasks = {name: tasks[name] for name in tasks if errors[name]}
     if not tasks:
       return
     if time.time() >= deadline:
@@ -251,29 +227,6 @@ def wait_for_addresses(tasks, wait_secs):
     time.sleep(0.5)
 
 
-class Absence(object):
-  """Polls some tasks for how long any has refused TCP connections."""
-
-  def __init__(self, tasks, wait_secs):
-    self._tasks = tasks
-    self._wait_secs = wait_secs
-    self._since = None
-    self.down = {}
-
-  def poll(self):
-    """'away' as a task stops answering, 'back' once all answer again,
-    'gone' while one has been away longer than `wait_secs`, else None;
-    `down` is then the tasks that do not answer."""
-    self.down = unreachable(self._tasks)
-    if not self.down:
-      was_away, self._since = self._since is not None, None
-      return 'back' if was_away else None
-    if self._since is None:
-      self._since = time.time()
-      return 'away'
-    return 'gone' if time.time() - self._since > self._wait_secs else None
-
-
 def _gone_for_good_message(tasks, wait_secs):
   return ('%s did not come back within %d s (--startup_wait_secs): stopping. '
           'The checkpoints are as they were; once the ps tasks run, start the '
@@ -282,22 +235,21 @@ def _gone_for_good_message(tasks, wait_secs):
 
 
 def wait_for_ps_tasks(task):
-  """Returns once every ps task accepts TCP connections (or raises
-  TimeoutError after task.startup_wait_secs, naming each that did not);
-  from then on a thread ends this process, with one line and status 1, once
-  a ps task has been away that long: closing a lost session waits for the
-  task to answer, where no timeout reaches."""
+  """wait_for_addresses for the ps tasks; then a thread ends this process,
+  with one line and status 1, once one has been away task.startup_wait_secs:
+  closing a lost session waits for it, unbounded."""
   ps_tasks, wait_secs = task.tasks_of('ps'), task.startup_wait_secs
   wait_for_addresses(ps_tasks, wait_secs)
 
   def watch():
-    absence = Absence(ps_tasks, wait_secs)
+    since = None  # Since when some ps task has not answered.
     while True:
       time.sleep(1)
-      if absence.poll() == 'gone':
+      down = unreachable(ps_tasks)
+      since = (since or time.time()) if down else None
+      if down and time.time() - since > wait_secs:
         sys.stdout.flush()
-        print('%s: %s' % (task.label, _gone_for_good_message(absence.down,
-                                                              wait_secs)),
+        print('%s: %s' % (task.label, _gone_for_good_message(down, wait_secs)),
               file=sys.stderr, flush=True)
         os._exit(1)  # pylint: disable=protected-access
 
@@ -305,10 +257,9 @@ def wait_for_ps_tasks(task):
 
 
 def wait_for_lost_ps_tasks(label, ps_tasks, wait_secs, error):
-  """Says why a worker's session was lost ('ps task 0 at h:2222 restarted')
-  once every ps task answers: any that is down is waited for, saying so, up
-  to `wait_secs`, or a TimeoutError names it. `error` is TF's log line for
-  the error that lost the session, which may name the task."""
+  """Why a worker's session was lost ('ps task 0 at h:2222 restarted'), once
+  every ps task answers, waiting up to `wait_secs` (else TimeoutError) for
+  any that is down; `error`: TF's log line for the error, which may name it."""
   down = unreachable(ps_tasks)
   if not down:
     # TF names '/job:ps/task:1' '/job:ps/replica:0/task:1' (not task:10).
@@ -327,31 +278,18 @@ def wait_for_lost_ps_tasks(label, ps_tasks, wait_secs, error):
 
 
 class BoundedSessionCreator(tf.train.SessionCreator):
-  """A worker's sessions, for its tf.train.MonitoredSession, with the waits
-  TensorFlow leaves unbounded bounded by worker.startup_wait_secs: for the
-  chief to initialise the variables, and, when MonitoredSession re-creates
-  a lost session, for a ps task that is down (`wait_for_lost_ps_tasks`).
-  Each new session says what it starts from.
-
-  Attributes:
-    scaffold: the chief's restores train_dirs.StartPoint `start`, then, in
-      a re-created session, the newest checkpoint; its saver is the one to
-      save with.
-    hooks: what the session needs beside the caller's: the other workers'
-      ChiefWatch (none for the chief).
-    lost_session_errors: gets TensorFlow's log lines that begin with
-      RECOVERED_ERROR_LOG (an error MonitoredSession recovers from); the
-      last names what lost a session.
-  """
+  """A worker's sessions for its tf.train.MonitoredSession, the waits for the
+  chief's variables and for a lost ps task bounded by startup_wait_secs; each
+  new one says what it starts from. `scaffold`: the chief's restores `start`,
+  then the newest checkpoint, and its saver saves; `hooks`: a non-chief's
+  ChiefWatch; `lost_session_errors`: gets TensorFlow's log lines that begin
+  with RECOVERED_ERROR_LOG, the last naming what lost a session."""
 
   RECOVERED_ERROR_LOG = 'An error was raised'
 
   def __init__(self, worker, target, config, start, global_step, classes):
-    """worker: this Task; target: its server's ('grpc://host:port'); config:
-    its session's tf.ConfigProto; start: the chief's train_dirs.StartPoint
-    (None elsewhere); global_step: the graph's; classes:
-    (chief_classes_variable, this worker's data_files.DataSet), checked as
-    a worker other than the chief joins."""
+    """start: the chief's train_dirs.StartPoint (None elsewhere); classes:
+    (chief_classes_variable, this worker's data_files.DataSet)."""
     self._worker = worker
     self._target = target
     self._config = config
@@ -364,10 +302,9 @@ class BoundedSessionCreator(tf.train.SessionCreator):
       # Restores on the chief's CPU, from its own disk, as its saver saves.
       with tf.device(worker.device):
         self.scaffold = start.scaffold(on_recovery=self._restored)
-      self.hooks = []
     else:
       self.scaffold = tf.train.Scaffold()
-      self.hooks = [ChiefWatch(worker)]
+    self.hooks = [] if worker.is_chief else [ChiefWatch(worker)]
 
   def _say_lost(self, how):
     signals.print_line('%s: session lost (%s): %s.' % (
@@ -381,11 +318,10 @@ class BoundedSessionCreator(tf.train.SessionCreator):
   def create_session(self):
     worker = self._worker
     chief = describe(worker.chief_task, worker.chief_job)
-    if self._sessions:
-      errors = self.lost_session_errors
+    if self._sessions:  # Lost: the deque holds the last error, if any.
       self._reason = wait_for_lost_ps_tasks(
           worker.label, worker.tasks_of('ps'), worker.startup_wait_secs,
-          errors[-1] if errors else '')
+          ''.join(self.lost_session_errors))
     if worker.is_chief:
       session = tf.train.ChiefSessionCreator(
           self.scaffold, self._target, self._config).create_session()
@@ -401,7 +337,7 @@ class BoundedSessionCreator(tf.train.SessionCreator):
           local_init_op=self.scaffold.local_init_op,
           ready_op=self.scaffold.ready_op,
           ready_for_local_init_op=self.scaffold.ready_for_local_init_op,
-          graph=tf.get_default_graph(), recovery_wait_secs=1)
+          recovery_wait_secs=1)
       try:
         session = manager.wait_for_session(
             self._target, config=self._config,
@@ -422,25 +358,28 @@ class BoundedSessionCreator(tf.train.SessionCreator):
 
 class ChiefWatch(tf.train.SessionRunHook):
   """Raises TimeoutError, naming the chief, once it has been away for
-  task.startup_wait_secs: as a non-chief worker's hook (meanwhile it trains
-  on, unsaved, and says so; a synchronous one waits for the chief's next
-  update, bounded by the operation timeout), or as the evaluator's
-  time.sleep."""
+  task.startup_wait_secs: as a non-chief worker's hook (which meanwhile
+  trains on, unsaved, and says so), or as the evaluator's time.sleep."""
 
   POLL_SECS = 2
 
   def __init__(self, task):
-    self._absence = Absence(task.chief_task, task.startup_wait_secs)
     self._chief = describe(task.chief_task, task.chief_job)
     self._task = task
+    self._away_since = None
     self._next_poll = time.time() + self.POLL_SECS
 
   def _poll(self, then):
-    change = self._absence.poll()
-    if change == 'gone':
+    """'away' or 'back' as the chief stops or starts answering, else None."""
+    was_away = self._away_since is not None
+    if not unreachable(self._task.chief_task):
+      self._away_since = None
+      return 'back' if was_away else None
+    self._away_since = self._away_since or time.time()
+    if time.time() - self._away_since > self._task.startup_wait_secs:
       raise TimeoutError('%s has not answered for %d s (--startup_wait_secs)%s'
                          % (self._chief, self._task.startup_wait_secs, then))
-    return change
+    return None if was_away else 'away'
 
   def after_run(self, run_context, run_values):
     if time.time() < self._next_poll:
@@ -462,22 +401,18 @@ class ChiefWatch(tf.train.SessionRunHook):
                'the chief again, then this evaluator.')
 
 
-def wait_for_queue_runners(secs=10):
-  """Waits up to secs for the queue runners' threads a closed session left
-  (named by Python after their targets): the synchronous chief's, blocked
-  on gradients that never come, returns once the session is closed, and
-  TensorFlow aborts the process if the interpreter exits under it."""
-  deadline = time.time() + secs
+def wait_for_queue_runners():
+  """Waits up to 10 s for the queue runners' threads a closed session left:
+  TensorFlow aborts the process if Python exits under one."""
+  deadline = time.time() + 10
   for thread in threading.enumerate():
     if thread.name.endswith(('(_run)', '(_close_on_stop)')):
       thread.join(max(0.0, deadline - time.time()))
 
 
 def chief_classes_variable(data_set):
-  """A variable on the ps tasks that the chief initialises with its data's
-  class names (one string, a name a line); never saved (the checkpoints
-  keep the original's variables). Build it in the worker graph, under its
-  replica device setter."""
+  """The chief's class names, one string of a name a line, never saved;
+  build it under the worker graph's replica device setter (the ps tasks)."""
   return tf.get_variable(
       'chief_class_names', trainable=False,
       initializer=tf.constant('\n'.join(data_set.class_names)),
@@ -485,9 +420,7 @@ def chief_classes_variable(data_set):
 
 
 def _check_chief_classes(session, variable, data_set):
-  """Raises checkpoints.ClassesMismatchError, naming both, unless the
-  chief's class names (`chief_classes_variable`, read in `session`) are
-  data_set's."""
+  """Raises checkpoints.ClassesMismatchError unless the chief's are ours."""
   chief = tuple(session.run(variable).decode('utf-8').split('\n'))
   if chief != data_set.class_names:
     raise checkpoints.ClassesMismatchError(
@@ -498,9 +431,8 @@ def _check_chief_classes(session, variable, data_set):
 
 
 def operation_timeout_error(worker, global_step):
-  """The TimeoutError for an operation of `worker` (a Task) that blocked
-  past its operation timeout after `global_step`, naming the tasks that no
-  longer answer (it tries each now)."""
+  """The TimeoutError for `worker`'s operation that blocked past its timeout
+  after `global_step`, naming the other tasks that do not answer now."""
   others = dict(worker.tasks_of('ps'), **worker.training_tasks)
   del others[worker.name]
   gone = unreachable(others)

@@ -1,17 +1,10 @@
-"""Downloads, verifies and extracts a data set's official binary archive
-(CIFAR-10's, or CIFAR-100's for --dataset=cifar100 and cifar100_coarse),
-safely; `prepare`, each script's data step, returns the run's one
-description of its data (a data_files.DataSet).
+"""Downloads, verifies and extracts a data set's official binary archive.
 
-* A data_dir holding the files read is never touched, nor data_url read; nor
-  is a complete data set of CIFAR-10's layout that is not the download (one
-  cifar10_make_dataset.py wrote): see `maybe_download_and_extract`.
-* The archive is downloaded to a temporary name and moved into place once
-  complete (the length announced) and of data_md5 (unless ''); a timeout, a
-  server error or a short or corrupt transfer is retried, nothing else.
-* Runs started together download and extract once (a lock file), and none
-  ever sees a half-extracted directory: it is renamed into place. Each
-  archive has its own directory, so one data set's never touches another's.
+* The download goes to a temporary name, moved into place once complete (the
+  length announced) and of data_md5 (unless ''); a timeout, a server error or
+  a short or corrupt transfer is retried, nothing else.
+* Runs started together download and extract once (a lock file); none sees a
+  half-extracted directory, nor one data set's extraction touch another's.
 * Links, special files and paths outside data_dir in the archive are refused.
 """
 
@@ -19,7 +12,6 @@ import collections
 import hashlib
 import http.client
 import os
-import socket
 import sys
 import tarfile
 import tempfile
@@ -36,9 +28,8 @@ from cifar10_support.data_files import DataError
 
 class Archive(collections.namedtuple('Archive', [
     'title', 'url', 'md5', 'bytes', 'name', 'directory'])):
-  """One official archive: its data set's `title` in messages, where it is
-  (`url`), its `md5` and size in `bytes`, its file `name` in data_dir, and
-  the `directory` it holds, extracted into data_dir."""
+  """One official archive: `title` in messages, `url`, `md5`, size in
+  `bytes`, file `name` in data_dir, and the `directory` it holds."""
 
 
 ARCHIVES = collections.OrderedDict()
@@ -50,17 +41,13 @@ ARCHIVES['cifar100'] = ARCHIVES['cifar100_coarse'] = Archive(
     'CIFAR-100', 'https://www.cs.toronto.edu/~kriz/cifar-100-binary.tar.gz',
     '03b5dce01913d631647c71ecec9e9cb8', 168513733, 'cifar-100-binary.tar.gz',
     'cifar-100-binary')
-assert all(ARCHIVES[d].directory == data_files.LAYOUTS[d].batches_dir
-           for d in data_files.DATASETS), 'an archive per --dataset'
 
 BATCHES_DIR = ARCHIVES['cifar10'].directory  # What benchmarks/ read.
 # One lock in a data_dir, whatever the archive: downloads there take turns.
 LOCK_NAME = '.cifar10_download.lock'
-
 DOWNLOAD_ATTEMPTS = 3
 RETRY_WAIT_SECS = 5.0
-# Seconds a connect or a single read may block before the attempt fails.
-TIMEOUT_SECS = 60.0
+TIMEOUT_SECS = 60.0  # A connect or one read; then the attempt fails.
 
 
 class _DownloadFailed(Exception):
@@ -68,8 +55,7 @@ class _DownloadFailed(Exception):
 
 
 def batches_problem(batches_dir, names, dataset):
-  """Why `batches_dir` lacks a file of `names` of whole records of
-  `dataset`'s layout, or None."""
+  """Why a file of `names` in batches_dir is missing or not whole records."""
   try:
     data_files.check_data_files(
         [os.path.join(batches_dir, name) for name in names],
@@ -80,8 +66,7 @@ def batches_problem(batches_dir, names, dataset):
 
 
 def writable_dir_problem(path):
-  """Creates directory `path` if needed; why no file can be made there, or
-  None."""
+  """Creates directory `path` if needed; why no file can be made there."""
   try:
     os.makedirs(path, exist_ok=True)
     tempfile.TemporaryFile(dir=path).close()
@@ -91,8 +76,7 @@ def writable_dir_problem(path):
 
 
 def _other_set(directory, dataset):
-  """(--dataset, Archive) of another data set than `dataset` whose directory
-  `directory` holds, or (None, None)."""
+  """(--dataset, Archive) of another data set in `directory`, or (None,)*2."""
   for other, archive in ARCHIVES.items():
     if (archive.directory != ARCHIVES[dataset].directory and
         os.path.isdir(os.path.join(directory, archive.directory))):
@@ -119,11 +103,8 @@ def offline_help(data_dir, dataset):
 
 
 def _read_problem(data_set, files):
-  """Why a file of `files` in data_set's directory is missing or not of
-  whole records, or None. Raises DataError, naming the file, if the
-  directory is a data set that is not the download (cifar10_make_dataset.py
-  wrote it: more training files or other classes than CIFAR-10's), which a
-  download must never replace."""
+  """batches_problem of data_set's `files`; DataError instead if its
+  directory is a data set cifar10_make_dataset.py wrote, never replaced."""
   problem = batches_problem(data_set.directory, files, data_set.layout.dataset)
   if not problem or data_set.layout is not data_files.CIFAR10:
     return problem
@@ -143,24 +124,16 @@ def _read_problem(data_set, files):
 
 def maybe_download_and_extract(data_dir, data_url=None, data_md5=None,
                                files=None, dataset='cifar10', data_set=None):
-  """Makes `files` (None: all the data set's) whole in `dataset`'s directory
-  of data_dir (cifar-10-batches-bin/, or cifar-100-binary/ for cifar100 and
-  cifar100_coarse), fetching them from data_url (http(s), or a file:// URL
-  or path of a copy, used in place; None or '': the official archive;
-  data_md5 None: its MD5, '': no check). Returns the data_files.DataSet
-  there: `data_set` (data_dir's, described here if None) when nothing was
-  fetched, else what the archive put there. DataError with one message
-  naming the problem and the fix.
-
-  A directory whose files are whole is left alone: for CIFAR-10's layout,
-  data_batch_1.bin ... data_batch_N.bin (as many as data_files.describe
-  finds) and test_batch.bin; only a missing or broken file has the archive
+  """Makes `files` (None: all) of `dataset` whole in data_dir, from data_url
+  (http(s), or a file:// URL or path used in place; None or '': the official
+  archive; data_md5 None: its MD5, '': no check). Returns data_set (None:
+  described here) if whole, else what the archive put there; DataError names
+  the problem and the fix. Only a missing or broken file has the archive
   extracted again, never over a data set that is not the download."""
   archive = ARCHIVES[dataset]
   data_url = data_url or archive.url
   data_md5 = archive.md5 if data_md5 is None else data_md5
-  if data_set is None:
-    data_set = data_files.describe(data_dir, dataset)
+  data_set = data_set or data_files.describe(data_dir, dataset)
   files = files or data_set.train_files + data_set.test_files
   if _read_problem(data_set, files) is None:
     return data_set
@@ -171,12 +144,10 @@ def maybe_download_and_extract(data_dir, data_url=None, data_md5=None,
                     'writable directory. %s'
                     % (data_dir, writable, archive.title,
                        offline_help(data_dir, dataset)))
-  def wait(unused_lock_file):
-    print('Waiting for another process to finish downloading into %s ...'
-          % data_dir, flush=True)
-
   batches_dir = data_set.directory
-  with locks.exclusive(os.path.join(data_dir, LOCK_NAME), wait):
+  with locks.exclusive(os.path.join(data_dir, LOCK_NAME), lambda _: print(
+      'Waiting for another process to finish downloading into %s ...'
+      % data_dir, flush=True)):
     # Another process may have fetched them while this one waited.
     problem = batches_problem(batches_dir, files, dataset)
     if problem is None:
@@ -208,7 +179,6 @@ def file_md5(path):
 
 
 def _md5_problem(path, data_md5):
-  """'has MD5 <x>, expected <y> ...' if data_md5 is given and differs."""
   if data_md5:
     got = file_md5(path)
     if got != data_md5.lower():
@@ -217,9 +187,9 @@ def _md5_problem(path, data_md5):
 
 
 def _archive(data_url, data_md5, data_dir, dataset):
-  """The verified archive to extract: the file a file:// URL or plain path
-  data_url names, else <data_dir>/<the archive's name>, downloaded unless it
-  is there with the right MD5 (one without it is moved aside)."""
+  """The verified archive: the file a file:// URL or path data_url names,
+  else <data_dir>/<its name>, kept if of data_md5, else downloaded (a wrong
+  one is moved to .bad)."""
   archive = ARCHIVES[dataset]
   parsed = urllib.parse.urlparse(data_url)
   if parsed.scheme in ('', 'file'):
@@ -242,8 +212,7 @@ def _archive(data_url, data_md5, data_dir, dataset):
     os.replace(path, path + '.bad')
     print('%s %s: moved it to %s.bad; downloading it again.'
           % (path, problem, path))
-  # Retried as docs/data.md promises: urllib itself never retries.
-  for attempt in range(1, DOWNLOAD_ATTEMPTS + 1):
+  for attempt in range(1, DOWNLOAD_ATTEMPTS + 1):  # urllib never retries.
     fd, partial = tempfile.mkstemp(dir=data_dir, prefix=archive.name + '.',
                                    suffix='.part')
     try:
@@ -272,9 +241,8 @@ def _archive(data_url, data_md5, data_dir, dataset):
 
 
 def _fetch(url, out, name):
-  """Copies url to the open file `out`, returning its size, or raises
-  _DownloadFailed; shows progress (as `name`) each 0.1% (MiB) on a terminal,
-  each 10% (16 MiB) in a log."""
+  """Copies url to the open file `out`, returning its size; progress (as
+  `name`) each 0.1% (MiB) on a terminal, each 10% (16 MiB) in a log."""
   tty = sys.stdout.isatty()
   received = 0
   try:
@@ -297,7 +265,7 @@ def _fetch(url, out, name):
     raise _DownloadFailed('HTTP %d %s' % (e.code, e.reason),
                           e.code >= 500 or e.code in (408, 429))
   except urllib.error.URLError as e:
-    timed_out = isinstance(e.reason, socket.timeout)
+    timed_out = isinstance(e.reason, TimeoutError)
     raise _DownloadFailed('%s%s' % (e.reason, '' if timed_out else
                                     ' (offline?)'), timed_out)
   except BrokenPipeError:
@@ -316,9 +284,7 @@ def _fetch(url, out, name):
 
 
 def _extract(archive, data_dir, dataset):
-  """Extracts `dataset`'s directory from the file `archive` into data_dir,
-  atomically, leaving every other directory there alone; DataError if the
-  archive is unreadable, holds a refused member or lacks the data."""
+  """Extracts `dataset`'s directory from the file `archive` into data_dir."""
   official = ARCHIVES[dataset]
   layout = data_files.LAYOUTS[dataset]
   print('Extracting %s into %s' % (archive, data_dir), flush=True)
@@ -328,8 +294,7 @@ def _extract(archive, data_dir, dataset):
       with tarfile.open(archive, 'r:gz') as tar:
         members = tar.getmembers()  # Reads to the end: finds truncation.
         for member in members:
-          refusal = _refusal(member, os.path.realpath(work_dir),
-                             official.title)
+          refusal = _refusal(member, os.path.realpath(work_dir), official.title)
           if refusal:
             raise DataError('Refusing to extract %s: member %r %s.'
                             % (archive, member.name, refusal))
@@ -357,18 +322,16 @@ def _extract(archive, data_dir, dataset):
                              other_archive.directory, other_archive.title,
                              other, official.name) if other else ''))
     target = os.path.join(data_dir, official.directory)
-    if os.path.exists(target):
-      # Incomplete (complete ones return early): deleted with work_dir.
+    if os.path.exists(target):  # Incomplete: deleted with work_dir.
       os.rename(target, os.path.join(work_dir, 'incomplete'))
     os.rename(extracted, target)
 
 
 def _refusal(member, root, title):
   """Why archive `member` must not be extracted into `root` (a real path), or
-  None; checked before anything is extracted. tarfile's data filter is not
-  enough: Python 3.10 before 3.10.12 has none; it takes links inside root
-  and strips the '/' of an absolute name; and before 3.10.18, 3.11.13,
-  3.12.11 and 3.13.4 a chain of links gets past it (CVE-2025-4517)."""
+  None. tarfile's data filter is not enough: 3.10 before 3.10.12 lacks it; it
+  takes links inside root and strips an absolute name's '/'; and before
+  3.13.4, 3.12.11, 3.11.13 and 3.10.18 links chain past it (CVE-2025-4517)."""
   if member.issym() or member.islnk():
     return 'is a link (to %r); the %s archive has none' % (member.linkname,
                                                             title)
@@ -383,13 +346,10 @@ def _refusal(member, root, title):
 def prepare(data_dir, data_url=None, data_md5=None, dataset='cifar10',
             split='train'):
   """A script's data step: describes --dataset's data in data_dir once,
-  fetches the files of `split` ('train', or cifar10_eval.py's 'test' or
-  'train_eval') if one is missing or short, checks them (whole records, each
-  label in range), prints the data line (and the classes, unless
-  CIFAR-10's) and returns the data_files.DataSet, the run's one description
-  of its data, to hand to whatever reads it; DataError if a file is
-  malformed or cannot be fetched. data_url, data_md5: None for the official
-  archive of `dataset`'s (ARCHIVES); data_md5 '' for no check."""
+  fetches the files of `split` ('train', 'test' or 'train_eval') if one is
+  missing or short, checks them (labels too), prints the data line (and the
+  classes, unless CIFAR-10's) and returns the data_files.DataSet, the run's
+  one description of its data."""
   eval_data = 'train_eval' if split == 'train' else split
   data_set = data_files.describe(data_dir, dataset)
   data_set = maybe_download_and_extract(

@@ -1,10 +1,5 @@
-"""Evaluation beside the session cifar10_eval.py shows: its settings, checked
-once, the checkpoints it follows, and what it reports per class (the console
-table, and the summaries of docs/tensorboard.md#evaluation, among them the
-confusion matrix as a picture).
-
-    evaluation.EvalSettings(data_dir, num_examples=20, batch_size=8)
-"""
+"""cifar10_eval.py's settings, checked once, the checkpoints it follows, and
+what it reports per class (console, docs/tensorboard.md#evaluation)."""
 
 import collections
 import io
@@ -33,60 +28,51 @@ EvalSettings = collections.namedtuple(
      'until_step', 'dataset'],
     defaults=('test', None, run_flags.TRAIN_DEFAULTS.batch_size, False, 300,
               None, 1, None, None, run_flags.TRAIN_DEFAULTS.dataset))
-EvalSettings.__doc__ = """An evaluation's settings: cifar10_eval.py's flags
-of the same names, whose defaults these are (batch_size's and dataset's:
-run_flags.TRAIN_DEFAULTS'; num_examples None: every record of eval_data); session_config (None: sessions.eval_config()); input_threads
-(1 reads the records in file order); compute_dtype (None, or the forward
-pass's dtype from float32 weights); until_step (following training, stop
-once a checkpoint at or past it is evaluated; None follows for ever)."""
+EvalSettings.__doc__ = """cifar10_eval.py's flags of these names and defaults
+(num_examples None: all of eval_data), and session_config (None:
+sessions.eval_config()), input_threads (1 reads in file order), compute_dtype
+(None, or the forward pass's), until_step (following training, stop once a
+checkpoint at or past it is evaluated)."""
 
 
 def fetch_data_then_settings(flag_values):
-  """Fetches the data cifar10_eval.py's flags name if it is missing (download
-  .prepare, which says 'Data: ...' and checks its files), then returns the
-  flags' EvalSettings, checked before TensorFlow is asked about the
-  machine, and the data_files.DataSet evaluated; ValueError (DataError for
-  a file) names what is at fault."""
-  settings = EvalSettings(
+  """(EvalSettings, data_files.DataSet) of cifar10_eval.py's flags, the data
+  fetched if missing (download.prepare), checked before TensorFlow is asked
+  about the machine; ValueError (DataError for a file) names the fault."""
+  data_set = download.prepare(flag_values.data_dir, flag_values.data_url,
+                              flag_values.data_md5, flag_values.dataset,
+                              split=flag_values.eval_data)
+  check_num_examples(flag_values.num_examples, data_set, flag_values.eval_data)
+  return EvalSettings(
       data_dir=flag_values.data_dir, eval_data=flag_values.eval_data,
       num_examples=flag_values.num_examples,
       batch_size=flag_values.batch_size, run_once=flag_values.run_once,
       eval_interval_secs=flag_values.eval_interval_secs,
-      dataset=flag_values.dataset)
-  data_set = download.prepare(flag_values.data_dir, flag_values.data_url,
-                              flag_values.data_md5, settings.dataset,
-                              split=settings.eval_data)
-  check_num_examples(settings.num_examples, data_set, settings.eval_data)
-  return settings._replace(
+      session_config=sessions.eval_config(run_flags.threads(flag_values)),
       compute_dtype=mixed_precision.compute_dtype_for_this_machine(
           flag_values.mixed_precision, sessions.has_gpu()),
-      session_config=sessions.eval_config(run_flags.threads(flag_values))
-  ), data_set
+      dataset=flag_values.dataset), data_set
 
 
 def check_num_examples(num_examples, data_set, eval_data):
-  """The records of data_set's `eval_data` files ('test', 'train_eval'),
-  counted from their sizes; ValueError if num_examples (None for all) is
-  more, or eval_data is neither."""
+  """The records of data_set's `eval_data` files ('test', 'train_eval');
+  ValueError if num_examples (None: all) is more, or eval_data is neither."""
   names = data_set.eval_files(eval_data)
   num_records = data_set.records(names)
   if num_examples is not None and num_examples > num_records:
-    raise ValueError(
-        'num_examples=%d is more than the %d records in %s; each example is '
-        'counted once, so use num_examples=%d or fewer'
-        % (num_examples, num_records, ', '.join(data_set.paths(names)),
-           num_records))
+    raise ValueError('num_examples=%d is more than the %d records in %s; each '
+                     'example is counted once, so use num_examples=%d or fewer'
+                     % (num_examples, num_records,
+                        ', '.join(data_set.paths(names)), num_records))
   return num_records
 
 
 def new_checkpoints(checkpoint_dir, run_once, interval_secs,
                     sleep=time.sleep):
-  """Yields the newest checkpoint in checkpoint_dir: once with run_once (no
-  checkpoint: checkpoints.CheckpointError), else each time a new one appears
-  (rewritten under the same name too; the newest only, if several did
-  meanwhile), looking every interval_secs and saying what it waits for."""
-  last_seen = None
-  waiting = False
+  """Yields the newest checkpoint in checkpoint_dir: once with run_once (none:
+  checkpoints.CheckpointError), else each new one (rewritten under the same
+  name too), looking every interval_secs and saying what it waits for."""
+  last_seen = looked = None
   while True:
     path = checkpoints.newest(checkpoint_dir)
     if path is None and run_once:
@@ -94,11 +80,10 @@ def new_checkpoints(checkpoint_dir, run_once, interval_secs,
           "No checkpoint file found in checkpoint_dir %s (no 'checkpoint' "
           'file listing one): point --checkpoint_dir at the --train_dir of a '
           'training run that has saved a checkpoint' % checkpoint_dir)
-    if path is None and not waiting:
+    if path is None and not looked:
       print('No checkpoint file found in %s; waiting for training to write '
             'one (looking every %s s).' % (checkpoint_dir, interval_secs),
             flush=True)
-      waiting = True
     elif path is not None:
       try:
         seen = path, tf.io.gfile.stat(path + '.index').mtime_nsec
@@ -109,56 +94,31 @@ def new_checkpoints(checkpoint_dir, run_once, interval_secs,
         yield path
         print('Waiting for a new checkpoint in %s (looking every %s s).'
               % (checkpoint_dir, interval_secs), flush=True)
-        waiting = True
+    looked = True
     sleep(interval_secs)
 
 
-# What evaluation reports per class: the console table, and summaries.
 TABLE_HEADER = ('class', 'examples', 'correct', 'precision @ 1',
                 'most confused with')
-# Up to this many classes (CIFAR-100's 20 coarse ones) the console shows the
-# whole table; above it, the SHOWN_CLASSES of lowest and of highest precision.
-FULL_TABLE_CLASSES = 20
+FULL_TABLE_CLASSES = 20  # CIFAR-100's coarse classes still show in full.
 SHOWN_CLASSES = 10
-CLASS_TAG = 'Precision @ 1 by class/'
-
-# What makes a string tensor a text summary, as tf.summary.text writes it.
-TEXT_METADATA = tf.SummaryMetadata(
-    plugin_data=tf.SummaryMetadata.PluginData(plugin_name='text'))
-
-# The confusion matrix's picture: pixels from one cell to the next, at most;
-# many classes share CONFUSION_GRID_PIXELS, down to cells of
-# CONFUSION_MIN_CELL_PIXELS, the smallest whose names (a pixel less per em)
-# still read.
-CONFUSION_CELL_PIXELS = 24
-CONFUSION_GRID_PIXELS = 1100
-CONFUSION_MIN_CELL_PIXELS = 11
-# Colour of a cell holding a whole row (white is an empty cell).
-CONFUSION_FULL_RGB = np.array([8, 48, 107])
-# Pixels per em of the names, at most: a line of them fits in a cell.
-FONT_SIZE = 18
-
-# Markdown would read these in a name as formatting (| ends a table cell).
-_MARKDOWN_SPECIAL = re.compile(r'([\\`*_{}\[\]()#+\-.!|])')
+CONFUSION_CELL_PIXELS = 24  # From one cell to the next, at most.
+CONFUSION_FULL_RGB = np.array([8, 48, 107])  # A cell holding its whole row.
+FONT_SIZE = 18  # Pixels per em of the names, at most: a line fits a cell.
 
 
 class EvalReport(object):
-  """One evaluation's counts per class, from arrays [num_examples]: `correct`
-  (bool, the top prediction is the label), `predictions` and `labels` (int).
-
-  Attributes:
-    per_class: list over the n classes of dicts with 'name', 'examples',
-      'correct', 'precision' (None for a class without examples).
-    confusion: int64 array [n, n]; rows are true classes, columns predicted.
-    numbered: the confusion image names classes by number, as the default
-      font cannot draw every name; the text tables then give the numbers.
-  """
+  """One evaluation's counts per class from arrays [num_examples] `correct`
+  (bool: top prediction right), `predictions`, `labels` (int): `per_class`
+  (per class a dict 'name', 'examples', 'correct', 'precision': None without
+  examples), `confusion` (int64 [n, n], rows the true classes), `numbered`
+  (the image numbers the classes, not font_draws; so do the text tables)."""
 
   def __init__(self, class_names, correct, predictions, labels):
     self.class_names = tuple(class_names)
     n = len(self.class_names)
-    self.confusion = np.zeros([n, n], np.int64)
-    np.add.at(self.confusion, (labels, predictions), 1)
+    self.confusion = np.bincount(np.asarray(labels, np.int64) * n + predictions,
+                                 minlength=n * n).reshape(n, n)
     examples = np.bincount(labels, minlength=n)
     hits = np.bincount(labels, weights=correct, minlength=n).astype(np.int64)
     self.per_class = [
@@ -170,27 +130,19 @@ class EvalReport(object):
   def _rows(self, name):
     """The table's rows, its cells strings, with each name as name(name)."""
     rows = []
-    for c, row in enumerate(self.per_class):
-      wrong = self.confusion[c].copy()
-      wrong[c] = 0
+    off_diagonal = self.confusion - np.diag(np.diag(self.confusion))
+    for c, (row, wrong) in enumerate(zip(self.per_class, off_diagonal)):
       confused = ('%s (%d)' % (name(self.class_names[wrong.argmax()]),
                                wrong.max()) if wrong.max() else '-')
-      precision = ('%.3f' % row['precision'] if row['precision'] is not None
-                   else '-')
+      precision = '-' if row['precision'] is None else '%.3f' % row['precision']
       rows.append((name(row['name']), str(row['examples']),
                    str(row['correct']), precision, confused))
     return rows
 
   def table(self, markdown=False):
-    """The per-class table printed after the precision line, as one string.
-
-    Up to FULL_TABLE_CLASSES classes, a row for each; with more, the
-    SHOWN_CLASSES classes with examples of lowest precision @ 1 (lowest
-    first), those of highest (highest first), and a line saying where the
-    whole table is. If markdown, the whole table for TensorBoard's Text
-    dashboard, names escaped, and first a column '#' of class numbers if
-    `numbered`.
-    """
+    """The per-class table printed after the precision line, one string (of
+    more than FULL_TABLE_CLASSES, the SHOWN_CLASSES lowest and highest); if
+    markdown, of every class, for TensorBoard's Text dashboard."""
     if markdown:
       rows = self._rows(escape_markdown)
       if self.numbered:
@@ -198,12 +150,14 @@ class EvalReport(object):
                                [(str(c),) + r for c, r in enumerate(rows)])
       return _markdown_table(TABLE_HEADER, rows)
     rows = self._rows(str)
-    n, width = len(rows), max([12] + [_width(r[0]) for r in rows])
-
+    def columns(text):  # In a terminal: East Asian wide 2, combining marks 0.
+      return sum(0 if unicodedata.combining(ch) else
+                 2 if unicodedata.east_asian_width(ch) in 'WF' else 1
+                 for ch in text)
+    n, width = len(rows), max([12] + [columns(r[0]) for r in rows])
     def lines(rows):
-      return [_pad(cells[0], width) + ' %8s %8s %14s  %s' % cells[1:]
-              for cells in [TABLE_HEADER] + rows]
-
+      return [c[0] + ' ' * (width - columns(c[0])) + ' %8s %8s %14s  %s' % c[1:]
+              for c in [TABLE_HEADER] + rows]
     if n <= FULL_TABLE_CLASSES:
       return '\n'.join(lines(rows))
     # By precision, a tie in class order, either way; none shown twice.
@@ -222,8 +176,7 @@ class EvalReport(object):
          'dashboard.' % (n, ' (%d without examples)' % empty if empty else '')])
 
   def write_summaries(self, writer, summary, global_step):
-    """Adds the report to `summary` (a tf.Summary: the eval graph's own) and
-    writes it with a tf.summary.FileWriter at global_step; flushes."""
+    """Adds the report to tf.Summary `summary`, then writes it and flushes."""
     for tag, row in zip(class_tags(self.class_names), self.per_class):
       if row['precision'] is not None:
         summary.value.add(tag=tag, simple_value=row['precision'])
@@ -233,32 +186,26 @@ class EvalReport(object):
     summary.value.add(tag='confusion_matrix/image/0', image=tf.Summary.Image(
         height=pixels.shape[0], width=pixels.shape[1], colorspace=3,
         encoded_image_string=png.getvalue()))
-    names = [escape_markdown(name) for name in self.class_names]
+    names = columns = [escape_markdown(name) for name in self.class_names]
     if self.numbered:  # The image's numbers across, and what they stand for.
       columns = [str(c) for c in range(len(names))]
       names = ['%d %s' % (c, name) for c, name in enumerate(names)]
-    else:
-      columns = names
-    counts = _markdown_table(
-        ['true \\ predicted'] + columns,
-        [['**%s**' % name] + [str(v) for v in row]
-         for name, row in zip(names, self.confusion)])
-    for tag, text in (('confusion_matrix_counts', counts),
-                      ('precision_by_class', self.table(markdown=True))):
-      summary.value.add(tag=tag, metadata=TEXT_METADATA,
-                        tensor=tf.make_tensor_proto(text))
+    counts = _markdown_table(['true \\ predicted'] + columns, [
+        ['**%s**' % name] + [str(v) for v in row]
+        for name, row in zip(names, self.confusion)])
+    for tag, table in (('confusion_matrix_counts', counts),
+                       ('precision_by_class', self.table(markdown=True))):
+      summary.value.add(tag=tag, tensor=tf.make_tensor_proto(table))
+      summary.value[-1].metadata.plugin_data.plugin_name = 'text'  # Its kind.
     writer.add_summary(summary, global_step)
     writer.flush()
 
 
 def class_tags(class_names):
-  """The per-class scalar tags, CLASS_TAG + name, in class order.
-
-  A '/' in a name is written '\u2215' (division slash), as TensorBoard would
-  read it as one more level of grouping. If two classes would still share a
-  tag, every tag ends in ' (class <number>)', which makes them unique.
-  """
-  tags = [CLASS_TAG + name.replace('/', '\u2215') for name in class_names]
+  """'Precision @ 1 by class/<name>' per class, '/' written '\u2215' (else a
+  TensorBoard group); if two coincide, every tag ends in ' (class <c>)'."""
+  tags = ['Precision @ 1 by class/' + name.replace('/', '\u2215')
+          for name in class_names]
   if len(set(tags)) < len(tags):
     tags = ['%s (class %d)' % (tag, c) for c, tag in enumerate(tags)]
   return tags
@@ -267,19 +214,7 @@ def class_tags(class_names):
 def escape_markdown(text):
   """`text` as markdown that renders as itself, in a table cell too."""
   text = text.replace('&', '&amp;').replace('<', '&lt;').replace('>', '&gt;')
-  return _MARKDOWN_SPECIAL.sub(r'\\\1', text)
-
-
-def _width(text):
-  """Terminal columns of text: East Asian wide characters take two, combining
-  marks none."""
-  return sum(0 if unicodedata.combining(ch) else
-             2 if unicodedata.east_asian_width(ch) in 'WF' else 1
-             for ch in text)
-
-
-def _pad(text, width):
-  return text + ' ' * (width - _width(text))
+  return re.sub(r'([\\`*_{}\[\]()#+\-.!|])', r'\\\1', text)
 
 
 def _markdown_table(header, rows):
@@ -290,11 +225,8 @@ def _markdown_table(header, rows):
 
 
 def font_draws(texts):
-  """Whether the default font has a glyph for every character of texts.
-
-  Pillow draws a character the font lacks as the font's box glyph, the same
-  for every such character; U+E000 (private use) is one of them.
-  """
+  """Whether the default font has a glyph for every character of texts
+  (Pillow draws those it lacks as one box glyph, U+E000's)."""
   font = ImageFont.load_default(size=FONT_SIZE)
   def mask(ch):
     m = font.getmask(ch)
@@ -304,30 +236,16 @@ def font_draws(texts):
 
 
 def confusion_layout(n):
-  """(cell, font_size): pixels from one cell to the next for n classes, and
-  the font's pixels per em, whose lines of text fit in a cell."""
-  cell = min(CONFUSION_CELL_PIXELS,
-             max(CONFUSION_MIN_CELL_PIXELS, CONFUSION_GRID_PIXELS // n))
+  """(cell, font_size) for n classes: many share 1,100 pixels, down to cells
+  of 11, the least whose names (a pixel less per em) still read."""
+  cell = min(CONFUSION_CELL_PIXELS, max(11, 1100 // n))
   return cell, min(FONT_SIZE, cell - 1)
 
 
 def confusion_image(confusion, class_names):
-  """Renders a confusion matrix (int [n, n]) with its n class names.
-
-  Rows are the true classes, top to bottom, and columns the predicted ones,
-  left to right. Each row is normalized by its count, so a cell's colour runs
-  from white (none of that class) to CONFUSION_FULL_RGB (all of it); grey
-  (200) lines frame the cells. The names stand right-aligned left of the
-  rows, with 'true' (read bottom to top) left of them, and above the columns,
-  read bottom to top from the grid up, with 'predicted' on top. If the font
-  cannot draw every name (font_draws), the class numbers 0 .. n - 1 stand in
-  their place and the titles are 'true class number' and 'predicted class
-  number'.
-
-  Returns:
-    uint8 array [1, height, width, 3]: the n * cell + 1 pixels square grid
-    (cell: confusion_layout(n)) inside a white margin holding the text.
-  """
+  """uint8 [1, height, width, 3]: a confusion matrix (int [n, n]) as the
+  picture of docs/tensorboard.md#evaluation, its grid n * cell + 1 pixels
+  square (confusion_layout), its names numbers if not font_draws."""
   n = len(class_names)
   cell, font_size = confusion_layout(n)
   labels, title = list(class_names), ''
@@ -337,29 +255,21 @@ def confusion_image(confusion, class_names):
   rgb = 255 - (confusion / totals)[..., None] * (255 - CONFUSION_FULL_RGB)
   grid = np.pad(np.kron(rgb, np.ones([cell, cell, 1])),
                 [(0, 1), (0, 1), (0, 0)])
-  grid[::cell, :, :] = 200
-  grid[:, ::cell, :] = 200
-
+  grid[::cell] = grid[:, ::cell] = 200
   font = ImageFont.load_default(size=font_size)
-  line = sum(font.getmetrics())  # ascent + descent
   pad, gap = font_size // 4, font_size // 3
   # As wide left of the grid as high above it: title, gap, names, gap.
-  margin = (pad + line + gap + gap +
+  margin = (pad + sum(font.getmetrics()) + gap + gap +
             math.ceil(max(font.getlength(label) for label in labels)))
-  # The grid's side, or the longer title's, which extends right of (and
-  # below) a smaller grid.
+  # The longer title's extends right of (and below) a smaller grid.
   side = max(len(grid), math.ceil(font.getlength('predicted' + title)))
   image = Image.new('RGB', (margin + side + pad,) * 2, 'white')
   image.paste(Image.fromarray(np.round(grid).astype(np.uint8)),
               (margin, margin))
-
   def write(xy, text, anchor):
-    ImageDraw.Draw(image).text(xy, text, fill='black', font=font,
-                               anchor=anchor)
-
-  # The names left of the rows; then, with the picture turned a quarter right,
-  # the margin above the grid is right of it, and the names written across
-  # there read bottom to top once it is turned back.
+    ImageDraw.Draw(image).text(xy, text, 'black', font, anchor)
+  # The names left of the rows; then, turned a quarter right, the margin above
+  # the grid is right of it: names written there read bottom to top.
   for i, label in enumerate(labels):
     write((margin - gap, margin + i * cell + cell // 2), label, 'rm')
   write((margin + side // 2, pad), 'predicted' + title, 'ma')

@@ -1,25 +1,21 @@
-"""Advisory file locks (flock), for a train_dir and a data download: the
-kernel drops one when its process ends, however it ends (SIGKILL and crashes
-too), so no stale lock is ever left behind."""
+"""Advisory file locks (flock): the kernel drops one when its process ends,
+however it ends, so no stale lock is ever left behind."""
 
 import contextlib
 import errno
 import fcntl
 import os
 
-# flock's errors where a file system cannot lock (some network, FUSE mounts).
-_UNSUPPORTED = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
+_UNSUPPORTED = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)  # Some mounts.
 _BUSY = (errno.EAGAIN, errno.EACCES)  # Another process holds the lock.
 
 
 @contextlib.contextmanager
 def exclusive(path, on_busy, on_unsupported=None):
-  """Holds an exclusive lock on file `path` (never truncated: who holds it can
-  be read from it) until the block ends. If another process holds it,
-  on_busy(the open file) is called first: it raises, or returns to wait.
-  Yields the open file (mode 'a+': writes append), or None where the file
-  system cannot lock files: nothing is held, and on_unsupported (if given)
-  is called with the OS's reason first. OSError if the file cannot be made."""
+  """Holds an exclusive lock on file `path` until the block ends; if another
+  process holds it, on_busy(the open file) first raises or returns to wait.
+  Yields the file (mode 'a+', not truncated), or None where the file system
+  cannot lock: on_unsupported (if given) gets the OS's reason first."""
   with open(path, 'a+') as f:
     try:
       fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -1,25 +1,16 @@
-"""--mixed_precision: the dtype the model computes in, and float16's loss scale.
+"""--mixed_precision: the dtype the model computes in (bfloat16, or float16
+with a dynamic loss scale on GPUs before Ampere), and float16's loss scale."""
 
-With --mixed_precision=bf16 the convolutions, matrix products, bias adds,
-ReLUs and max pools run in bfloat16 (float16 with a dynamic loss scale on GPUs
-older than Ampere); the variables, their moving averages, the LRN, the loss,
-the gradients as applied and the checkpoints stay float32 (the table:
-docs/mixed_precision.md). The loss scale is a local variable, never saved,
-which TensorFlow's DynamicLossScale is not.
-"""
+import re
 
 from absl import app
 import tensorflow.compat.v1 as tf
 
-# /proc/cpuinfo flags of x86 CPUs whose oneDNN kernels compute in bfloat16
-# natively. AMX also needs the kernel's permission, which TF asks for.
+# /proc/cpuinfo flags of x86 CPUs whose oneDNN kernels compute in bfloat16.
 CPU_BF16_FLAGS = ('amx_bf16', 'avx512_bf16')
 
-# The dynamic loss scale: its start, and how many overflow-free steps double
-# it (an overflow halves it at once).
 LOSS_SCALE_START = 2.0 ** 15
-LOSS_SCALE_GROWTH_STEPS = 2000
-
+LOSS_SCALE_GROWTH_STEPS = 2000  # Overflow-free steps that double the scale.
 
 
 def read_cpuinfo():
@@ -32,16 +23,12 @@ def read_cpuinfo():
 
 
 def cpu_flags(cpuinfo=None):
-  """The set of flags on the 'flags' lines of `cpuinfo` (text as Linux's
-  /proc/cpuinfo; None reads that file); None without such a line."""
+  """The set of flags on the 'flags' lines of `cpuinfo` (None: read
+  /proc/cpuinfo); None without such a line."""
   if cpuinfo is None:
     cpuinfo = read_cpuinfo()
-  present = None
-  for line in cpuinfo.splitlines():
-    key, _, value = line.partition(':')
-    if key.strip() == 'flags':
-      present = (present or set()) | set(value.split())
-  return present
+  lines = re.findall(r'^[ \t]*flags[ \t]*:(.*)$', cpuinfo, re.M)
+  return set(' '.join(lines).split()) if lines else None
 
 
 def cpu_bf16_feature(cpuinfo=None):
@@ -53,18 +40,15 @@ def cpu_bf16_feature(cpuinfo=None):
 def gpu_capability():
   """The lowest compute capability of the visible GPUs, e.g. (9, 0); None
   without GPUs or where TensorFlow does not say."""
-  found = []
-  for gpu in tf.config.list_physical_devices('GPU'):
-    details = tf.config.experimental.get_device_details(gpu)
-    if details.get('compute_capability'):
-      found.append(tuple(details['compute_capability']))
-  return min(found) if found else None
+  details = [tf.config.experimental.get_device_details(gpu)
+             for gpu in tf.config.list_physical_devices('GPU')]
+  return min((tuple(d['compute_capability']) for d in details
+              if d.get('compute_capability')), default=None)
 
 
 def choose(requested, on_gpu, cpu_feature, capability):
-  """(dtype, line) for --mixed_precision=`requested` ('off' or 'bf16'):
-  tf.bfloat16, tf.float16 or None (float32), and the line to print (None
-  when off), from `cpu_bf16_feature()` and `gpu_capability()`."""
+  """(tf.bfloat16, tf.float16 or None: float32; the line to print or None)
+  for --mixed_precision=`requested`, from the two functions above."""
   if requested == 'off':
     return None, None
   kept = 'variables, loss, gradients and checkpoints stay float32'
@@ -85,11 +69,8 @@ def choose(requested, on_gpu, cpu_feature, capability):
 
 
 def compute_dtype_for_this_machine(requested, on_gpu, use_fp16=False):
-  """`choose` for this machine; prints its line. For a script's main().
-
-  Raises:
-    app.UsageError: with --use_fp16 (float16 variables) too.
-  """
+  """`choose` for this machine; prints its line. app.UsageError with
+  --use_fp16 (float16 variables) too."""
   if use_fp16 and requested != 'off':
     raise app.UsageError(
         '--use_fp16 stores the variables in float16, --mixed_precision=%s '
@@ -102,29 +83,28 @@ def compute_dtype_for_this_machine(requested, on_gpu, use_fp16=False):
 
 
 def optimizer(opt, compute_dtype):
-  """`opt` itself, or for float16 compute_dtype, whose small gradients would
-  become 0, a LossScaleOptimizer around it; once per graph, outside any
-  tower's variable scope."""
+  """`opt`, or for float16 a LossScaleOptimizer around it; once per graph."""
   return LossScaleOptimizer(opt) if compute_dtype == tf.float16 else opt
 
 
+def _zeros_unless(finite, grads_and_vars):
+  return [(None if g is None else tf.where(finite, g, tf.zeros_like(g)), v)
+          for g, v in grads_and_vars]
+
+
 class LossScaleOptimizer(object):
-  """A tf.train.Optimizer's compute_gradients and apply_gradients with a
-  dynamic loss scale, local variables on /cpu:0, never saved (summary
-  'loss_scale'). compute_gradients (once per tower) returns the gradients of
-  loss * scale divided back, zeros where any overflowed (Inf or NaN);
-  apply_gradients applies zeros if any tower's did (plain SGD: the weights
-  stay) and halves the scale; LOSS_SCALE_GROWTH_STEPS clean steps in a row
-  double it. The scale never falls below 1."""
+  """compute_gradients and apply_gradients with a dynamic loss scale, a local
+  variable never saved (TensorFlow's is), summary 'loss_scale'. A step where
+  any tower's gradients overflow applies zeros and halves the scale, never
+  below 1; LOSS_SCALE_GROWTH_STEPS clean steps in a row double it."""
 
   def __init__(self, opt):
     self._opt = opt
-    self._finite = []  # Each compute_gradients call's: no overflow.
+    self._finite = []  # Per tower: no overflow.
     with tf.device('/cpu:0'), tf.variable_scope('loss_scale'):
-      self.scale = tf.get_local_variable(
-          'scale', [], tf.float32, tf.constant_initializer(LOSS_SCALE_START))
+      self.scale = tf.get_local_variable('scale', initializer=LOSS_SCALE_START)
       self.good_steps = tf.get_local_variable(
-          'good_steps', [], tf.int64, tf.zeros_initializer())
+          'good_steps', initializer=tf.zeros([], tf.int64))
       tf.summary.scalar('loss_scale', self.scale)
 
   def compute_gradients(self, loss):
@@ -136,23 +116,19 @@ class LossScaleOptimizer(object):
       self._finite.append(tf.reduce_all(
           [tf.reduce_all(tf.math.is_finite(g)) for g, _ in unscaled
            if g is not None]))
-      return [(None if g is None else
-               tf.where(self._finite[-1], g, tf.zeros_like(g)), v)
-              for g, v in unscaled]
+      return _zeros_unless(self._finite[-1], unscaled)
 
   def apply_gradients(self, grads_and_vars, global_step=None):
     with tf.name_scope('loss_scale/'):
       finite = tf.reduce_all(self._finite)
-      safe = [(None if g is None else tf.where(finite, g, tf.zeros_like(g)),
-               v) for g, v in grads_and_vars]
+      safe = _zeros_unless(finite, grads_and_vars)
     apply_op = self._opt.apply_gradients(safe, global_step=global_step)
     with tf.control_dependencies([apply_op]), tf.name_scope('loss_scale/'):
-      good = tf.where(finite, self.good_steps + 1, tf.zeros([], tf.int64))
+      zero = tf.zeros([], tf.int64)
+      good = tf.where(finite, self.good_steps + 1, zero)
       grow = good >= LOSS_SCALE_GROWTH_STEPS
       scale = tf.where(finite, tf.where(grow, self.scale * 2, self.scale),
                        tf.maximum(self.scale / 2, 1.0))
-      update = tf.group(
-          tf.assign(self.scale, scale),
-          tf.assign(self.good_steps,
-                    tf.where(grow, tf.zeros([], tf.int64), good)))
+      update = tf.group(tf.assign(self.scale, scale),
+                        tf.assign(self.good_steps, tf.where(grow, zero, good)))
     return tf.group(apply_op, update)

@@ -1,35 +1,19 @@
-"""Pictures of one's own as CIFAR-10 pixels: the one decode-and-resize that
-cifar10_classify.py (and its SavedModel) and cifar10_make_dataset.py share,
-and the reading of picture files around it.
-
-What a picture becomes (docs/own_pictures.md says why):
-  * JPEG is decoded as make_cifar10_bin.py decodes CIFAR-10's JPEG copy
-    (dct_method='INTEGER_ACCURATE'), PNG, GIF (its first frame) and 24- or
-    32-bit BMP by tf.io's decoders; grey and palette pictures become RGB.
-  * PNG transparency (RGBA, grey with alpha, a palette's) is composited on
-    white; GIF's transparent pixels come out black and a BMP's alpha is
-    ignored, as TensorFlow's decoders give them. 16-bit PNG is rounded to
-    8 bits.
-  * A 32x32 picture is left exactly as decoded; any other size is resized,
-    the whole picture to 32x32 (its aspect not kept), with antialiasing.
-  * EXIF orientation is ignored, as by TensorFlow's decoders.
-"""
+"""Pictures of one's own as CIFAR-10 pixels (docs/own_pictures.md): the decoding
+cifar10_classify.py (and its SavedModel) and cifar10_make_dataset.py share, and
+the reading of picture files around it."""
 
 import tensorflow.compat.v1 as tf
 
 from cifar10_support import data_files
 
 IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.gif')
-
 NOT_A_PICTURE = 'not a PNG, JPEG, BMP or GIF picture TensorFlow can read'
-
 _PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
 
 
 def _png(encoded):
   """float32 [h, w, 3] in 0-255 of a PNG, its alpha composited on white."""
-  # Every PNG as 16-bit RGBA: an 8-bit value v reads as 257 v, so that v
-  # comes back exactly, and an opaque pixel stays its colour exactly.
+  # As 16-bit RGBA: an 8-bit v reads as 257 v, so opaque pixels stay exact.
   rgba = tf.cast(tf.io.decode_png(encoded, channels=4, dtype=tf.uint16),
                  tf.float32)
   alpha = rgba[:, :, 3:] / 65535.
@@ -38,8 +22,7 @@ def _png(encoded):
 
 def _gif_or_bmp(encoded):
   """float32 [h, w, 3] of a GIF's first frame, or a 24- or 32-bit BMP."""
-  # TensorFlow reads an 8-bit BMP's palette indices as grey levels: wrong
-  # colours, so such a file is refused (InvalidArgumentError) instead.
+  # TensorFlow would read an 8-bit BMP's palette indices as grey levels.
   is_bmp = tf.equal(tf.strings.substr(encoded, 0, 2), b'BM')
   # The low byte of the header's bits per pixel (padded: GIFs can be short).
   bits = tf.io.decode_raw(tf.strings.substr(
@@ -55,8 +38,8 @@ def _gif_or_bmp(encoded):
 
 def decode(encoded):
   """uint8 [32, 32, 3] RGB pixels of a string scalar: an encoded PNG, JPEG,
-  BMP or GIF file of any size (the module's docstring says how). Raises
-  InvalidArgumentError when run on anything else."""
+  BMP or GIF file of any size; InvalidArgumentError when run on anything
+  else."""
   image = tf.cond(
       tf.io.is_jpeg(encoded),
       lambda: tf.cast(tf.io.decode_jpeg(
@@ -69,8 +52,7 @@ def decode(encoded):
   image = tf.cond(
       tf.reduce_all(tf.equal(tf.shape(image)[:2], size)),
       lambda: tf.reshape(image, size + [data_files.DEPTH]),
-      # The TF 2 resize: the v1 one has no antialiasing, and a photo shrunk
-      # to 32x32 without it is mostly aliasing.
+      # TF 2's resize: without antialiasing (v1's) a photo becomes aliasing.
       lambda: tf.compat.v2.image.resize(image, size, antialias=True))
   return tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
 
@@ -106,13 +88,9 @@ def tf_error_reason(message):
 
 
 def mark_undecodable(paths, outcomes, decode_one):
-  """Finds the files of a batch that do not decode, when the batch failed.
-
-  paths: the batch's files; outcomes: their (problem, data) pairs, as `read`
-  gives them, changed in place: the pair of each file whose data
-  decode_one(data) fails on with InvalidArgumentError becomes ('path: not
-  a ... picture TensorFlow can read (reason)', None).
-  """
+  """Of a failed batch's `paths` and their `read` outcomes, sets in place the
+  outcome of each whose data decode_one(data) fails on (InvalidArgumentError)
+  to ('path: NOT_A_PICTURE (reason)', None)."""
   for j, (problem, data) in enumerate(outcomes):
     if problem is None:
       try:

@@ -1,9 +1,5 @@
-"""The flags every script has beyond the original's (which are cifar10.py's),
-read only in the scripts' main(); the checks absl's bounds and validators
-cannot make, raising app.UsageError (one line, exit status 1); and the
-settings of a training run, from the flags or named by tests and the
-benchmark: run_flags.TrainSettings(data_dir, train_dir, max_steps=20).
-"""
+"""The flags every script has beyond the original's (cifar10.py's), checks
+absl cannot make (app.UsageError), and the settings of a training run."""
 
 import collections
 
@@ -23,14 +19,10 @@ TrainSettings = collections.namedtuple('TrainSettings', [
         100000, 128, False, 10, False, False, 600, 0, 100,
         sessions.BY_RULE, data_files.NUM_PREPROCESS_THREADS, None, 'cifar10'))
 TrainSettings.__doc__ = """The settings of one training run: the flag of the
-same name where there is one (its defaults are the flags', TRAIN_DEFAULTS),
-batch_size per tower and per worker; save_checkpoint_steps 0 (or None) for
-none (then save_checkpoint_secs); threads a sessions.ThreadCounts; input_threads the
-input pipeline's; compute_dtype None (float32), tf.bfloat16 or tf.float16
-(mixed_precision.py); dataset --dataset's (data_files.DATASETS)."""
+same name where there is one; batch_size per tower and per worker;
+save_checkpoint_steps None as 0; threads a sessions.ThreadCounts;
+compute_dtype None (float32), tf.bfloat16 or tf.float16."""
 
-
-# What a trainer's flags default to (cifar10.py's and cifar10_train.py's).
 TRAIN_DEFAULTS = TrainSettings(data_dir=None, train_dir=None)
 
 
@@ -41,10 +33,11 @@ flags.DEFINE_enum('dataset', TRAIN_DEFAULTS.dataset, list(data_files.DATASETS),
                   'fine labels of cifar-100-binary/) or cifar100_coarse (its '
                   '20 superclasses).')
 
+
 def _official(field):
   """'<cifar10's> for cifar10, <cifar100's> for cifar100 and cifar100_coarse'
-  of an archive field (download.ARCHIVES), for --help."""
-  datasets = collections.OrderedDict()
+  of a download.ARCHIVES field."""
+  datasets = {}
   for dataset, archive in download.ARCHIVES.items():
     datasets.setdefault(getattr(archive, field), []).append(dataset)
   return ', '.join('%s for %s' % (value, ' and '.join(names))
@@ -81,45 +74,38 @@ flags.DEFINE_integer('num_inter_threads', None,
 
 
 def define_train_flags():
-  """Defines the flags every trainer takes beyond cifar10.py's: --train_dir,
-  --max_steps, --log_frequency, --log_device_placement (the original's) and
-  --fresh_start, --save_checkpoint_secs, --save_checkpoint_steps,
-  --save_summaries_steps; once, though one process may import several
-  trainers. Their defaults are TRAIN_DEFAULTS, the Python API's too."""
+  """Defines the flags every trainer takes beyond cifar10.py's, once, though
+  one process may import several trainers."""
   if 'train_dir' in flags.FLAGS:
     return
+  default = TRAIN_DEFAULTS
   flags.DEFINE_string('train_dir', '/tmp/cifar10_train',
                       'Directory where to write event logs and checkpoint.')
-  flags.DEFINE_integer('max_steps', TRAIN_DEFAULTS.max_steps,
+  flags.DEFINE_integer('max_steps', default.max_steps,
                        'Number of batches to run.', lower_bound=1)
-  flags.DEFINE_boolean('log_device_placement',
-                       TRAIN_DEFAULTS.log_device_placement,
+  flags.DEFINE_boolean('log_device_placement', default.log_device_placement,
                        'Whether to log device placement.')
-  flags.DEFINE_integer('log_frequency', TRAIN_DEFAULTS.log_frequency,
+  flags.DEFINE_integer('log_frequency', default.log_frequency,
                        'How often to log results to the console.',
                        lower_bound=1)
-  flags.DEFINE_boolean('fresh_start', TRAIN_DEFAULTS.fresh_start,
+  flags.DEFINE_boolean('fresh_start', default.fresh_start,
                        'Delete what is in --train_dir (checkpoints and '
                        'events) and train from step 0 instead of resuming.')
-  flags.DEFINE_integer('save_checkpoint_secs',
-                       TRAIN_DEFAULTS.save_checkpoint_secs,
+  flags.DEFINE_integer('save_checkpoint_secs', default.save_checkpoint_secs,
                        'Seconds between checkpoints (one is also written at '
                        'the start and at the end).', lower_bound=1)
-  flags.DEFINE_integer('save_summaries_steps',
-                       TRAIN_DEFAULTS.save_summaries_steps,
+  flags.DEFINE_integer('save_summaries_steps', default.save_summaries_steps,
                        'Global steps between TensorBoard summaries (one is '
                        'also written after the first step and at the last); 0 '
                        'writes none.', lower_bound=0)
-  flags.DEFINE_integer('save_checkpoint_steps',
-                       TRAIN_DEFAULTS.save_checkpoint_steps,
+  flags.DEFINE_integer('save_checkpoint_steps', default.save_checkpoint_steps,
                        'If positive, write a checkpoint every this many steps '
                        'instead of every --save_checkpoint_secs.',
                        lower_bound=0)
 
 
 def define_checkpoint_dir_flag():
-  """Defines --checkpoint_dir once, though cifar10_eval.py and
-  cifar10_classify.py both take it and one process may import both."""
+  """Defines --checkpoint_dir once; the eval and classify scripts share it."""
   if 'checkpoint_dir' not in flags.FLAGS:
     flags.DEFINE_string('checkpoint_dir', '/tmp/cifar10_train',
                         'Directory where to read model checkpoints: the '
@@ -133,38 +119,25 @@ def threads(flag_values):
 
 
 def check_flag_writable_dir(name, path):
-  """Creates directory `path`, flag --`name`, if needed; raises
-  app.UsageError if it is unwritable. Remote paths ('gs://...') are left to
-  TensorFlow's file system."""
+  """Creates directory `path`, flag --`name`, if needed; app.UsageError if
+  it is unwritable. Remote paths ('gs://...') are left to TensorFlow."""
   if not path:
     raise app.UsageError('--%s must name a directory' % name)
-  if '://' in path:
-    return
-  problem = download.writable_dir_problem(path)
+  problem = None if '://' in path else download.writable_dir_problem(path)
   if problem:
     raise app.UsageError('--%s=%s is not a writable directory: %s'
                          % (name, path, problem))
 
 
 def from_flags(flag_values, gpu=True, check_train_dir=True):
-  """The TrainSettings of a trainer's parsed flags, once --train_dir is
-  known to be writable (app.UsageError if not; check_train_dir False: known
-  already), with the mixed-precision dtype for this machine
-  (mixed_precision.compute_dtype_for_this_machine, which prints its line);
-  gpu False: the model runs on the CPU even beside a GPU."""
+  """The TrainSettings of a trainer's parsed flags, once --train_dir is known
+  writable; gpu False: the model runs on the CPU even beside a GPU."""
   if check_train_dir:
     check_flag_writable_dir('train_dir', flag_values.train_dir)
   compute_dtype = mixed_precision.compute_dtype_for_this_machine(
       flag_values.mixed_precision, gpu and sessions.has_gpu(),
       flag_values.use_fp16)
-  return TrainSettings(
-      data_dir=flag_values.data_dir, train_dir=flag_values.train_dir,
-      max_steps=flag_values.max_steps, batch_size=flag_values.batch_size,
-      use_fp16=flag_values.use_fp16, log_frequency=flag_values.log_frequency,
-      log_device_placement=flag_values.log_device_placement,
-      fresh_start=flag_values.fresh_start,
-      save_checkpoint_secs=flag_values.save_checkpoint_secs,
-      save_checkpoint_steps=flag_values.save_checkpoint_steps,
-      save_summaries_steps=flag_values.save_summaries_steps,
-      threads=threads(flag_values),
-      compute_dtype=compute_dtype, dataset=flag_values.dataset)
+  fields = {name: getattr(flag_values, name) for name in TrainSettings._fields
+            if name in flag_values}
+  return TrainSettings(threads=threads(flag_values),
+                       compute_dtype=compute_dtype, **fields)

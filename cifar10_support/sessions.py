@@ -1,15 +1,11 @@
-"""Session configurations: thread counts by one rule, one config per use.
-
-threads is a `ThreadCounts` (--num_intra_threads, --num_inter_threads), None
-in either place for the rule of `thread_settings`; BY_RULE is None in both."""
+"""Session configs, one per use; `threads` is a ThreadCounts of the flags,
+None in either place (BY_RULE: both) for the rule of `thread_settings`."""
 
 import collections
 import os
 
 import tensorflow.compat.v1 as tf
 
-# Without a GPU, sessions on machines with at most this many usable cores run
-# one op at a time, each op on every core (why: docs/performance.md).
 ONE_OP_AT_A_TIME_MAX_CORES = 4
 
 ThreadCounts = collections.namedtuple('ThreadCounts', ['intra', 'inter'])
@@ -36,18 +32,11 @@ def has_gpu():
 
 def thread_settings(num_cores, gpu, num_towers=1, intra=None, inter=None,
                     cluster_task=False):
-  """(intra, inter) op threads, ints, 0 leaving the choice to TensorFlow.
-
-  intra and inter are the flags as given, None for the rule: one op at a time
-  (inter 1) only without a GPU (whose kernels the inter-op threads launch),
-  with one tower (towers should overlap), outside a cluster (a task's pool
-  also serves the other tasks) and on at most ONE_OP_AT_A_TIME_MAX_CORES
-  cores; else TensorFlow's choice.
-  """
+  """(intra, inter) op threads, 0 for TensorFlow's choice; intra and inter
+  are the flags, None for the rule of docs/performance.md."""
   if inter is None:
-    one_at_a_time = (not gpu and num_towers == 1 and not cluster_task
-                     and num_cores <= ONE_OP_AT_A_TIME_MAX_CORES)
-    inter = 1 if one_at_a_time else 0
+    inter = 1 if (not gpu and num_towers == 1 and not cluster_task
+                  and num_cores <= ONE_OP_AT_A_TIME_MAX_CORES) else 0
   return (0 if intra is None else intra), inter
 
 
@@ -57,8 +46,7 @@ def set_threads(config, threads=BY_RULE, num_towers=1):
                                  *threads)
   config.intra_op_parallelism_threads = intra
   if inter:
-    # A named pool of the session's own: the global inter-op pool is sized
-    # once per process, by the first session that uses it.
+    # The session's own pool: the global one is sized by the first session.
     pool = config.session_inter_op_thread_pool.add()
     pool.num_threads = inter
     pool.global_name = 'cifar10_inter_op_%d' % inter
@@ -68,8 +56,8 @@ def set_threads(config, threads=BY_RULE, num_towers=1):
 def session_config(optimize_graph=True, threads=BY_RULE, num_towers=1,
                    **kwargs):
   """`tf.ConfigProto(**kwargs)` with `set_threads`' thread counts;
-  optimize_graph=False skips Grappler's rewrites without a GPU, for short
-  sessions such as evaluation's, whose start-up they would lengthen."""
+  optimize_graph=False skips Grappler's rewrites without a GPU (shorter
+  start-up)."""
   config = set_threads(tf.ConfigProto(**kwargs), threads, num_towers)
   if not optimize_graph and not has_gpu():
     config.graph_options.rewrite_options.disable_meta_optimizer = True
@@ -78,13 +66,9 @@ def session_config(optimize_graph=True, threads=BY_RULE, num_towers=1,
 
 def training_config(threads=BY_RULE, num_towers=1, tower_device=None,
                     log_device_placement=False):
-  """The training session's config; tower_device None for one device.
-
-  'cpu' gives the session num_towers CPU devices and no soft placement, so
-  that each tower really runs on its own device and a misplaced op is an
-  error, not a silent fold onto CPU:0. 'gpu' keeps soft placement: queue and
-  string ops have no GPU kernels, and towers on missing GPUs use the CPU.
-  """
+  """The training session's config; tower_device None for one device, 'cpu'
+  for num_towers CPU devices without soft placement (a misplaced op is an
+  error), 'gpu' with it (for queue ops, and towers on missing GPUs)."""
   kwargs = {'log_device_placement': log_device_placement}
   if tower_device == 'cpu':
     kwargs.update(device_count={'CPU': num_towers}, allow_soft_placement=False)
@@ -94,18 +78,14 @@ def training_config(threads=BY_RULE, num_towers=1, tower_device=None,
 
 
 def eval_config(threads=BY_RULE):
-  """The config of evaluation's and classification's short sessions."""
-  config = session_config(optimize_graph=False, threads=threads)
-  # Take GPU memory as needed, leaving the rest to a training job.
-  config.gpu_options.allow_growth = True
-  return config
+  """The config of short sessions; GPU memory taken as needed."""
+  return session_config(optimize_graph=False, threads=threads,
+                        gpu_options=tf.GPUOptions(allow_growth=True))
 
 
 def worker_config(task, operation_timeout_secs, log_device_placement=False):
-  """A cluster worker's session config: it sees only the ps tasks and `task`
-  (its own, '/job:worker/task:1'), since otherwise a session waits for every
-  task at start and synchronous training could hang at the end; the timeout
-  bounds any op that still blocks. Its threads are the server's."""
+  """A cluster worker's session config, with the server's threads; it sees
+  only the ps tasks and its `task`, lest a session wait for every task."""
   return tf.ConfigProto(
       device_filters=['/job:ps', task],
       operation_timeout_in_ms=int(operation_timeout_secs * 1000),

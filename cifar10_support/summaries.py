@@ -1,7 +1,6 @@
-"""What training writes to TensorBoard, and when: after the first step of
-each session, at every multiple of N and after the last step, which
-MonitoredTrainingSession's own hook (steps 1, N + 1, ...) never writes.
-"""
+"""What training writes to TensorBoard, and when: after the first step of each
+session, at every multiple of N and after the last step (TensorFlow's hook
+writes at steps 1, N + 1, ...)."""
 
 import time
 
@@ -9,9 +8,8 @@ import tensorflow.compat.v1 as tf
 
 
 def are_due(step, every_steps, last_step, previous):
-  """Whether the summaries of the run ending at global step `step` are due:
-  every_steps is N (0 for none), last_step --max_steps, previous the step
-  they were last written at in this session (None for none yet)."""
+  """Whether the summaries of the run ending at global step `step` are due,
+  every_steps (0: never) after `previous` (None: none yet this session)."""
   if not every_steps:
     return False
   if previous is None or step >= last_step:
@@ -21,18 +19,13 @@ def are_due(step, every_steps, last_step, previous):
 
 
 class SummaryHook(tf.train.SessionRunHook):
-  """Writes the summary op's values to `summary_dir` at the steps `are_due`
-  picks, at the global step after the run, as TensorFlow's hook does, with
-  'global_step/sec' since the previous write (TensorFlow's StepCounterHook's
+  """Writes summary_op (None: every summary) to `summary_dir` when `are_due`,
+  at the global step after the run, with 'global_step/sec' (StepCounterHook's
   chart); the first of a session tells TensorBoard the run (re)started
-  there, dropping what a killed run wrote after its last checkpoint from the
-  charts."""
+  there. own_steps False: other processes move the global step too."""
 
   def __init__(self, summary_dir, every_steps, last_step, summary_op=None,
                own_steps=True):
-    """every_steps, last_step: as `are_due`'s; summary_op None for every
-    summary in the graph; own_steps False re-reads the global step after
-    each run, where other processes move it too (a cluster's chief)."""
     self._summary_dir = summary_dir
     self._every_steps = every_steps
     self._last_step = last_step
@@ -51,12 +44,10 @@ class SummaryHook(tf.train.SessionRunHook):
     self._step = int(session.run(self._global_step))
 
   def before_run(self, run_context):
-    self._writing = (self._summary_op is not None and
-                     are_due(self._step + 1, self._every_steps, self._last_step,
-                         self._previous))
-    if not self._writing:
-      return None
-    return tf.train.SessionRunArgs({'summary': self._summary_op})
+    self._writing = self._summary_op is not None and are_due(
+        self._step + 1, self._every_steps, self._last_step, self._previous)
+    if self._writing:
+      return tf.train.SessionRunArgs({'summary': self._summary_op})
 
   def after_run(self, run_context, run_values):
     if self._writing or not self._own_steps:
@@ -82,53 +73,33 @@ class SummaryHook(tf.train.SessionRunHook):
 
 def loss_average(value, decay=0.9):
   """The original's `tf.train.ExponentialMovingAverage(0.9, name='avg')` of
-  a loss, which TensorBoard shows beside it, without its charts' drop to 0
-  at every start.
-
-  The variable is the one the original's average made, '<loss op name>/avg'
-  starting at 0, so checkpoints keep its name both ways; an average still
-  exactly 0 (never updated: a loss is never exactly 0) takes the loss itself
-  instead.
-
-  Returns the updated average of the scalar `value`, in its dtype;
-  evaluating it updates the variable (once per session.run).
-  """
-  # A trailing '/' makes a scope absolute: the name does not nest under a
-  # tower's scope, which the loss's own op name already carries.
+  a scalar loss, in its variable '<loss op name>/avg', but starting at the
+  loss, not 0. Returns the average, updated when evaluated."""
+  # The trailing '/' keeps the tower's scope from nesting twice.
   with tf.device('/cpu:0'):
     with tf.name_scope(value.op.name + '/'):
       average = tf.Variable(lambda: tf.zeros([], value.dtype),
                             trainable=False, name='avg')
     with tf.name_scope(average.op.name + '/'):
-      started = tf.not_equal(average, 0)
-      new = tf.where(started, average - (1 - decay) * (average - value),
-                     value)
+      new = tf.where(tf.not_equal(average, 0),
+                     average - (1 - decay) * (average - value), value)
       return tf.assign(average, new)
 
 
-def _retag(summary, tag):
-  """A copy of a scalar or histogram summary that writes under `tag`."""
-  values = summary.op.inputs[1]
-  if summary.op.type == 'ScalarSummary':
-    return tf.raw_ops.ScalarSummary(tags=tag, values=values)
-  if summary.op.type == 'TensorSummaryV2':  # fast_ops.histogram_summary
-    return tf.raw_ops.TensorSummaryV2(
-        tag=tag, tensor=values,
-        serialized_summary_metadata=summary.op.inputs[2])
-  raise ValueError('Cannot retag summary %s of type %s'
-                   % (summary.op.name, summary.op.type))
-
-
 def global_and_last_tower(last_scope, strip_tower_prefix):
-  """The summary tensors cifar10_multi_gpu_train.py writes: the graph's
-  global ones, and those of the last tower (scope `last_scope`, 'tower_1/')
-  tagged as on one device by strip_tower_prefix (cifar10's)."""
+  """The graph's summaries in no tower, and those of the last tower (scope
+  `last_scope`) tagged by strip_tower_prefix as on one device."""
   kept = []
   for summary in tf.get_collection(tf.GraphKeys.SUMMARIES):
-    name = summary.op.name
+    name, inputs = summary.op.name, summary.op.inputs
     if name.startswith(last_scope):
-      tag = tf.compat.as_str(tf.get_static_value(summary.op.inputs[0]).item())
-      kept.append(_retag(summary, strip_tower_prefix(tag)))
+      tag = tf.compat.as_str(tf.get_static_value(inputs[0]).item())
+      tag = strip_tower_prefix(tag)
+      if summary.op.type == 'ScalarSummary':
+        kept.append(tf.raw_ops.ScalarSummary(tags=tag, values=inputs[1]))
+      else:  # fast_ops.histogram_summary's
+        kept.append(tf.raw_ops.TensorSummaryV2(
+            tag=tag, tensor=inputs[1], serialized_summary_metadata=inputs[2]))
     elif strip_tower_prefix(name) == name:  # In no tower.
       kept.append(summary)
   return kept

@@ -1,11 +1,5 @@
 """What cifar10_multi_gpu_train.py's towers need beyond the lesson: their
-prefetch queue, their variable reads in one scope, and their session's
-config and devices: --split_gpus, the visible
-GPUs split into one virtual GPU per tower, each with its own memory limit,
-spread evenly over the cards (on one card, `--num_gpus=4 --split_gpus` runs
-four towers where three would use the CPU), and the line for GPU towers
-without a GPU of their own.
-"""
+prefetch queue, their variable reads in one scope, their session's config."""
 
 import ctypes
 import os
@@ -17,12 +11,8 @@ from cifar10_support import sessions
 
 
 def prefetch_queue(tensors, capacity):
-  """Replaces slim.prefetch_queue.prefetch_queue (tf.contrib, gone in TF 2):
-  a tf.FIFOQueue of `capacity` whole batches (`tensors`, fully defined
-  shapes), kept full by one thread on /cpu:0, from which every tower
-  dequeues its own: one pipeline per tower made several GPUs slower than
-  one (tensorflow#4272).
-  """
+  """Replaces slim.prefetch_queue.prefetch_queue: a tf.FIFOQueue of
+  `capacity` batches of `tensors`, filled by one thread, for every tower."""
   with tf.device('/cpu:0'), tf.name_scope('prefetch_queue'):
     queue = tf.FIFOQueue(capacity, dtypes=[t.dtype for t in tensors],
                          shapes=[t.shape for t in tensors])
@@ -34,32 +24,21 @@ def prefetch_queue(tensors, capacity):
 
 
 def read_in_one_scope(getter, *args, **kwargs):
-  """The towers' custom_getter: the variable's value, read in one scope,
-  variable_reads/, instead of the tower's, so that TensorBoard's graph draws
-  the towers as such (docs/multi_gpu.md)."""
+  """The towers' custom_getter: the variable's value, read in scope
+  variable_reads/, so that TensorBoard draws the towers apart."""
   var = getter(*args, **kwargs)
   with tf.name_scope('variable_reads/'):
     return var.value()
 
 
-# Of each card's memory, what the virtual GPUs may take together: the CUDA
-# context and cuDNN's workspaces need the rest.
-USABLE_FRACTION = 0.9
-# Less than this per tower is refused: a tower of 128 images needs a few
-# hundred MB for its activations, gradients and cuDNN's workspace.
-MIN_TOWER_MB = 512
+USABLE_FRACTION = 0.9  # Of each card; CUDA and cuDNN need the rest.
+MIN_TOWER_MB = 512  # What a tower of 128 images needs at least.
 
 
 def split_config(num_towers, num_cards, card_mb, tower_mb=0,
                  log_device_placement=False):
-  """The tf.ConfigProto that makes num_towers virtual GPUs of num_cards GPUs.
-
-  card_mb is the smallest card's memory in MB, None if unknown; tower_mb each
-  virtual GPU's, 0 to share USABLE_FRACTION of each card evenly among its
-  towers. The config has soft placement (the queues and string ops have no
-  GPU kernels). Raises app.UsageError, one line naming the flags, when there
-  is no GPU, fewer towers than GPUs, or the towers do not fit in a card.
-  """
+  """The tf.ConfigProto that makes num_towers virtual GPUs of tower_mb MB
+  (0: an even share) of num_cards GPUs of card_mb MB (None: unknown)."""
   if num_cards < 1:
     raise app.UsageError(
         '--split_gpus needs a GPU, and TensorFlow sees none; without one, '
@@ -69,8 +48,7 @@ def split_config(num_towers, num_cards, card_mb, tower_mb=0,
         '--split_gpus with --num_gpus=%d and %d GPUs visible: there is nothing '
         'to split (each tower has a GPU of its own); drop --split_gpus'
         % (num_towers, num_cards))
-  # As even as can be, the first cards taking one more: tower i runs on
-  # virtual GPU i, and TensorFlow numbers them card by card.
+  # Tower i runs on virtual GPU i, numbered card by card.
   base, extra = divmod(num_towers, num_cards)
   counts = [base + (1 if i < extra else 0) for i in range(num_cards)]
   if not tower_mb and not card_mb:
@@ -100,23 +78,19 @@ def split_config(num_towers, num_cards, card_mb, tower_mb=0,
 
 def card_memory_mb():
   """The memory of the smallest visible NVIDIA GPU in MB, None if unknown;
-  asked of NVML, which (unlike TensorFlow) does not take the GPU, as the
-  virtual GPUs must be configured before TensorFlow first uses it."""
+  from NVML, which (unlike TensorFlow) leaves the GPU unconfigured."""
   try:
     nvml = ctypes.CDLL('libnvidia-ml.so.1')
   except OSError:
     return None
-  if nvml.nvmlInit_v2() != 0:
-    return None
   try:
     count = ctypes.c_uint()
-    if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+    if nvml.nvmlInit_v2() or nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)):
       return None
     indices = range(count.value)
     visible = os.environ.get('CUDA_VISIBLE_DEVICES', '')
     if visible and all(i.strip().isdigit() for i in visible.split(',')):
-      # Only the cards TensorFlow may use (NVML numbers them in PCI order,
-      # which CUDA also uses unless told otherwise).
+      # NVML numbers cards in PCI order, as CUDA does by default.
       indices = [int(i) for i in visible.split(',') if int(i) < count.value]
     sizes = []
     for index in indices:
@@ -135,12 +109,7 @@ def session_config(num_towers, tower_device, threads=sessions.BY_RULE,
                    split_gpus=False, split_gpu_memory_mb=0,
                    log_device_placement=False):
   """The training session's config for num_towers towers on tower_device,
-  'gpu' or 'cpu' (sessions.training_config's), with `threads`. split_gpus
-  (--split_gpus, tower_device 'gpu') splits the visible GPUs into one
-  virtual GPU per tower of split_gpu_memory_mb (0: split_config's share),
-  printing the line that says so; else GPU towers without a GPU of their own
-  get a line saying what they do. app.UsageError as split_config's, or for
-  split_gpus with tower_device 'cpu'."""
+  'gpu' or 'cpu'; prints a line for a split, or for towers without a GPU."""
   visible = sessions.visible_gpus() if tower_device == 'gpu' else 0
   if not split_gpus:
     if tower_device == 'gpu' and visible < num_towers:

@@ -1,16 +1,5 @@
-"""A training run's train_dir: claiming it, where training starts, and
-writing its checkpoints.
-
-    with train_dirs.claim(path, fresh_start, data_set) as start:  # lock
-      if start.nothing_to_train(max_steps): ...
-      ...build the graph; scaffold = start.scaffold()  # restores it
-      hooks = [..., train_dirs.CheckpointSaverHook(path, scaffold, ...)]
-
-One trainer per train_dir (two would write checkpoints over each other):
-each, and a cluster's chief, locks `<train_dir>/.cifar10_train.lock` and
-writes its process id and host there; evaluation runs beside it unlocked.
-Training never deletes a checkpoint, except on --fresh_start.
-"""
+"""A train_dir, one trainer's at a time: `claim` it, build the graph, then its
+`scaffold()` and CheckpointSaverHook; only --fresh_start deletes checkpoints."""
 
 import contextlib
 import errno
@@ -44,9 +33,7 @@ class DiskFullError(RuntimeError):
 RUN_ERRORS = (data_files.DataError, progress.DivergedError, DiskFullError,
               TrainDirLockError, checkpoints.ResumeError)
 
-_STOPPED = 'training stopped before reading or writing anything else'
-# What the user can do about each reason a lock file cannot be made or
-# written; for any other reason, 'fix that'.
+# What to do when a lock file cannot be made or written, by errno.
 _FULL = 'is the disk full? Free some space'
 _NOT_WRITABLE = 'give this user write permission there'
 _ADVICE = {errno.ENOSPC: _FULL, errno.EDQUOT: _FULL, errno.EFBIG: _FULL,
@@ -56,24 +43,16 @@ _ADVICE = {errno.ENOSPC: _FULL, errno.EDQUOT: _FULL, errno.EFBIG: _FULL,
 
 
 def _lock_file_error(action, path, error):
-  """TrainDirLockError: the lock file at path cannot be `action`ed for
-  OSError `error`, with what the user can do about it."""
-  advice = _ADVICE.get(error.errno, 'fix that')
   return TrainDirLockError(
-      'cannot %s the lock file %s (%s): %s; %s, then run the same command '
-      'again' % (action, path, error.strerror, _STOPPED, advice))
+      'cannot %s the lock file %s (%s): training stopped before reading or '
+      'writing anything else; %s, then run the same command again'
+      % (action, path, error.strerror, _ADVICE.get(error.errno, 'fix that')))
 
 
 @contextlib.contextmanager
 def train_dir_lock(train_dir):
-  """Holds train_dir's lock, yielding its path (None for a remote directory,
-  'gs://...', or a file system that cannot lock: nothing is held).
-
-  Raises:
-    TrainDirBusyError: at once, naming the directory and the process (pid,
-      host, start time) that holds it.
-    TrainDirLockError: the lock file cannot be made or written.
-  """
+  """Holds train_dir's lock, naming this process in it; yields its path (None
+  where nothing can be held). TrainDirBusyError names the holder."""
   if '://' in train_dir:
     yield None
     return
@@ -97,62 +76,61 @@ def train_dir_lock(train_dir):
 
   with contextlib.ExitStack() as stack:
     try:
-      lock_file = stack.enter_context(
-          locks.exclusive(path, busy, unsupported))
+      lock_file = stack.enter_context(locks.exclusive(path, busy, unsupported))
     except OSError as e:
       raise _lock_file_error('create', path, e) from None
-    if lock_file is None:
-      yield None
-      return
-    line = ('pid %d on host %s, started %s\n' % (
-        os.getpid(), socket.gethostname(),
-        time.strftime('%Y-%m-%d %H:%M:%S'))).encode()
-    try:
-      lock_file.seek(0)
-      lock_file.truncate()
-      # Unbuffered: a buffered write that failed would be written again when
-      # the file closes, and fail again, with a traceback.
-      while line:
-        line = line[os.write(lock_file.fileno(), line):]
-    except OSError as e:
-      raise _lock_file_error('write', path, e) from None
-    yield path
+    if lock_file is not None:
+      line = ('pid %d on host %s, started %s\n' % (
+          os.getpid(), socket.gethostname(),
+          time.strftime('%Y-%m-%d %H:%M:%S'))).encode()
+      try:
+        lock_file.seek(0)
+        lock_file.truncate()
+        # Unbuffered: a buffered write that failed would fail again, with a
+        # traceback, when the file closes.
+        while line:
+          line = line[os.write(lock_file.fileno(), line):]
+      except OSError as e:
+        raise _lock_file_error('write', path, e) from None
+    yield None if lock_file is None else path
 
 
 class StartPoint(object):
-  """Where training starts in a claimed train_dir (what `claim` yields): the
-  newest `checkpoint` there that restores, or None, and its global `step`
-  (0 without one), for training data_files.DataSet `data_set`; raises
-  checkpoints.check_classes' errors."""
+  """Where training starts in a claimed train_dir: `checkpoint`, the newest
+  that restores, if of data_set's classes (or None), and its `step` (or 0)."""
 
-  def __init__(self, train_dir, checkpoint, data_set):
+  def __init__(self, train_dir, data_set):
     self.train_dir = train_dir
-    self.checkpoint = checkpoint
     self.data_set = data_set
+    self.checkpoint = checkpoints.newest_restorable(train_dir)
     self.step = 0
-    if checkpoint:
-      reader = tf.train.load_checkpoint(checkpoint)
-      checkpoints.check_classes(checkpoint, data_set, reader)
-      # The name's step, else its own (none: scaffold() refuses it).
-      self.step = (checkpoints.step_of(checkpoint) or
+    if self.checkpoint is None:
+      print('No checkpoint in %s: training from step 0.' % train_dir)
+    else:
+      reader = tf.train.load_checkpoint(self.checkpoint)
+      checkpoints.check_classes(self.checkpoint, data_set, reader)
+      self.step = (checkpoints.step_of(self.checkpoint) or
                    checkpoints.saved_step(reader) or 0)
 
   def scaffold(self, **kwargs):
-    """The training session's tf.train.Scaffold, built once the graph is
-    complete: its sessions restore the checkpoint found, and its saver
-    writes this run's (**kwargs: checkpoints.restoring_scaffold's). Once
-    the checkpoint fits the graph, says so, records the data's classes
-    beside it (for eval and classify) and removes interrupted saves; raises
-    checkpoints.CheckpointMismatchError, changing nothing, if it does not."""
+    """The Scaffold (restoring_scaffold's **kwargs) of the complete graph; once
+    the checkpoint fits it (changing nothing before), writes the class names
+    beside it (whole, unless there) and removes interrupted saves."""
     plan = None
     if self.checkpoint is not None:
       plan = checkpoints.plan_restore(self.checkpoint)
       print('Resuming from checkpoint %s at step %d (--fresh_start trains '
             'from scratch).' % (self.checkpoint, self.step))
-      line = checkpoints.not_in_checkpoint_message(plan)
-      if line:
-        print(line)
-    checkpoints.record_classes(self.train_dir, self.data_set)
+      if plan.not_in_checkpoint:
+        print(checkpoints.not_in_checkpoint_message(plan))
+    names = os.path.join(self.train_dir, checkpoints.CLASSES_FILE)
+    try:
+      recorded = data_files.read_class_names(names)
+    except data_files.DataError:
+      recorded = None  # Unreadable: written anew.
+    if recorded != self.data_set.class_names:
+      _write_whole(names, data_files.class_names_text(
+          self.data_set.class_names))
     remove_interrupted_saves(self.train_dir)
     return checkpoints.restoring_scaffold(plan, self.train_dir, **kwargs)
 
@@ -165,42 +143,32 @@ class StartPoint(object):
     return True
 
 
-
 @contextlib.contextmanager
 def claim(train_dir, fresh_start, data_set):
-  """Locks train_dir for the block and yields its `StartPoint` for training
-  data_set; fresh_start deletes everything there but the lock file first.
-  Damaged checkpoints are skipped (one line each), never deleted.
-
-  Raises:
-    TrainDirBusyError: another trainer holds train_dir.
-    checkpoints.NoRestorableCheckpointError: every checkpoint is damaged.
-    checkpoints.ResumeError: the newest that restores is of other classes.
-  """
+  """Locks train_dir for the block, yielding its StartPoint for data_set;
+  fresh_start first deletes everything there but the lock file."""
   tf.io.gfile.makedirs(train_dir)
   with train_dir_lock(train_dir):
     if fresh_start:
       print('--fresh_start: deleting the contents of %s' % train_dir)
       for name in tf.io.gfile.listdir(train_dir):
         path = os.path.join(train_dir, name.rstrip('/'))
-        if name == LOCK_NAME:
-          continue
         if tf.io.gfile.isdir(path):
           tf.io.gfile.rmtree(path)
-        else:
+        elif name != LOCK_NAME:
           tf.io.gfile.remove(path)
-    start = StartPoint(train_dir, checkpoints.newest_restorable(train_dir),
-                       data_set)
-    if start.checkpoint is None:
-      print('No checkpoint in %s: training from step 0.' % train_dir)
-    yield start
+    yield StartPoint(train_dir, data_set)
+
+
+def _write_whole(path, contents):
+  """Writes bytes to path whole: a reader sees the old file or the new one."""
+  with tf.io.gfile.GFile(path + '.tmp', 'wb') as f:
+    f.write(contents)
+  tf.io.gfile.rename(path + '.tmp', path, overwrite=True)
 
 
 def remove_interrupted_saves(train_dir):
-  """Removes the temporary directories of saves cut short (a kill, a full
-  disk): the index only ever names complete checkpoints, so none is read.
-  Called once the checkpoint to resume from is known to fit the graph
-  (StartPoint.scaffold), so that a refused run changes nothing."""
+  """Removes the directories of saves cut short, which no index names."""
   for partial in tf.io.gfile.glob(os.path.join(train_dir, 'model.ckpt-*_temp')):
     print('Removing %s, an interrupted save.' % partial)
     tf.io.gfile.rmtree(partial)
@@ -209,17 +177,12 @@ def remove_interrupted_saves(train_dir):
 @contextlib.contextmanager
 def stop_on_full_disk(train_dir):
   """Turns running out of space in train_dir into one DiskFullError, naming
-  the checkpoint a new run resumes from, after removing the half-written
-  save (the index still names the last complete one)."""
+  the checkpoint a new run resumes from, once the cut save is removed."""
   try:
     yield
   except (tf.errors.OpError, OSError) as e:
-    if isinstance(e, OSError):
-      full = e.errno in (errno.ENOSPC, errno.EDQUOT)
-    else:
-      full = ('No space left on device' in e.message or
-              'Disk quota exceeded' in e.message)
-    if not full:
+    if not any(os.strerror(code) in str(e)
+               for code in (errno.ENOSPC, errno.EDQUOT)):
       raise
     remove_interrupted_saves(train_dir)
     checkpoint = checkpoints.resumed_from(train_dir)
@@ -233,11 +196,8 @@ def stop_on_full_disk(train_dir):
 
 
 class CheckpointSaverHook(tf.train.CheckpointSaverHook):
-  """TensorFlow's hook, saving to train_dir with the scaffold's saver when
-  the session starts, every save_steps steps (if positive; else every
-  save_secs seconds) and at the end; each save gets a line
-  (progress.SaveAnnouncer, beginning `label`), and a full disk one
-  DiskFullError (stop_on_full_disk)."""
+  """TensorFlow's, saving every save_steps steps (0: save_secs seconds), with
+  progress.SaveAnnouncer's lines (beginning `label`) and stop_on_full_disk."""
 
   def __init__(self, train_dir, scaffold, max_steps, save_steps=0,
                save_secs=600, label=''):
