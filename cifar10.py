@@ -122,9 +122,10 @@ def _maybe_fp16(images, labels, use_fp16):
 
 def distorted_inputs(data_dir=DEFAULT_DATA_DIR, batch_size=128, use_fp16=False,
                      num_threads=cifar10_input.NUM_PREPROCESS_THREADS,
-                     data_set=None):
+                     data_set=None, seed=None):
   """Distorted training batches read from `<data_dir>/cifar-10-batches-bin`,
-  or from the training files of data_set (a data_files.DataSet).
+  or from the training files of data_set (a data_files.DataSet); seed: see
+  cifar10_input.distorted_inputs.
 
   Returns:
     images: 4-D tensor of [batch_size, 24, 24, 3], float32
@@ -140,7 +141,8 @@ def distorted_inputs(data_dir=DEFAULT_DATA_DIR, batch_size=128, use_fp16=False,
     raise ValueError('Please supply a data_dir')
   images, labels = cifar10_input.distorted_inputs(
       data_dir=os.path.join(data_dir, 'cifar-10-batches-bin'),
-      batch_size=batch_size, num_threads=num_threads, data_set=data_set)
+      batch_size=batch_size, num_threads=num_threads, data_set=data_set,
+      seed=seed)
   return _maybe_fp16(images, labels, use_fp16)
 
 

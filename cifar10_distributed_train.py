@@ -31,6 +31,7 @@ each task prints: docs/distributed.md.
 import contextlib
 import sys
 import time
+import zlib
 
 from cifar10_support import console
 console.before_tensorflow(__name__)
@@ -144,6 +145,11 @@ def build_worker_graph(settings, data_set, worker, replicas=None):
     end).
   """
   num_workers = len(worker.training_tasks)
+  if settings.seed is not None:
+    # Each worker its own seed, drawn from --seed and the task; what that
+    # does not make reproducible: docs/distributed.md#seed.
+    tf.set_random_seed(zlib.crc32(b'%d %s' % (settings.seed,
+                                              worker.name.encode())))
   setter = tf.train.replica_device_setter(
       worker_device=worker.device,
       cluster=tf.train.ClusterSpec(worker.cluster))
@@ -233,7 +239,7 @@ def train(settings, data_set, worker, target, replicas=None):
     if is_chief:  # Only the chief reads and writes train_dir.
       start = claimed.enter_context(
           train_dirs.claim(settings.train_dir, settings.fresh_start,
-                           data_set))
+                           data_set, settings.seed))
     with tf.Graph().as_default():
       graph = build_worker_graph(settings, data_set, worker, replicas)
       logger = progress.StepLogger(graph['loss'], settings.batch_size,

@@ -5,8 +5,9 @@
 
 It restores the newest checkpoint in --checkpoint_dir with the moving averages
 of the weights, counts the first --num_examples examples of --eval_data, each
-once, and prints their precision @ 1 and a per-class table, with summaries in
---eval_dir; following training, each new checkpoint once (docs/evaluation.md).
+once, and prints their precision @ 1 (@ 5 too above 10 classes) and a per-class
+table, with summaries in --eval_dir; following training, each new checkpoint
+once (docs/evaluation.md).
 """
 
 import collections
@@ -53,11 +54,13 @@ flags.DEFINE_boolean('run_once', DEFAULTS['run_once'],
                      'Whether to run eval only once.')
 
 EvalGraph = collections.namedtuple('EvalGraph', [
-    'correct', 'predictions', 'labels', 'summary_op', 'variables_to_restore'])
+    'correct', 'in_top_5', 'predictions', 'labels', 'summary_op',
+    'variables_to_restore'])
 EvalGraph.__doc__ = """`build_eval_graph`'s tensors [batch] `correct` (bool:
-the label is the top prediction), `predictions` and `labels` (int32), its
-merged `summary_op`, and `variables_to_restore`: checkpoint key -> variable,
-restored from its moving average."""
+the label is the top prediction), `in_top_5` (bool: in_top_k's k=5),
+`predictions` and `labels` (int32), its merged `summary_op`, and
+`variables_to_restore`: checkpoint key -> variable, restored from its moving
+average."""
 
 
 def build_eval_graph(settings, data_set, use_fp16=False):
@@ -79,17 +82,18 @@ def build_eval_graph(settings, data_set, use_fp16=False):
   # in_top_k also counts a label tied with the top logit; requiring the
   # argmax too counts a tie once, as the confusion matrix does.
   correct = tf.logical_and(top_k, tf.equal(predictions, labels))
-  return EvalGraph(correct=correct, predictions=predictions, labels=labels,
+  return EvalGraph(correct=correct, in_top_5=tf.nn.in_top_k(logits, labels, 5),
+                   predictions=predictions, labels=labels,
                    summary_op=tf.summary.merge_all(),
                    variables_to_restore=cifar10.moving_averages_to_restore())
 
 
 def count_examples(sess, eval_graph, num_examples):
-  """Returns (correct, predictions, labels), arrays [num_examples], and the
-  first batch's serialized summaries (bytes), running batches in sess (its
-  input started); raises ValueError if the input ends first."""
+  """Returns (correct, in_top_5, predictions, labels), arrays [num_examples],
+  and the first batch's serialized summaries (bytes), running batches in sess
+  (its input started); raises ValueError if the input ends first."""
   fetches = {k: getattr(eval_graph, k)
-             for k in ('correct', 'predictions', 'labels')}
+             for k in ('correct', 'in_top_5', 'predictions', 'labels')}
   # The summaries come with the first batch: the input ends after the last
   # one, so there would be no batch left to run them on.
   first = dict(fetches, summary=eval_graph.summary_op)
@@ -123,8 +127,8 @@ def eval_once(checkpoint_path, settings, data_set, eval_dir=None):
 
   Returns:
     A dict: 'checkpoint', 'global_step', 'num_examples', 'true_count',
-    'precision' (true_count / num_examples), and the evaluation.EvalReport's
-    'per_class' and 'confusion'.
+    'precision' (true_count / num_examples), 'precision_at_5', and the
+    evaluation.EvalReport's 'per_class' and 'confusion'.
 
   Raises:
     checkpoints.CheckpointMismatchError: it lacks a variable of the model
@@ -172,7 +176,7 @@ def eval_once(checkpoint_path, settings, data_set, eval_dir=None):
       coord = tf.train.Coordinator()
       threads = tf.train.start_queue_runners(sess=sess, coord=coord)
       try:
-        correct, predictions, labels, graph_summary = count_examples(
+        correct, in_top_5, predictions, labels, graph_summary = count_examples(
             sess, eval_graph, num_examples)
       finally:
         coord.request_stop()
@@ -180,18 +184,22 @@ def eval_once(checkpoint_path, settings, data_set, eval_dir=None):
 
   true_count = int(correct.sum())
   precision = true_count / num_examples
+  precision_at_5 = int(in_top_5.sum()) / num_examples
   print('%s: precision @ 1 = %.3f' % (datetime.now(), precision))
+  if data_set.num_classes > 10:  # CIFAR-100's measure.
+    print('%s: precision @ 5 = %.3f' % (datetime.now(), precision_at_5))
   report = evaluation.EvalReport(data_set.class_names, correct,
                                   predictions, labels)
   print(report.table(), flush=True)
   if writer:
     summary = tf.Summary.FromString(graph_summary)
     summary.value.add(tag='Precision @ 1', simple_value=precision)
+    summary.value.add(tag='Precision @ 5', simple_value=precision_at_5)
     report.write_summaries(writer, summary, global_step)
   return {'checkpoint': checkpoint_path, 'global_step': global_step,
           'num_examples': num_examples, 'true_count': true_count,
-          'precision': precision, 'per_class': report.per_class,
-          'confusion': report.confusion}
+          'precision': precision, 'precision_at_5': precision_at_5,
+          'per_class': report.per_class, 'confusion': report.confusion}
 
 
 def evaluate(checkpoint_dir, eval_dir, settings, data_set,

@@ -93,8 +93,12 @@ def _decode(values, layout):
     planes: uint8 tensor of [n, 3, 32, 32], the images as stored: the red,
       green and blue planes, each [row, column].
   """
-  records = tf.reshape(tf.io.decode_raw(values, tf.uint8),
-                       [-1, layout.record_bytes])
+  return _split(tf.reshape(tf.io.decode_raw(values, tf.uint8),
+                           [-1, layout.record_bytes]), layout)
+
+
+def _split(records, layout):
+  """`_decode`'s labels and planes of uint8 records [n, record_bytes]."""
   labels = tf.cast(
       records[:, layout.label_index:layout.label_index + 1], tf.int32)
   planes = tf.reshape(records[:, layout.label_bytes:],
@@ -121,20 +125,25 @@ def read_cifar10_chunk(filename_queue, layout=data_files.CIFAR10):
   return _decode(values, layout)
 
 
-def _random_distort(planes):
-  """The original's random distortions, drawn independently per image.
+def _random_distort(planes, seed=None):
+  """The original's random distortions, drawn independently per image: from
+  the op's random state, or with seed (an int64 [2] tensor) as a function of
+  the seed and the image's place in planes.
 
   fast_ops.distort computes what tf.image's per-image ops compute, over the
   whole chunk at once.
   """
   n = tf.shape(planes)[0]
-  offsets = tf.random.uniform([n, 2], maxval=HEIGHT - IMAGE_SIZE + 1,
-                              dtype=tf.int32)
-  flips = tf.random.uniform([n]) < 0.5
-  deltas = tf.random.uniform([n], -63.0, 63.0)
-  factors = tf.random.uniform([n], 0.2, 1.8)
-  return fast_ops.distort(planes, offsets, flips, deltas=deltas,
-                          factors=factors, image_size=IMAGE_SIZE)
+  if seed is None:
+    draws = tf.random.uniform([n, 5])
+  else:
+    draws = tf.random.stateless_uniform([n, 5], seed)
+  crops = HEIGHT - IMAGE_SIZE + 1
+  offsets = tf.minimum(tf.cast(draws[:, :2] * crops, tf.int32), crops - 1)
+  return fast_ops.distort(planes, offsets, flips=draws[:, 2] < 0.5,
+                          deltas=draws[:, 3] * 126.0 - 63.0,
+                          factors=draws[:, 4] * 1.6 + 0.2,
+                          image_size=IMAGE_SIZE)
 
 
 def _generate_image_and_label_batch(examples, min_queue_examples, batch_size,
@@ -174,8 +183,38 @@ def _generate_image_and_label_batch(examples, min_queue_examples, batch_size,
       label_batch, [-1 if allow_smaller_final_batch else batch_size])
 
 
+def _seeded_examples(data_set, batch_size, seed):
+  """Step n's batch of a seeded run, as a function of the seed and n alone:
+  the examples n * batch_size onwards of the records in a seeded stateless
+  permutation per epoch, distorted by draws from (seed, n). n starts at the
+  global step when a session starts, so a run resumed from any step sees what
+  the unstopped run saw."""
+  # All the training records, read when a session starts (a local variable,
+  # never saved), so that any of them can be gathered in the seed's order.
+  records = tf.Variable(
+      tf.concat([tf.reshape(tf.io.decode_raw(tf.io.read_file(path), tf.uint8),
+                            [-1, data_set.layout.record_bytes])
+                 for path in data_set.paths(data_set.train_files)], 0),
+      trainable=False, collections=[tf.GraphKeys.LOCAL_VARIABLES],
+      name='records')
+  next_step = tf.Variable(tf.train.get_global_step().read_value(),
+                          trainable=False, name='input_step',
+                          collections=[tf.GraphKeys.LOCAL_VARIABLES])
+  step = next_step.assign_add(1) - 1
+  count = tf.shape(records, out_type=tf.int64)[0]
+  position = step * batch_size + tf.range(batch_size, dtype=tf.int64)
+  # tf.random.experimental.index_shuffle, whose wrapper pads an [n, 2] seed
+  # the wrong way: a seed (the run's, the epoch, 0) per position.
+  epoch_seeds = tf.stack([tf.fill([batch_size], tf.cast(seed, tf.int64)),
+                          position // count, tf.zeros_like(position)], axis=1)
+  order = tf.raw_ops.RandomIndexShuffle(index=position % count,
+                                        seed=epoch_seeds, max_index=count - 1)
+  labels, planes = _split(tf.gather(records, order), data_set.layout)
+  return _random_distort(planes, tf.stack([tf.cast(seed, tf.int64), step])), labels
+
+
 def distorted_inputs(data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS,
-                     data_set=None):
+                     data_set=None, seed=None):
   """Training input: randomly distorted, shuffled batches, built on /cpu:0.
 
   Preprocessing, in this order: random 24x24 crop, random left-right flip,
@@ -189,6 +228,9 @@ def distorted_inputs(data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS,
     num_threads: int, threads that read and preprocess.
     data_set: the data_files.DataSet to read its training files; None for
       the CIFAR-10 layout in data_dir.
+    seed: None, or an int that makes the batch of global step n a function
+      of the seed and n alone (`_seeded_examples`; the records are held in
+      memory). Needs the global step, created before.
 
   Returns:
     images: 4-D float32 tensor of [batch_size, IMAGE_SIZE, IMAGE_SIZE, 3].
@@ -205,6 +247,13 @@ def distorted_inputs(data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS,
   # The reader and the preprocessing run on the CPU so that an accelerator
   # only ever sees ready batches.
   with tf.device('/cpu:0'):
+    if seed is not None:
+      # One thread fills a first-in first-out queue, step after step.
+      with tf.name_scope('data_augmentation'):
+        images, labels = _seeded_examples(data_set, batch_size, seed)
+      return _generate_image_and_label_batch(
+          (images, labels), 2 * batch_size, batch_size, shuffle=False,
+          num_threads=1)
     filename_queue = tf.train.string_input_producer(filenames)
     with tf.name_scope('data_augmentation'):
       labels, planes = read_cifar10_chunk(filename_queue, data_set.layout)

@@ -248,18 +248,33 @@ def train(settings, data_set, num_towers=1, tower_device='gpu', config=None):
     config = towers.session_config(
         num_towers, tower_device, settings.threads,
         log_device_placement=settings.log_device_placement)
-  with train_dirs.claim(settings.train_dir, settings.fresh_start,
-                        data_set) as start:
+  with train_dirs.claim(settings.train_dir, settings.fresh_start, data_set,
+                        settings.seed) as start:
     if start.nothing_to_train(settings.max_steps):
       return {'global_step': start.step, 'loss': None,
               'examples_per_sec': None, 'signal': None}
     with tf.Graph().as_default():
+      # With --seed, the initial weights and every batch are the seed's.
+      tf.set_random_seed(settings.seed)
+      if settings.seed is not None and tower_device == 'gpu':
+        # The CPU's kernels are deterministic already; the GPU's on demand.
+        tf.compat.v2.config.experimental.enable_op_determinism()
       with tf.device('/cpu:0'):
         global_step = tf.train.get_or_create_global_step()
-      tower_batches = tower_input_batches(
-          settings.data_dir, num_towers, settings.batch_size,
-          use_fp16=settings.use_fp16, num_threads=settings.input_threads,
-          data_set=data_set)
+      if settings.seed is None:
+        tower_batches = tower_input_batches(
+            settings.data_dir, num_towers, settings.batch_size,
+            use_fp16=settings.use_fp16, num_threads=settings.input_threads,
+            data_set=data_set)
+      else:
+        # The seed's batch for all towers, split in tower order: what each
+        # tower sees does not depend on which tower runs first.
+        images, labels = cifar10.distorted_inputs(
+            settings.data_dir, settings.batch_size * num_towers,
+            use_fp16=settings.use_fp16, data_set=data_set, seed=settings.seed)
+        with tf.device('/cpu:0'):
+          tower_batches = list(zip(tf.split(images, num_towers),
+                                   tf.split(labels, num_towers)))
       step = build_train_step(
           tower_batches, global_step, settings.batch_size,
           tower_device=tower_device, compute_dtype=settings.compute_dtype,

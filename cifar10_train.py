@@ -67,19 +67,25 @@ def train(settings, data_set):
   # Lock train_dir and find where training starts: the newest checkpoint that
   # restores, of the data's classes, or step 0 (--fresh_start empties it
   # first).
-  with train_dirs.claim(settings.train_dir, settings.fresh_start,
-                        data_set) as start:
+  with train_dirs.claim(settings.train_dir, settings.fresh_start, data_set,
+                        settings.seed) as start:
     if start.nothing_to_train(settings.max_steps):
       return {'global_step': start.step, 'loss': None,
               'examples_per_sec': None, 'signal': None}
     with tf.Graph().as_default():
+      # With --seed, the initial weights and every batch are the seed's.
+      tf.set_random_seed(settings.seed)
+      if settings.seed is not None and tf.config.list_physical_devices('GPU'):
+        # The CPU's kernels are deterministic already; the GPU's on demand.
+        tf.compat.v2.config.experimental.enable_op_determinism()
       with tf.device('/cpu:0'):
         global_step = tf.train.get_or_create_global_step()
 
       # Get images and labels for CIFAR-10.
       images, labels = cifar10.distorted_inputs(
           settings.data_dir, settings.batch_size, use_fp16=settings.use_fp16,
-          num_threads=settings.input_threads, data_set=data_set)
+          num_threads=settings.input_threads, data_set=data_set,
+          seed=settings.seed)
       # Build a Graph that computes the logits predictions from the
       # inference model.
       logits = cifar10.inference(images, settings.compute_dtype,

@@ -15,9 +15,10 @@ TrainSettings = collections.namedtuple('TrainSettings', [
     'data_dir', 'train_dir', 'max_steps', 'batch_size', 'use_fp16',
     'log_frequency', 'log_device_placement', 'fresh_start',
     'save_checkpoint_secs', 'save_checkpoint_steps', 'save_summaries_steps',
-    'threads', 'input_threads', 'compute_dtype', 'dataset'], defaults=(
-        100000, 128, False, 10, False, False, 600, 0, 100,
-        sessions.BY_RULE, data_files.NUM_PREPROCESS_THREADS, None, 'cifar10'))
+    'threads', 'input_threads', 'compute_dtype', 'dataset', 'seed'],
+    defaults=(100000, 128, False, 10, False, False, 600, 0, 100,
+              sessions.BY_RULE, data_files.NUM_PREPROCESS_THREADS, None,
+              'cifar10', None))
 TrainSettings.__doc__ = """The settings of one training run: the flag of the
 same name where there is one; batch_size per tower and per worker;
 save_checkpoint_steps None as 0; threads a sessions.ThreadCounts;
@@ -102,6 +103,12 @@ def define_train_flags():
                        'If positive, write a checkpoint every this many steps '
                        'instead of every --save_checkpoint_secs.',
                        lower_bound=0)
+  flags.DEFINE_integer('seed', None,
+                       'If set, the initial weights and every step\'s batch '
+                       'are this seed\'s: the same flags, data and machine '
+                       'write the same checkpoints, run after run and across '
+                       'a stop (docs/training.md#seed).', lower_bound=0,
+                       upper_bound=2**63 - 1)
 
 
 def define_checkpoint_dir_flag():

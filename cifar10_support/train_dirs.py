@@ -15,6 +15,7 @@ from cifar10_support import locks
 from cifar10_support import progress
 
 LOCK_NAME = '.cifar10_train.lock'
+SEED_FILE = 'seed.txt'  # The newest run's --seed, or 'none'.
 
 
 class TrainDirLockError(RuntimeError):
@@ -97,11 +98,13 @@ def train_dir_lock(train_dir):
 
 class StartPoint(object):
   """Where training starts in a claimed train_dir: `checkpoint`, the newest
-  that restores, if of data_set's classes (or None), and its `step` (or 0)."""
+  that restores, if of data_set's classes (or None), and its `step` (or 0);
+  seed: the run's --seed (None: none)."""
 
-  def __init__(self, train_dir, data_set):
+  def __init__(self, train_dir, data_set, seed=None):
     self.train_dir = train_dir
     self.data_set = data_set
+    self.seed = seed
     self.checkpoint = checkpoints.newest_restorable(train_dir)
     self.step = 0
     if self.checkpoint is None:
@@ -115,7 +118,8 @@ class StartPoint(object):
   def scaffold(self, **kwargs):
     """The Scaffold (restoring_scaffold's **kwargs) of the complete graph; once
     the checkpoint fits it (changing nothing before), writes the class names
-    beside it (whole, unless there) and removes interrupted saves."""
+    and the seed beside it (whole, unless there), says the seed and any other
+    one the checkpoint was trained with, and removes interrupted saves."""
     plan = None
     if self.checkpoint is not None:
       plan = checkpoints.plan_restore(self.checkpoint)
@@ -131,8 +135,27 @@ class StartPoint(object):
     if recorded != self.data_set.class_names:
       _write_whole(names, data_files.class_names_text(
           self.data_set.class_names))
+    self._record_seed()
     remove_interrupted_saves(self.train_dir)
     return checkpoints.restoring_scaffold(plan, self.train_dir, **kwargs)
+
+  def _record_seed(self):
+    path = os.path.join(self.train_dir, SEED_FILE)
+    seed = 'none' if self.seed is None else str(self.seed)
+    if self.seed is not None:
+      print('Seed: %s (docs/training.md#seed).' % seed)
+    # A train_dir of a run before --seed existed was trained without one.
+    recorded = 'none'
+    if tf.io.gfile.exists(path):
+      with tf.io.gfile.GFile(path) as f:
+        recorded = f.read().strip()
+    if self.checkpoint is not None and recorded != seed:
+      print('Note: steps up to %d were trained with %s; the steps from here '
+            'on are %s.' % (
+                self.step, _seed_words(recorded), 'not reproducible'
+                if self.seed is None else '--seed=%s\'s' % seed))
+    if recorded != seed or not tf.io.gfile.exists(path):
+      _write_whole(path, (seed + '\n').encode())
 
   def nothing_to_train(self, max_steps):
     """Whether the checkpoint is already at `max_steps`; says so if it is."""
@@ -144,9 +167,9 @@ class StartPoint(object):
 
 
 @contextlib.contextmanager
-def claim(train_dir, fresh_start, data_set):
-  """Locks train_dir for the block, yielding its StartPoint for data_set;
-  fresh_start first deletes everything there but the lock file."""
+def claim(train_dir, fresh_start, data_set, seed=None):
+  """Locks train_dir for the block, yielding its StartPoint for data_set and
+  seed; fresh_start first deletes everything there but the lock file."""
   tf.io.gfile.makedirs(train_dir)
   with train_dir_lock(train_dir):
     if fresh_start:
@@ -157,7 +180,11 @@ def claim(train_dir, fresh_start, data_set):
           tf.io.gfile.rmtree(path)
         elif name != LOCK_NAME:
           tf.io.gfile.remove(path)
-    yield StartPoint(train_dir, data_set)
+    yield StartPoint(train_dir, data_set, seed)
+
+
+def _seed_words(recorded):
+  return 'no --seed' if recorded == 'none' else '--seed=' + recorded
 
 
 def _write_whole(path, contents):

@@ -728,6 +728,20 @@ def _ancestors(op):
   return seen
 
 
+def test_seed_gives_each_worker_its_own_graph_seed(data_dir):
+  cluster = {'ps': ['h0:1'], 'worker': ['h1:1', 'h2:1']}
+  seeds = {}
+  for seed, index in ((3, 0), (3, 1), (4, 0), (3, 0)):
+    with tf.Graph().as_default() as graph:
+      settings = run_flags.TrainSettings(data_dir, None, batch_size=2,
+                                         seed=seed)
+      dist.build_worker_graph(settings, testutil.described(settings),
+                              clusters.Task(cluster, 'worker', index))
+      seeds.setdefault((seed, index), set()).add(graph.seed)
+  assert all(len(s) == 1 and None not in s for s in seeds.values())
+  assert len(set.union(*seeds.values())) == 3
+
+
 @pytest.mark.parametrize('sync', [False, True])
 def test_a_worker_reads_the_step_it_logs_before_its_own_update(sync,
                                                               data_dir):

@@ -19,6 +19,7 @@ from cifar10_support import checkpoints
 from cifar10_support import data_files
 from cifar10_support import download
 from cifar10_support import evaluation
+import synthetic
 import testutil
 from testutil import run_script
 from testutil import session_config
@@ -62,9 +63,10 @@ def _eval_once(checkpoint, data_dir, **kwargs):
 
 
 def save_checkpoint(path, step, raw_class, shadow_class, dtype=tf.float32,
-                     with_averages=True):
+                     with_averages=True, shadow_logits=None):
   """Saves a model whose raw weights predict raw_class for every image and
-  whose moving averages predict shadow_class."""
+  whose moving averages predict shadow_class (or, given shadow_logits, 10
+  numbers, give every image these logits)."""
   with tf.Graph().as_default():
     global_step = tf.train.get_or_create_global_step()
     cifar10.inference(tf.zeros([1, 24, 24, 3], dtype))
@@ -81,7 +83,9 @@ def save_checkpoint(path, step, raw_class, shadow_class, dtype=tf.float32,
       assigns += [averages.average(variables['softmax_linear/weights']).assign(
                       tf.zeros([192, 10], dtype)),
                   averages.average(variables['softmax_linear/biases']).assign(
-                      tf.one_hot(shadow_class, 10, 10.0, dtype=dtype))]
+                      tf.one_hot(shadow_class, 10, 10.0, dtype=dtype)
+                      if shadow_logits is None else
+                      tf.constant(shadow_logits, dtype))]
     with tf.Session(config=session_config()) as sess:
       sess.run(tf.global_variables_initializer())
       sess.run(assigns)
@@ -278,6 +282,50 @@ def test_tied_logits_count_as_one_prediction_not_a_hit_for_each(
 
   assert list(result['confusion'][:, 0]) == [2] * 10
   assert result['true_count'] == 2
+
+
+def test_precision_at_5_counts_a_label_tied_with_the_fifth_logit(
+    data_dir, tmp_path):
+  # Every image gets these logits: classes 0-3 above the fifth largest, 4, 5
+  # and 6 tied at it (in_top_k counts all three), 7-9 below.
+  save_checkpoint(str(tmp_path / 'model.ckpt'), 5, raw_class=3,
+                  shadow_class=None,
+                  shadow_logits=[5, 4, 3, 2, 1, 1, 1, 0, 0, 0])
+
+  # 13 examples in batches of 5: the third batch counts 3 of its 5.
+  result = _eval_once(str(tmp_path / 'model.ckpt-5'), data_dir,
+                      num_examples=13, batch_size=5)
+
+  # By hand: of these labels, 6, 1, 5, 4, 3, 3, 2, 2, 4 are in classes 0-6
+  # (4, 5 and 6 by the tie), 7, 7, 8, 9 not: 9 of 13. None is the argmax, 0.
+  assert list(_test_labels(data_dir)[:13]) == [7, 6, 1, 5, 4, 3, 3, 7, 8, 9,
+                                               2, 2, 4]
+  assert result['precision_at_5'] == 9 / 13
+  assert result['true_count'] == 0
+
+
+def test_precision_at_5_is_printed_above_ten_classes_only(
+    data_dir, colour_dir, tmp_path, capsys):
+  hundred_dir = synthetic.make_cifar100_dir(str(tmp_path / 'data'))
+  hundred = testutil.model_checkpoint(str(tmp_path / 'train'), step=3,
+                                      num_classes=100)
+  ten = _eval_once(tf.train.latest_checkpoint(colour_dir), data_dir,
+                   num_examples=20, batch_size=8)
+  ten_console = capsys.readouterr().out
+  result = _eval_once(hundred, hundred_dir, dataset='cifar100', batch_size=50)
+  lines = capsys.readouterr().out.splitlines()
+
+  # CIFAR-10's console as it was: no such line, though the number is made.
+  assert len(PRECISION_LINE.findall(ten_console)) == 1
+  assert 'precision @ 5' not in ten_console
+  assert ten['precision_at_5'] == 1.0
+  # CIFAR-100's: the line, in the same format, right after precision @ 1.
+  first = [i for i, line in enumerate(lines) if PRECISION_LINE.match(line)]
+  assert len(first) == 1
+  at_5 = re.match(r'^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}: precision @ 5 = '
+                  r'(\d\.\d{3})$', lines[first[0] + 1])
+  assert at_5.group(1) == '%.3f' % result['precision_at_5']
+  assert sum('precision @ 5' in line for line in lines) == 1
 
 
 def _unusable_checkpoint(directory, fault):

@@ -188,3 +188,15 @@ def test_tensorboard_shows_the_per_class_table_beside_the_counts(tensorboard):
                '<td>airplane</td>', '<td>truck</td>'):
     assert cell in html, html
   assert html.count('<tr>') == 11
+
+
+def test_tensorboard_charts_precision_at_5_beside_precision_at_1(tensorboard):
+  assert {'Precision @ 1', 'Precision @ 5'} <= set(
+      tensorboard('/data/plugin/scalars/tags')['eval'])
+  at_1, at_5 = [
+      tensorboard('/data/plugin/scalars/scalars', run='eval', tag=tag)
+      for tag in ('Precision @ 1', 'Precision @ 5')]
+  # Points are [wall_time, step, value]: one each, from the same event.
+  assert len(at_1) == len(at_5) == 1
+  assert at_5[0][:2] == at_1[0][:2] and at_5[0][1] == STEPS
+  assert at_1[0][2] <= at_5[0][2] <= 1

@@ -1,0 +1,178 @@
+"""--seed: the same checkpoints and step lines run after run, beside a busy
+process and across a SIGTERM; another seed, another run (docs/training.md)."""
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import cifar10_train
+from cifar10_support import data_files
+from cifar10_support import run_flags
+from cifar10_support import train_dirs
+import testutil
+
+STEP_LINE = re.compile(r': step (\d+), loss = ([\d.]+) ')
+
+
+@contextlib.contextmanager
+def busy_cores():
+  """Two processes that keep both cores busy while the block runs."""
+  spinners = [subprocess.Popen([sys.executable, '-c', 'while True: pass'])
+              for _ in range(2)]
+  try:
+    yield
+  finally:
+    for spinner in spinners:
+      spinner.kill()
+      spinner.wait()
+
+
+def run(script, data_dir, train_dir, *flags):
+  """Runs a trainer with a step line every step; returns its console."""
+  result = testutil.run_script(
+      script, ['--data_dir=' + data_dir, '--train_dir=' + train_dir,
+               '--batch_size=8', '--log_frequency=1'] + list(flags))
+  assert result.returncode == 0, result.stdout + result.stderr
+  return result.stdout
+
+
+def steps_and_losses(console):
+  return [m.groups() for m in map(STEP_LINE.search, console.splitlines()) if m]
+
+
+def checkpoint_values(train_dir):
+  """Every variable of the newest checkpoint in train_dir, by name."""
+  reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(train_dir))
+  return {name: reader.get_tensor(name)
+          for name in reader.get_variable_to_shape_map()}
+
+
+def assert_same_values(a, b):
+  assert sorted(a) == sorted(b)
+  different = [name for name in a if a[name].tobytes() != b[name].tobytes()]
+  assert not different
+
+
+@pytest.mark.slow  # Starts processes.
+def test_two_seeded_runs_write_the_same_checkpoint_and_step_lines(data_dir,
+                                                                  tmp_path):
+  first = run('cifar10_train.py', data_dir, str(tmp_path / 'a'), '--seed=3',
+              '--max_steps=6')
+  with busy_cores():
+    second = run('cifar10_train.py', data_dir, str(tmp_path / 'b'),
+                 '--seed=3', '--max_steps=6')
+  assert 'Seed: 3 (docs/training.md#seed).' in first.splitlines()
+  assert len(steps_and_losses(first)) == 6
+  assert steps_and_losses(first) == steps_and_losses(second)
+  assert_same_values(checkpoint_values(str(tmp_path / 'a')),
+                     checkpoint_values(str(tmp_path / 'b')))
+
+
+@pytest.mark.slow  # Starts processes.
+def test_a_sigterm_mid_run_then_resuming_ends_as_the_unstopped_run(data_dir,
+                                                                   tmp_path):
+  straight = str(tmp_path / 'straight')
+  run('cifar10_train.py', data_dir, straight, '--seed=5', '--max_steps=10')
+  stopped = str(tmp_path / 'stopped')
+  # Only the step-0 checkpoint and the one SIGTERM writes.
+  proc = subprocess.Popen(
+      testutil.script_command('cifar10_train.py') + [
+          '--data_dir=' + data_dir, '--train_dir=' + stopped, '--seed=5',
+          '--batch_size=8', '--log_frequency=1', '--max_steps=10',
+          '--save_checkpoint_secs=3600'],
+      cwd=testutil.ROOT, env=testutil.script_env(), stdout=subprocess.PIPE,
+      text=True)
+  try:
+    for line in proc.stdout:
+      if STEP_LINE.search(line) and int(STEP_LINE.search(line).group(1)) >= 3:
+        proc.send_signal(signal.SIGTERM)
+        break
+    proc.stdout.read()
+    assert proc.wait(120) == 128 + signal.SIGTERM
+  finally:
+    proc.kill()
+  stopped_at = int(tf.train.load_checkpoint(
+      tf.train.latest_checkpoint(stopped)).get_tensor('global_step'))
+  assert 3 < stopped_at < 10
+  run('cifar10_train.py', data_dir, stopped, '--seed=5', '--max_steps=10')
+  assert_same_values(checkpoint_values(straight), checkpoint_values(stopped))
+
+
+@pytest.mark.slow  # Trains.
+def test_another_seed_trains_otherwise(data_dir, tmp_path):
+  values = []
+  for seed in (3, 4):
+    settings = run_flags.TrainSettings(
+        data_dir, str(tmp_path / str(seed)), max_steps=2, batch_size=8,
+        save_checkpoint_secs=3600, seed=seed)
+    testutil.train(cifar10_train.train, settings)
+    values.append(checkpoint_values(settings.train_dir))
+  assert all(values[0][name].tobytes() != values[1][name].tobytes()
+             for name in ('conv1/weights', 'softmax_linear/biases'))
+
+
+@pytest.mark.slow  # Starts processes.
+def test_towers_on_two_cpu_devices_repeat_beside_a_busy_process(data_dir,
+                                                                tmp_path):
+  flags = ('--seed=7', '--max_steps=4', '--num_gpus=2', '--tower_device=cpu')
+  first = run('cifar10_multi_gpu_train.py', data_dir, str(tmp_path / 'a'),
+              *flags)
+  with busy_cores():
+    second = run('cifar10_multi_gpu_train.py', data_dir, str(tmp_path / 'b'),
+                 *flags)
+  assert len(steps_and_losses(first)) == 4
+  assert steps_and_losses(first) == steps_and_losses(second)
+  assert_same_values(checkpoint_values(str(tmp_path / 'a')),
+                     checkpoint_values(str(tmp_path / 'b')))
+
+
+def test_the_seed_is_said_kept_beside_the_checkpoints_and_a_change_noted(
+    data_dir, tmp_path, capsys):
+  train_dir = str(tmp_path)
+  data_set = data_files.describe(data_dir)
+
+  def lines_of_a_start(seed):
+    with train_dirs.claim(train_dir, False, data_set, seed) as start:
+      with tf.Graph().as_default():
+        tf.train.get_or_create_global_step()
+        start.scaffold()
+    return capsys.readouterr().out.splitlines()
+
+  def kept():
+    with open(os.path.join(train_dir, train_dirs.SEED_FILE)) as f:
+      return f.read()
+
+  assert 'Seed: 3 (docs/training.md#seed).' in lines_of_a_start(3)
+  assert kept() == '3\n'
+  testutil.model_checkpoint(train_dir, step=4)
+  assert not [line for line in lines_of_a_start(3) if 'Note' in line]
+  assert ('Note: steps up to 4 were trained with --seed=3; the steps from '
+          'here on are not reproducible.') in lines_of_a_start(None)
+  assert kept() == 'none\n'
+  assert ('Note: steps up to 4 were trained with no --seed; the steps from '
+          'here on are --seed=5\'s.') in lines_of_a_start(5)
+  assert kept() == '5\n'
+
+
+@pytest.mark.slow  # Trains.
+def test_beside_a_gpu_the_seed_asks_for_deterministic_kernels(
+    data_dir, tmp_path, monkeypatch):
+  # No GPU here: the trainer is told of one, and asks for TensorFlow's
+  # deterministic kernels, which then apply to the GPU's ops.
+  asked = []
+  listed = tf.config.list_physical_devices
+  monkeypatch.setattr(tf.config, 'list_physical_devices', lambda kind=None: (
+      ['/physical_device:GPU:0'] if kind == 'GPU' else listed(kind)))
+  monkeypatch.setattr(tf.compat.v2.config.experimental,
+                      'enable_op_determinism', lambda: asked.append(True))
+  testutil.train(cifar10_train.train, run_flags.TrainSettings(
+      data_dir, str(tmp_path), max_steps=1, batch_size=8,
+      save_checkpoint_secs=3600, seed=3))
+  assert asked == [True]
