@@ -60,38 +60,52 @@ def assert_same_values(a, b):
   assert not different
 
 
+SEEDED_STEPS = 30  # Far beyond the step a SIGTERM at step 2 stops at.
+
+
+@pytest.fixture(scope='module')
+def seeded_run(data_dir, tmp_path_factory):
+  """(train_dir, console) of one cifar10_train.py run with --seed=3 to step
+  SEEDED_STEPS, run once for the tests that compare theirs with it."""
+  def build(path):
+    console = run('cifar10_train.py', data_dir, os.path.join(path, 'train'),
+                  '--seed=3', '--max_steps=%d' % SEEDED_STEPS)
+    with open(os.path.join(path, 'console'), 'w') as f:
+      f.write(console)
+  path = testutil.shared_dir(tmp_path_factory, 'seeded_run', build)
+  with open(os.path.join(path, 'console')) as f:
+    return os.path.join(path, 'train'), f.read()
+
+
 @pytest.mark.slow  # Starts processes.
-def test_two_seeded_runs_write_the_same_checkpoint_and_step_lines(data_dir,
-                                                                  tmp_path):
-  first = run('cifar10_train.py', data_dir, str(tmp_path / 'a'), '--seed=3',
-              '--max_steps=6')
+def test_two_seeded_runs_write_the_same_checkpoint_and_step_lines(
+    seeded_run, data_dir, tmp_path):
+  first_dir, first = seeded_run
   with busy_cores():
-    second = run('cifar10_train.py', data_dir, str(tmp_path / 'b'),
-                 '--seed=3', '--max_steps=6')
+    second = run('cifar10_train.py', data_dir, str(tmp_path), '--seed=3',
+                 '--max_steps=%d' % SEEDED_STEPS)
   assert 'Seed: 3 (docs/training.md#seed).' in first.splitlines()
-  assert len(steps_and_losses(first)) == 6
+  assert len(steps_and_losses(first)) == SEEDED_STEPS
   assert steps_and_losses(first) == steps_and_losses(second)
-  assert_same_values(checkpoint_values(str(tmp_path / 'a')),
-                     checkpoint_values(str(tmp_path / 'b')))
+  assert_same_values(checkpoint_values(first_dir),
+                     checkpoint_values(str(tmp_path)))
 
 
 @pytest.mark.slow  # Starts processes.
-def test_a_sigterm_mid_run_then_resuming_ends_as_the_unstopped_run(data_dir,
-                                                                   tmp_path):
-  straight = str(tmp_path / 'straight')
-  run('cifar10_train.py', data_dir, straight, '--seed=5', '--max_steps=10')
-  stopped = str(tmp_path / 'stopped')
+def test_a_sigterm_mid_run_then_resuming_ends_as_the_unstopped_run(
+    seeded_run, data_dir, tmp_path):
+  stopped = str(tmp_path)
   # Only the step-0 checkpoint and the one SIGTERM writes.
   proc = subprocess.Popen(
       testutil.script_command('cifar10_train.py') + [
-          '--data_dir=' + data_dir, '--train_dir=' + stopped, '--seed=5',
-          '--batch_size=8', '--log_frequency=1', '--max_steps=10',
-          '--save_checkpoint_secs=3600'],
+          '--data_dir=' + data_dir, '--train_dir=' + stopped, '--seed=3',
+          '--batch_size=8', '--log_frequency=1',
+          '--max_steps=%d' % SEEDED_STEPS, '--save_checkpoint_secs=3600'],
       cwd=testutil.ROOT, env=testutil.script_env(), stdout=subprocess.PIPE,
       text=True)
   try:
     for line in proc.stdout:
-      if STEP_LINE.search(line) and int(STEP_LINE.search(line).group(1)) >= 3:
+      if STEP_LINE.search(line) and int(STEP_LINE.search(line).group(1)) >= 2:
         proc.send_signal(signal.SIGTERM)
         break
     proc.stdout.read()
@@ -100,9 +114,11 @@ def test_a_sigterm_mid_run_then_resuming_ends_as_the_unstopped_run(data_dir,
     proc.kill()
   stopped_at = int(tf.train.load_checkpoint(
       tf.train.latest_checkpoint(stopped)).get_tensor('global_step'))
-  assert 3 < stopped_at < 10
-  run('cifar10_train.py', data_dir, stopped, '--seed=5', '--max_steps=10')
-  assert_same_values(checkpoint_values(straight), checkpoint_values(stopped))
+  assert 2 < stopped_at < SEEDED_STEPS
+  run('cifar10_train.py', data_dir, stopped, '--seed=3',
+      '--max_steps=%d' % SEEDED_STEPS)
+  assert_same_values(checkpoint_values(seeded_run[0]),
+                     checkpoint_values(stopped))
 
 
 @pytest.mark.slow  # Trains.
