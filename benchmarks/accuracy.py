@@ -177,9 +177,8 @@ def machine_info(machine):
   cpuinfo = mixed_precision.read_cpuinfo()
   family = re.search(r'^cpu family\s*:\s*(\d+)', cpuinfo, re.M)
   model = re.search(r'^model\s*:\s*(\d+)', cpuinfo, re.M)
-  line = benchmark.describe_machine(cpuinfo)
   return {'machine': machine,
-          'cpu': line[len('machine: '):],
+          'cpu': benchmark.describe_machine(cpuinfo)[len('machine: '):],
           'cpu_family_model': 'family %s model %s' % (
               family.group(1), model.group(1)) if family and model else None,
           'tensorflow': tf.__version__,

@@ -19,10 +19,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, 'tests'), ROOT]
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-# The same kernels the scripts choose.
 from cifar10_support import console  # pylint: disable=g-import-not-at-top
-console.before_tensorflow(__name__)
+console.before_tensorflow(__name__)  # the scripts' kernels, TF quiet
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np
@@ -62,9 +60,9 @@ CPU_FEATURES = (('AVX-512', 'avx512f'), ('AVX512_BF16', 'avx512_bf16'),
                 ('AMX', 'amx_tile'))
 
 # Each variant's own ceiling, measured in the same run; the mixed-precision
-# rows are each against their float32 row.
+# rows, and the seeded one, are each against their float32, unseeded row.
 BASELINES = {'train': 'bound', 'towers': 'bound', 'towers2': 'bound',
-             'eval': 'forward', 'classify': 'forward'}
+             'eval': 'forward', 'classify': 'forward', 'train --seed': 'train'}
 BASELINES.update({'%s_%s' % (name, suffix): name
                   for name in ('train', 'bound', 'eval', 'forward')
                   for suffix in ('bf16', 'fp16')})
@@ -131,13 +129,6 @@ def row_name(name, compute_dtype):
       compute_dtype]
 
 
-def _constant_batch(batch_size):
-  rng = np.random.RandomState(0)
-  images = rng.normal(size=(batch_size, 24, 24, 3)).astype(np.float32)
-  labels = rng.randint(0, 10, batch_size).astype(np.int32)
-  return tf.constant(images), tf.constant(labels)
-
-
 def _train_op(images, labels, global_step, batch_size, compute_dtype=None):
   """(train op, loss) as cifar10_train.train builds them, for both rows."""
   loss = cifar10.loss(cifar10.inference(images, compute_dtype), labels)
@@ -193,10 +184,9 @@ class SessionVariant(Variant):
       self.sess.run([tf.global_variables_initializer(),
                      tf.local_variables_initializer()])
       self.coord = tf.train.Coordinator()
-      # Only with a queue: the call warns without one.
-      self.threads = (
-          tf.train.start_queue_runners(self.sess, self.coord)
-          if tf.get_collection(tf.GraphKeys.QUEUE_RUNNERS) else [])
+      self.threads = []
+      if tf.get_collection(tf.GraphKeys.QUEUE_RUNNERS):  # else it warns
+        self.threads = tf.train.start_queue_runners(self.sess, self.coord)
 
   def step(self):
     self.sess.run(self.fetch)
@@ -207,27 +197,24 @@ class SessionVariant(Variant):
     self.sess.close()
 
 
-def bound_variant(steps, batch_size, config, compute_dtype=None):
+def bound_variant(steps, batch_size, config, compute_dtype=None,
+                  forward=False):
   """`bound`: the train op of `train`, in the same type and with the same
-  loss scaling, on one constant batch."""
+  loss scaling, on one constant batch; `forward`, given forward: inference
+  alone on it (`eval`'s ceiling)."""
   def build():
-    global_step = tf.train.get_or_create_global_step()
-    images, labels = _constant_batch(batch_size)
-    return _train_op(images, labels, global_step, batch_size,
-                     compute_dtype)[0]
-  return SessionVariant(row_name('bound', compute_dtype), steps, batch_size,
-                        build, TRAIN_FLOP_PER_EXAMPLE, config)
-
-
-def forward_variant(steps, batch_size, config, compute_dtype=None):
-  """`forward`: inference alone on a constant batch (`eval`'s ceiling)."""
-  def build():
-    images, labels = _constant_batch(batch_size)
-    logits = cifar10.inference(images, compute_dtype)
-    return tf.reduce_sum(tf.cast(
-        tf.nn.in_top_k(logits, labels, 1), tf.int32))
-  return SessionVariant(row_name('forward', compute_dtype), steps, batch_size,
-                        build, FORWARD_FLOP_PER_EXAMPLE, config)
+    rng = np.random.RandomState(0)
+    images = tf.constant(rng.normal(size=(batch_size, 24, 24, 3)), tf.float32)
+    labels = tf.constant(rng.randint(0, 10, batch_size), tf.int32)
+    if not forward:
+      return _train_op(images, labels, tf.train.get_or_create_global_step(),
+                       batch_size, compute_dtype)[0]
+    top_1 = tf.nn.in_top_k(cifar10.inference(images, compute_dtype), labels, 1)
+    return tf.reduce_sum(tf.cast(top_1, tf.int32))
+  return SessionVariant(
+      row_name('forward' if forward else 'bound', compute_dtype), steps,
+      batch_size, build,
+      FORWARD_FLOP_PER_EXAMPLE if forward else TRAIN_FLOP_PER_EXAMPLE, config)
 
 
 def input_variant(data_dir, batch_size, config):
@@ -242,31 +229,45 @@ def input_variant(data_dir, batch_size, config):
 class TrainScriptVariant(Variant):
   """`train`: what cifar10_train.train builds (graph, hooks, its logger's
   lines to /dev/null, MonitoredTrainingSession) in a fresh train_dir with no
-  stop step; the loop is the benchmark's."""
+  stop step; the loop is the benchmark's. `train --seed`: with a seed.
+  `towers`, `towers2`, given num_towers: what cifar10_multi_gpu_train.py
+  builds (prefetch queue, num_towers towers of batch_size on as many virtual
+  CPU devices); each step fetches the mean loss too, as its loop does."""
 
   def __init__(self, steps, data_dir, train_dir, batch_size, config,
-               compute_dtype=None):
+               compute_dtype=None, seed=None, num_towers=0):
+    name = row_name('train', compute_dtype)
+    if num_towers:
+      name = 'towers%s' % (num_towers if num_towers > 1 else '')
     super(TrainScriptVariant, self).__init__(
-        row_name('train', compute_dtype), steps, batch_size,
-        TRAIN_FLOP_PER_EXAMPLE)
+        name + ('' if seed is None else ' --seed'), steps,
+        batch_size * max(1, num_towers), TRAIN_FLOP_PER_EXAMPLE)
     self.graph = tf.Graph()
     with self.graph.as_default():
+      tf.set_random_seed(seed)
       with tf.device('/cpu:0'):
         global_step = tf.train.get_or_create_global_step()
-      images, labels = cifar10.distorted_inputs(data_dir, batch_size)
-      self.train_op, loss = _train_op(images, labels, global_step, batch_size,
-                                      compute_dtype)
-      self._start(train_dir, config, progress.StepLogger(loss, batch_size, 10))
-
-  def _start(self, train_dir, config, step_hook, summary_op=None):
-    """Opens cifar10_train.py's session, hooks and saving from step 0."""
+      summary_op = None
+      if num_towers:
+        batches = cifar10_multi_gpu_train.tower_input_batches(
+            data_dir, num_towers, batch_size)
+        step = cifar10_multi_gpu_train.build_train_step(
+            batches, global_step, batch_size, tower_device='cpu')
+        self.train_op, loss = [step.train_op, step.loss], step.loss
+        summary_op = tf.summary.merge(step.summaries)
+      else:
+        images, labels = cifar10.distorted_inputs(data_dir, batch_size,
+                                                  seed=seed)
+        self.train_op, loss = _train_op(images, labels, global_step,
+                                        batch_size, compute_dtype)
     self._log = open(os.devnull, 'w')
-    settings = run_flags.TrainSettings(None, train_dir, max_steps=10 ** 9)
     with self._quiet():
+      settings = run_flags.TrainSettings(None, train_dir, max_steps=10 ** 9)
       scaffold = checkpoints.restoring_scaffold(None, train_dir,
                                                 summary_op=summary_op)
       hooks = [tf.train.StopAtStepHook(last_step=settings.max_steps),
-               step_hook,
+               progress.StepLogger(loss, batch_size, 10,
+                                   batches_per_step=max(1, num_towers)),
                summaries.SummaryHook(train_dir, settings.save_summaries_steps,
                                      settings.max_steps, summary_op),
                train_dirs.CheckpointSaverHook(
@@ -305,30 +306,6 @@ class TrainScriptVariant(Variant):
     with self.graph.as_default():  # the final checkpoint is saved here
       self.sess.close()
     self._log.close()
-
-
-class TowersVariant(TrainScriptVariant):
-  """`towers`, `towers2`: what cifar10_multi_gpu_train.py builds (prefetch
-  queue, num_towers towers of batch_size on as many virtual CPU devices,
-  hooks, session); each step fetches the mean loss too, as its loop does."""
-
-  def __init__(self, name, steps, data_dir, train_dir, batch_size,
-               num_towers, threads):
-    Variant.__init__(self, name, steps, batch_size * num_towers,
-                     TRAIN_FLOP_PER_EXAMPLE)
-    self.graph = tf.Graph()
-    with self.graph.as_default():
-      global_step = tf.train.get_or_create_global_step()
-      batches = cifar10_multi_gpu_train.tower_input_batches(
-          data_dir, num_towers, batch_size)
-      step = cifar10_multi_gpu_train.build_train_step(
-          batches, global_step, batch_size, tower_device='cpu')
-      self.train_op = [step.train_op, step.loss]
-      self._start(train_dir,
-                  sessions.training_config(threads, num_towers, 'cpu'),
-                  progress.StepLogger(
-                      step.loss, batch_size, 10, batches_per_step=num_towers),
-                  summary_op=tf.summary.merge(step.summaries))
 
 
 class EvalVariant(Variant):
@@ -371,23 +348,14 @@ class ClassifyVariant(Variant):
     pixels = synthetic.read_records(os.path.join(
         data_dir, download.BATCHES_DIR, data_files.TEST_FILES[0]))[1]
     self.files = [os.path.join(scratch, 'record_%05d.png' % i)
-                  for i in range(min(num_files, len(pixels)))]
+                  for i in range(num_files)]
     for path, picture in zip(self.files, pixels):
       tf.io.write_file(path, tf.io.encode_png(picture))
     super(ClassifyVariant, self).__init__('classify', 1, len(self.files),
                                           FORWARD_FLOP_PER_EXAMPLE)
     self.batch_size = batch_size
     self.config = config
-    with tf.Graph().as_default():
-      global_step = tf.train.get_or_create_global_step()
-      cifar10.inference(tf.zeros([1, 24, 24, 3]))
-      tf.train.ExponentialMovingAverage(cifar10.MOVING_AVERAGE_DECAY,
-                                        global_step).apply(
-                                            tf.trainable_variables())
-      with tf.Session() as sess:
-        sess.run(tf.global_variables_initializer())
-        self.checkpoint = tf.train.Saver().save(
-            sess, os.path.join(scratch, 'model.ckpt'), global_step=0)
+    self.checkpoint = testutil.model_checkpoint(scratch, step=0)
 
   def warm_up(self):
     self.step()
@@ -421,11 +389,6 @@ class MatmulVariant(SessionVariant):
     super(MatmulVariant, self).__init__(
         '%s %d x%d' % (row_name('matmul', dtype), n, products), 1,
         products * 2 * n ** 3, build, None, tf.ConfigProto())
-
-  def describe(self):
-    return '%d independent %dx%d %s product%s in one session.run' % (
-        self.products, self.n, self.n, self.dtype.name,
-        '' if self.products == 1 else 's')
 
   def warm_up(self):
     """Sets the window's runs (one at least) to last ~MATMUL_WINDOW_S."""
@@ -503,11 +466,13 @@ def table_lines(variants, median, bf16_note=''):
     if best is not None:
       count = sum(1 for v in variants
                   if isinstance(v, MatmulVariant) and v.dtype == dtype)
-      lines.append('%s: %s = %s, %.1f GFLOP/s (the best median of %d '
-                   'matmul configuration%s)%s' % (
-                       label, best.name, best.describe(), ceiling, count,
-                       '' if count == 1 else 's',
-                       bf16_note if dtype == tf.bfloat16 else ''))
+      lines.append(
+          '%s: %s = %d independent %dx%d %s product%s in one session.run, '
+          '%.1f GFLOP/s (the best median of %d matmul configuration%s)%s' % (
+              label, best.name, best.products, best.n, best.n,
+              best.dtype.name, '' if best.products == 1 else 's', ceiling,
+              count, '' if count == 1 else 's',
+              bf16_note if dtype == tf.bfloat16 else ''))
   return lines
 
 
@@ -611,28 +576,30 @@ def main():
   startup_s = [_startup_seconds(data_dir, os.path.join(scratch, 'start'),
                                 threads) for _ in range(args.startup_runs)]
 
+  def train_row(subdir, config=train_config, batch_size=batch, **kwargs):
+    return TrainScriptVariant(args.steps, data_dir, os.path.join(
+        scratch, subdir), batch_size, config, **kwargs)
+
   variants = [
-      TrainScriptVariant(args.steps, data_dir, os.path.join(scratch, 'train'),
-                         batch, train_config),
-      TowersVariant('towers', args.steps, data_dir,
-                    os.path.join(scratch, 'towers'), batch, 1, threads),
-      TowersVariant('towers2', args.steps, data_dir,
-                    os.path.join(scratch, 'towers2'), batch // 2, 2, threads),
+      train_row('train'),
+      train_row('train_seed', seed=1),
+      train_row('towers', sessions.training_config(threads, 1, 'cpu'),
+                num_towers=1),
+      train_row('towers2', sessions.training_config(threads, 2, 'cpu'),
+                batch // 2, num_towers=2),
       bound_variant(args.steps, batch, train_config),
       input_variant(data_dir, batch, train_config),
       EvalVariant(data_dir, batch, num_test, eval_config),
-      forward_variant(eval_batches, batch, eval_config),
+      bound_variant(eval_batches, batch, eval_config, forward=True),
       ClassifyVariant(data_dir, os.path.join(scratch, 'classify'),
                       min(num_test, 1000), batch, eval_config),
   ]
   if mixed:
     variants += [
-        TrainScriptVariant(args.steps, data_dir,
-                           os.path.join(scratch, 'train_mixed'), batch,
-                           train_config, mixed),
+        train_row('train_mixed', compute_dtype=mixed),
         bound_variant(args.steps, batch, train_config, mixed),
         EvalVariant(data_dir, batch, num_test, eval_config, mixed),
-        forward_variant(eval_batches, batch, eval_config, mixed),
+        bound_variant(eval_batches, batch, eval_config, mixed, True),
     ]
   for dtype in [None] + ([tf.bfloat16] if mixed == tf.bfloat16 else []):
     variants += [MatmulVariant(n, k, dtype) for n, k in args.matmuls]

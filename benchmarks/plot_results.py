@@ -24,7 +24,6 @@ console.before_tensorflow(__name__)
 import matplotlib
 matplotlib.use('Agg')
 from matplotlib import pyplot as plt
-from matplotlib import ticker
 from matplotlib import transforms
 
 import accuracy
@@ -47,8 +46,7 @@ def series_of_log(log):
       'label': 'ours, %s, %s, %s: accuracy.py --steps=%d' % (
           log['compute_dtype'], log['machine'], log['date'], log['steps']),
       'machine': log['machine'], 'dtype': log['compute_dtype'],
-      'points': [{'step': row['step'], 'wall_s': row['wall_s'],
-                  'precision': row['precision']} for row in log['rows']]}
+      'points': log['rows']}
 
 
 def dodges(all_series):
@@ -58,10 +56,10 @@ def dodges(all_series):
   for index, series in enumerate(all_series):
     if len(series['points']) == 1 and not series.get('theirs'):
       at_step.setdefault(series['points'][0]['step'], []).append(index)
-  shared = {step: at for step, at in at_step.items() if len(at) > 1}
   factors = {index: DODGE ** (rank - (len(at) - 1) / 2)
-             for at in shared.values() for rank, index in enumerate(at)}
-  return factors, {step: len(at) for step, at in shared.items()}
+             for at in at_step.values() for rank, index in enumerate(at)}
+  return factors, {step: len(at) for step, at in at_step.items()
+                   if len(at) > 1}
 
 
 def draw_series(axes, series, dodge=1.0):
@@ -80,9 +78,8 @@ def draw_series(axes, series, dodge=1.0):
   axes[0].plot([p['step'] * dodge for p in points],
                [p['precision'] for p in points], **style)
   timed = [p for p in points if p['wall_s'] is not None]
-  if timed:
-    axes[1].plot([p['wall_s'] for p in timed],
-                 [p['precision'] for p in timed], **style)
+  axes[1].plot([p['wall_s'] for p in timed], [p['precision'] for p in timed],
+               **style)
   if series.get('annotation'):
     # Named on the panels too, not only in the legend: it is not ours.
     last = points[-1]
@@ -137,21 +134,17 @@ def draw(transcribed, curve, logs):
   for index, series in enumerate(all_series):
     draw_series(axes, series, factors.get(index, 1.0))
 
-  axes[0].set_xscale('log')
-  axes[0].set_xlabel('training steps (batch of 128; log scale)')
-  axes[0].set_ylabel('precision @ 1 (test set)')
-  axes[0].xaxis.set_major_formatter(ticker.FuncFormatter(
-      lambda x, _: '{:,.0f}'.format(x)))
-  axes[1].set_xscale('log')
-  axes[1].set_xlabel('wall time from the start of training (log scale)')
-  axes[1].xaxis.set_major_locator(ticker.FixedLocator(
-      [t for t, _ in TIME_TICKS]))
-  axes[1].xaxis.set_major_formatter(ticker.FixedFormatter(
-      [label for _, label in TIME_TICKS]))
-  axes[1].xaxis.set_minor_locator(ticker.NullLocator())
   for ax, name in zip(axes, ('against training steps', 'against wall time')):
+    ax.set_xscale('log')
     ax.set_title(name)
     ax.grid(True, which='major', color='0.9')
+  axes[0].set_xlabel('training steps (batch of 128; log scale)')
+  axes[0].set_ylabel('precision @ 1 (test set)')
+  axes[0].xaxis.set_major_formatter('{x:,.0f}')
+  axes[1].set_xlabel('wall time from the start of training (log scale)')
+  axes[1].set_xticks([t for t, _ in TIME_TICKS],
+                     [label for _, label in TIME_TICKS])
+  axes[1].minorticks_off()
   # sharey hides the right panel's tick labels; the left one keeps them.
   axes[1].yaxis.set_tick_params(labelleft=True)
 
@@ -161,9 +154,8 @@ def draw(transcribed, curve, logs):
       'CIFAR-10 tutorial model: precision @ 1 on the 10,000 test images as '
       'it trains (ours: TensorFlow %s, CPU only)'
       % ', '.join(sorted(versions)), fontsize=13)
-  handles, labels = axes[0].get_legend_handles_labels()
-  figure.legend(handles, labels, loc='upper center', ncol=2, fontsize=8.5,
-                frameon=False, bbox_to_anchor=(0.5, 0.30))
+  figure.legend(*axes[0].get_legend_handles_labels(), loc='upper center',
+                ncol=2, fontsize=8.5, frameon=False, bbox_to_anchor=(0.5, 0.3))
   figure.text(0.5, 0.015, caption(transcribed, dodged), ha='center',
               va='bottom', fontsize=8, color='0.25')
   figure.subplots_adjust(left=0.055, right=0.99, top=0.92, bottom=0.37,

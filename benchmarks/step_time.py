@@ -1,8 +1,5 @@
-"""Splits a traced step's wall time into input, compute and host work.
-
-benchmarks/README.md ("Where a training step's time goes") defines the parts
-and why they add up to the step.
-"""
+"""Splits a traced step's wall time into input, compute and host work, the
+parts benchmarks/README.md defines ("Where a training step's time goes")."""
 
 import collections
 import re
@@ -29,26 +26,21 @@ def op_type(node_stats):
 
 
 def union(intervals):
-  """Sorted, disjoint (start, end) pairs covering the same points."""
+  """(sorted, disjoint [start, end] pairs covering the same points, the
+  length they cover)."""
   merged = []
   for start, end in sorted(intervals):
     if merged and start <= merged[-1][1]:
       merged[-1][1] = max(merged[-1][1], end)
     else:
       merged.append([start, end])
-  return merged
-
-
-def length(disjoint):
-  return sum(end - start for start, end in disjoint)
+  return merged, sum(end - start for start, end in merged)
 
 
 def split_step(step_stats, start, end):
-  """The Breakdown of a traced run's StepStats (every device and stream).
-
-  start, end: time.time() just before and after the run call, the clock of
-  the trace; before or after is negative only if the trace lies outside.
-  """
+  """The Breakdown of a traced run's StepStats (every device and stream);
+  start, end: time.time() just before and after the run call, the trace's
+  clock (before or after is negative only if the trace lies outside)."""
   ops, inputs = [], []
   for device in step_stats.dev_stats:
     for node in device.node_stats:
@@ -60,16 +52,13 @@ def split_step(step_stats, start, end):
         continue
       is_input = _INPUT_OP_TYPE.match(op_type(node))
       (inputs if is_input else ops).append((begin, begin + span))
-  busy = union(ops + inputs)
-  if not busy:  # nothing traced: all of it was host work
-    return Breakdown(end - start, 0.0, 0.0, end - start, end - start, 0.0,
-                     0.0)
-  compute = length(union(ops))
+  busy, busy_length = union(ops + inputs)
+  compute = union(ops)[1]
   before = busy[0][0] - start * 1e6
   after = end * 1e6 - busy[-1][1]
-  between = (busy[-1][1] - busy[0][0]) - length(busy)
+  between = (busy[-1][1] - busy[0][0]) - busy_length
   # Input only: what the dequeues add to the time the other ops cover.
-  microseconds = (length(busy) - compute, compute, before + between + after,
+  microseconds = (busy_length - compute, compute, before + between + after,
                   before, between, after)
   return Breakdown(end - start, *[x / 1e6 for x in microseconds])
 
@@ -79,20 +68,17 @@ def _ms(seconds):
   return ('%.1f ms' if abs(seconds) >= 0.01 else '%.2f ms') % (1e3 * seconds)
 
 
-def describe(name, split, untraced_step=None):
+def describe(name, split, untraced_step):
   """One line: 'train    step 95.1 ms = input 1.20 ms (1%) + ...; untraced
-  94.0 ms' (the last part given untraced_step, seconds)."""
-  share = [100 * (part / split.step) if split.step > 0 else float('nan')
+  94.0 ms' (untraced_step, seconds)."""
+  share = [100 * part / split.step
            for part in (split.input, split.compute, split.host)]
-  line = ('%-8s step %s = input %s (%.0f%%) + compute %s (%.0f%%) + host %s '
-          '(%.0f%%: %s before the ops, %s between, %s after)' % (
+  return ('%-8s step %s = input %s (%.0f%%) + compute %s (%.0f%%) + host %s '
+          '(%.0f%%: %s before the ops, %s between, %s after); untraced %s' % (
               name, _ms(split.step), _ms(split.input), share[0],
               _ms(split.compute), share[1], _ms(split.host), share[2],
               _ms(split.before)[:-3], _ms(split.between)[:-3],
-              _ms(split.after)[:-3]))
-  if untraced_step is not None:
-    line += '; untraced %s' % _ms(untraced_step)
-  return line
+              _ms(split.after)[:-3], _ms(untraced_step)))
 
 
 def node_costs(step_stats):

@@ -1,5 +1,4 @@
-"""Checkpoints: finding, checking and opening them, and resuming from any
-trainer's (docs/resuming.md)."""
+"""Checkpoints: find, check, open; resume any trainer's (docs/resuming.md)."""
 
 import collections
 import os
@@ -108,8 +107,7 @@ def listed(directory, report=None):
 
 def newest(directory):
   """The newest checkpoint of `directory` (see `listed`), or None; not read."""
-  paths = listed(directory)
-  return paths[-1] if paths else None
+  return (listed(directory) or [None])[-1]
 
 
 def newest_restorable(train_dir, report=print):
@@ -160,10 +158,9 @@ def open_model_checkpoint(checkpoint, averaged=False, data_set=None):
   if data_set is not None:
     check_classes(checkpoint, data_set, reader)
   global_step = saved_step(reader)
-  if global_step is None:  # Not a training script's: the name's, if there.
+  if global_step is None:
     global_step = step_of(checkpoint) or 0
-  return (reader, reader.get_variable_to_dtype_map()[MODEL_PROBE],
-          global_step)
+  return reader, reader.get_variable_to_dtype_map()[MODEL_PROBE], global_step
 
 
 def check_averages_restorable(reader, variables_to_restore, checkpoint):
@@ -193,13 +190,12 @@ def checkpoint_classes(checkpoint, reader=None):
   trained on: count from its last layer (else CheckpointMismatchError), names
   from CLASSES_FILE beside it if there and as many, else None."""
   reader = reader or tf.train.load_checkpoint(checkpoint)
-  shape = reader.get_variable_to_shape_map().get(CLASSES_PROBE)
-  if shape is None or len(shape) != 1:
+  shape = reader.get_variable_to_shape_map().get(CLASSES_PROBE, [])
+  if len(shape) != 1:
     raise another_model(checkpoint, CLASSES_PROBE, 'one value per class')
-  count = shape[0]
   names = data_files.read_class_names(
       os.path.join(os.path.dirname(checkpoint), CLASSES_FILE))
-  return count, names if names and len(names) == count else None
+  return shape[0], names if names and len(names) == shape[0] else None
 
 
 def class_names_for(count, names):
@@ -308,12 +304,10 @@ def restoring_scaffold(plan, train_dir, on_recovery=None, **kwargs):
     current = plan
     if sessions[0] > 1:
       checkpoint = newest_restorable(train_dir)
-      current = None
-      if checkpoint:
-        with session.graph.as_default():
-          current = plan_restore(checkpoint)
-        if current.not_in_checkpoint:
-          print(not_in_checkpoint_message(current))
+      with session.graph.as_default():
+        current = checkpoint and plan_restore(checkpoint)
+      if current and current.not_in_checkpoint:
+        print(not_in_checkpoint_message(current))
     if current is not None:
       saver = scaffold.saver  # Saves, so restores, every variable.
       if plan is not None and set(current.variables) == set(plan.variables):
@@ -328,8 +322,7 @@ def restoring_scaffold(plan, train_dir, on_recovery=None, **kwargs):
       # As after its own restore, the saver prunes those up to it here: not a
       # newer (damaged) one, nor the old place of a moved train_dir's.
       directory = os.path.dirname(current.checkpoint)
-      paths = [path for path in listed(directory)
-               if os.path.dirname(path) == directory]
+      paths = [p for p in listed(directory) if os.path.dirname(p) == directory]
       if current.checkpoint in paths:
         paths = paths[:paths.index(current.checkpoint) + 1]
       scaffold.saver.recover_last_checkpoints(paths)

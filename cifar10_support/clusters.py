@@ -87,11 +87,10 @@ def _from_tf_config(tf_config):
   try:
     jobs = resolver.cluster_spec().as_dict()
     job_name, task_index = resolver.task_type, resolver.task_id or 0
-  except json.JSONDecodeError as e:
-    raise ValueError('TF_CONFIG is not valid JSON (%s): %r' % (e, tf_config))
-  except (TypeError, ValueError) as e:  # Not {"job": ["host:port", ...]}.
-    raise ValueError('TF_CONFIG is not a cluster TensorFlow can read (%s): '
-                     '%r' % (e, tf_config))
+  except (TypeError, ValueError) as e:  # Bad JSON, or not {"job": [...]}.
+    raise ValueError('TF_CONFIG is not %s (%s): %r' % (
+        'valid JSON' if isinstance(e, json.JSONDecodeError) else
+        'a cluster TensorFlow can read', e, tf_config))
   if not jobs or job_name is None:
     raise ValueError(
         'TF_CONFIG needs a "cluster" and a "task" object, e.g. {"cluster": '
@@ -109,18 +108,16 @@ def _from_tf_config(tf_config):
   if len(chiefs) > 1:
     raise ValueError('TF_CONFIG cluster has both a "chief" and a "master" '
                      'job: a cluster has one chief, under either name')
-  if 'ps' not in jobs:
-    raise ValueError(
-        'TF_CONFIG cluster needs a "ps" list of host:port%s: this script '
-        'trains with parameter servers'
-        % (' beside its "%s" job' % chiefs[0] if chiefs else ''))
   cluster = {}
   for job in ['ps'] + chiefs + ['worker']:
     tasks = jobs.get(job)
     if job == 'worker' and chiefs and not tasks:
       continue  # A chief may train alone.
-    if tasks is None:
-      raise ValueError('TF_CONFIG cluster needs a "%s" list of host:port' % job)
+    if tasks is None:  # No "ps", or no "worker" and no chief.
+      beside = ' beside its "%s" job' % chiefs[0] if chiefs else ''
+      raise ValueError('TF_CONFIG cluster needs a "%s" list of host:port%s' % (
+          job, beside + ': this script trains with parameter servers'
+          if job == 'ps' else ''))
     if isinstance(tasks, dict) and tasks:  # Some indexes only: a sparse map.
       raise ValueError('TF_CONFIG cluster "%s" maps some task indexes only: '
                        'this script needs a list of every task\'s host:port'
@@ -143,9 +140,8 @@ def _from_tf_config(tf_config):
 
 def resolve(job_name, task_index, ps_hosts, worker_hosts, startup_wait_secs,
             operation_timeout_secs):
-  """This Task, from the cluster flags, else from TF_CONFIG (saying that it
-  is ignored when both are given). Raises app.UsageError naming the flag at
-  fault, or ValueError what in TF_CONFIG (one line, no usage text)."""
+  """This Task, from the cluster flags, else from TF_CONFIG; app.UsageError
+  names the flag at fault, ValueError (one line) what in TF_CONFIG."""
   tf_config = os.environ.get('TF_CONFIG')
   flags_given = job_name or ps_hosts or worker_hosts
   if flags_given or not tf_config:
@@ -278,23 +274,19 @@ def wait_for_lost_ps_tasks(label, ps_tasks, wait_secs, error):
 
 
 class BoundedSessionCreator(tf.train.SessionCreator):
-  """A worker's sessions for its tf.train.MonitoredSession, the waits for the
-  chief's variables and for a lost ps task bounded by startup_wait_secs; each
-  new one says what it starts from. `scaffold`: the chief's restores `start`,
-  then the newest checkpoint, and its saver saves; `hooks`: a non-chief's
-  ChiefWatch; `lost_session_errors`: gets TensorFlow's log lines that begin
-  with RECOVERED_ERROR_LOG, the last naming what lost a session."""
+  """A worker's sessions for its MonitoredSession, the waits for the chief's
+  variables and for a lost ps task bounded by startup_wait_secs; each new one
+  says what it starts from. `scaffold`: the chief's restores `start` (its
+  train_dirs.StartPoint), then the newest checkpoint, and its saver saves;
+  `hooks`: a non-chief's ChiefWatch; its first session checks `classes`
+  (chief_classes_variable, its DataSet); `lost_session_errors`: gets TF's
+  log lines that begin with RECOVERED_ERROR_LOG (what lost a session)."""
 
   RECOVERED_ERROR_LOG = 'An error was raised'
 
   def __init__(self, worker, target, config, start, global_step, classes):
-    """start: the chief's train_dirs.StartPoint (None elsewhere); classes:
-    (chief_classes_variable, this worker's data_files.DataSet)."""
-    self._worker = worker
-    self._target = target
-    self._config = config
-    self._global_step = global_step
-    self._classes = classes
+    self._worker, self._target, self._config = worker, target, config
+    self._global_step, self._classes = global_step, classes
     self._sessions = 0
     self._reason = None
     self.lost_session_errors = collections.deque(maxlen=1)
@@ -351,7 +343,14 @@ class BoundedSessionCreator(tf.train.SessionCreator):
         self._say_lost('rejoined at global step %d'
                        % session.run(self._global_step))
       else:
-        _check_chief_classes(session, *self._classes)
+        variable, data_set = self._classes
+        names = tuple(session.run(variable).decode('utf-8').split('\n'))
+        if names != data_set.class_names:
+          raise checkpoints.ClassesMismatchError(
+              'the data in %s has %s, but the chief\'s has %s: every worker '
+              'must read the same data set (--data_dir, --dataset)'
+              % (data_set.directory, data_set.describe_classes(),
+                 data_files.describe_classes(names)))
     self._sessions += 1
     return session
 
@@ -370,30 +369,29 @@ class ChiefWatch(tf.train.SessionRunHook):
     self._next_poll = time.time() + self.POLL_SECS
 
   def _poll(self, then):
-    """'away' or 'back' as the chief stops or starts answering, else None."""
-    was_away = self._away_since is not None
+    """Whether the chief answers; TimeoutError + `then` if away too long."""
     if not unreachable(self._task.chief_task):
       self._away_since = None
-      return 'back' if was_away else None
+      return True
     self._away_since = self._away_since or time.time()
     if time.time() - self._away_since > self._task.startup_wait_secs:
       raise TimeoutError('%s has not answered for %d s (--startup_wait_secs)%s'
                          % (self._chief, self._task.startup_wait_secs, then))
-    return None if was_away else 'away'
+    return False
 
   def after_run(self, run_context, run_values):
-    if time.time() < self._next_poll:
-      return
-    self._next_poll = time.time() + self.POLL_SECS
-    change = self._poll(': stopping, since nothing is saved without it. '
-                        'Start it again, then this worker.')
-    if change == 'back':
-      signals.print_line('%s: %s is back.' % (self._task.label, self._chief))
-    elif change == 'away':
-      signals.print_line(
-          '%s: %s does not answer: training on, unsaved, for up to %d s '
-          'until it is back.' % (self._task.label, self._chief,
-                                 self._task.startup_wait_secs))
+    if time.time() >= self._next_poll:
+      self._next_poll = time.time() + self.POLL_SECS
+      was_away, label = self._away_since is not None, self._task.label
+      answers = self._poll(': stopping, since nothing is saved without it. '
+                           'Start it again, then this worker.')
+      if answers and was_away:
+        signals.print_line('%s: %s is back.' % (label, self._chief))
+      elif not answers and not was_away:
+        signals.print_line(
+            '%s: %s does not answer: training on, unsaved, for up to %d s '
+            'until it is back.' % (label, self._chief,
+                                   self._task.startup_wait_secs))
 
   def sleep(self, secs):
     time.sleep(secs)
@@ -417,17 +415,6 @@ def chief_classes_variable(data_set):
       'chief_class_names', trainable=False,
       initializer=tf.constant('\n'.join(data_set.class_names)),
       collections=[tf.GraphKeys.GLOBAL_VARIABLES, checkpoints.NOT_SAVED])
-
-
-def _check_chief_classes(session, variable, data_set):
-  """Raises checkpoints.ClassesMismatchError unless the chief's are ours."""
-  chief = tuple(session.run(variable).decode('utf-8').split('\n'))
-  if chief != data_set.class_names:
-    raise checkpoints.ClassesMismatchError(
-        'the data in %s has %s, but the chief\'s has %s: every worker must '
-        'read the same data set (--data_dir, --dataset)'
-        % (data_set.directory, data_set.describe_classes(),
-           data_files.describe_classes(chief)))
 
 
 def operation_timeout_error(worker, global_step):

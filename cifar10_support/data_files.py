@@ -1,5 +1,4 @@
-"""The data sets' binary files: their layouts, what a data directory holds
-(`describe`: by its files, never constants) and the check of its records."""
+"""The data sets' binary files: layouts, a directory's DataSet, their check."""
 
 import collections
 import os
@@ -25,17 +24,15 @@ def train_files(count):
 
 TRAIN_FILES = train_files(5)
 TEST_FILES = ['test_batch.bin']
-_NUMBERED_TRAIN_FILE = re.compile(r'data_batch_([1-9][0-9]*)\.bin$')
 
 
 class Layout(collections.namedtuple('Layout', [
     'dataset', 'title', 'batches_dir', 'train_files', 'test_files',
     'label_limits', 'label_index', 'names_file', 'default_names'])):
-  """One data set's files in its directory of --data_dir: `title` in
-  messages; the official archive's file names; `label_limits`, for each
-  label byte of a record, the classes it may name; `label_index`, the byte
-  that is the label; `names_file` (one name per line, UTF-8), and the
-  `default_names` where it is missing."""
+  """One data set's files in its directory of --data_dir: `title` in messages;
+  the official archive's file names; `label_limits`, for each label byte of a
+  record, the classes it may name; `label_index`, the byte that is the label;
+  `names_file` (one name per line, UTF-8), else the `default_names`."""
 
   @property
   def label_bytes(self):
@@ -109,10 +106,9 @@ def describe_classes(class_names):
 
 
 def describe(data_dir, dataset='cifar10'):
-  """The DataSet of --dataset `dataset` in `data_dir`, from its files: its
-  names file's classes, and for CIFAR-10's layout data_batch_1.bin up to the
-  highest N there. Only the names file is checked; missing files keep the
-  official names, for the check to name."""
+  """The DataSet of --dataset `dataset` in `data_dir`, by its files: its names
+  file's classes, and for CIFAR-10's layout data_batch_1.bin up to the highest
+  N there. Only the names file is checked: the check names missing files."""
   layout = LAYOUTS[dataset]
   return describe_directory(os.path.join(data_dir, layout.batches_dir), layout)
 
@@ -121,7 +117,7 @@ def describe_directory(directory, layout=CIFAR10):
   """The DataSet of `layout`'s files in `directory` itself."""
   found = layout.train_files
   if layout is CIFAR10 and tf.io.gfile.isdir(directory):
-    matches = [_NUMBERED_TRAIN_FILE.match(name)
+    matches = [re.match(r'data_batch_([1-9][0-9]*)\.bin$', name)
                for name in tf.io.gfile.listdir(directory)]
     numbers = [int(match.group(1)) for match in matches if match]
     if numbers:  # A gap stays in, for the check to report it missing.

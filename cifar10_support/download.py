@@ -5,8 +5,7 @@
   a short or corrupt transfer is retried, nothing else.
 * Runs started together download and extract once (a lock file); none sees a
   half-extracted directory, nor one data set's extraction touch another's.
-* Links, special files and paths outside data_dir in the archive are refused.
-"""
+* Links, special files and paths outside data_dir in the archive are refused."""
 
 import collections
 import hashlib
@@ -25,18 +24,13 @@ from cifar10_support import data_files
 from cifar10_support import locks
 from cifar10_support.data_files import DataError
 
-
-class Archive(collections.namedtuple('Archive', [
-    'title', 'url', 'md5', 'bytes', 'name', 'directory'])):
-  """One official archive: `title` in messages, `url`, `md5`, size in
-  `bytes`, file `name` in data_dir, and the `directory` it holds."""
-
-
-ARCHIVES = collections.OrderedDict()
-ARCHIVES['cifar10'] = Archive(
+# One official archive; `name`: its file in data_dir, holding `directory`.
+Archive = collections.namedtuple(
+    'Archive', ['title', 'url', 'md5', 'bytes', 'name', 'directory'])
+ARCHIVES = {'cifar10': Archive(
     'CIFAR-10', 'https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz',
     'c32a1d4ab5d03f1284b67883e8d87530', 170052171, 'cifar-10-binary.tar.gz',
-    'cifar-10-batches-bin')
+    'cifar-10-batches-bin')}
 ARCHIVES['cifar100'] = ARCHIVES['cifar100_coarse'] = Archive(
     'CIFAR-100', 'https://www.cs.toronto.edu/~kriz/cifar-100-binary.tar.gz',
     '03b5dce01913d631647c71ecec9e9cb8', 168513733, 'cifar-100-binary.tar.gz',
@@ -102,26 +96,6 @@ def offline_help(data_dir, dataset):
                  other_archive.title, other) if other else ''))
 
 
-def _read_problem(data_set, files):
-  """batches_problem of data_set's `files`; DataError instead if its
-  directory is a data set cifar10_make_dataset.py wrote, never replaced."""
-  problem = batches_problem(data_set.directory, files, data_set.layout.dataset)
-  if not problem or data_set.layout is not data_files.CIFAR10:
-    return problem
-  if len(data_set.train_files) > len(data_files.TRAIN_FILES):
-    converted = 'it has %d training files' % len(data_set.train_files)
-  elif data_set.class_names != data_files.CLASS_NAMES:
-    converted = 'its %s names %s' % (data_set.layout.names_file,
-                                     data_set.describe_classes())
-  else:
-    return problem
-  raise DataError('%s; %s is not the %s download (%s), so it is never '
-                  'replaced by one: write it again (cifar10_make_'
-                  'dataset.py), or move it away to get %s'
-                  % (problem, data_set.directory, data_set.layout.title,
-                     converted, data_set.layout.title))
-
-
 def maybe_download_and_extract(data_dir, data_url=None, data_md5=None,
                                files=None, dataset='cifar10', data_set=None):
   """Makes `files` (None: all) of `dataset` whole in data_dir, from data_url
@@ -135,8 +109,23 @@ def maybe_download_and_extract(data_dir, data_url=None, data_md5=None,
   data_md5 = archive.md5 if data_md5 is None else data_md5
   data_set = data_set or data_files.describe(data_dir, dataset)
   files = files or data_set.train_files + data_set.test_files
-  if _read_problem(data_set, files) is None:
+  layout, batches_dir = data_set.layout, data_set.directory
+  problem = batches_problem(batches_dir, files, dataset)
+  if problem is None:
     return data_set
+  converted = None
+  if len(data_set.train_files) > len(layout.train_files):
+    converted = 'it has %d training files' % len(data_set.train_files)
+  elif (layout is data_files.CIFAR10 and
+        data_set.class_names != data_files.CLASS_NAMES):
+    converted = 'its %s names %s' % (layout.names_file,
+                                     data_set.describe_classes())
+  if converted:  # Written by cifar10_make_dataset.py: never replaced.
+    raise DataError('%s; %s is not the %s download (%s), so it is never '
+                    'replaced by one: write it again (cifar10_make_'
+                    'dataset.py), or move it away to get %s'
+                    % (problem, batches_dir, layout.title, converted,
+                       layout.title))
   writable = writable_dir_problem(data_dir)
   if writable:
     raise DataError('Cannot write to data directory %s (%s), so %s cannot be '
@@ -144,7 +133,6 @@ def maybe_download_and_extract(data_dir, data_url=None, data_md5=None,
                     'writable directory. %s'
                     % (data_dir, writable, archive.title,
                        offline_help(data_dir, dataset)))
-  batches_dir = data_set.directory
   with locks.exclusive(os.path.join(data_dir, LOCK_NAME), lambda _: print(
       'Waiting for another process to finish downloading into %s ...'
       % data_dir, flush=True)):
@@ -153,12 +141,10 @@ def maybe_download_and_extract(data_dir, data_url=None, data_md5=None,
     if problem is None:
       return data_files.describe(data_dir, dataset)
     incomplete = os.path.exists(batches_dir)
-    if incomplete:
-      print('%s is incomplete (%s): extracting it again.'
-            % (batches_dir, problem))
-    else:
-      print('%s does not exist yet (%s are read from it): getting %s.'
-            % (batches_dir, ', '.join(files), archive.title), flush=True)
+    print('%s is incomplete (%s): extracting it again.' % (batches_dir, problem)
+          if incomplete else '%s does not exist yet (%s are read from it): '
+          'getting %s.' % (batches_dir, ', '.join(files), archive.title),
+          flush=True)
     try:
       _extract(_archive(data_url, data_md5, data_dir, dataset), data_dir,
                dataset)
@@ -179,10 +165,9 @@ def file_md5(path):
 
 
 def _md5_problem(path, data_md5):
-  if data_md5:
-    got = file_md5(path)
-    if got != data_md5.lower():
-      return 'has MD5 %s, expected %s (--data_md5)' % (got, data_md5)
+  got = data_md5 and file_md5(path)  # No check for ''.
+  if got != data_md5.lower():
+    return 'has MD5 %s, expected %s (--data_md5)' % (got, data_md5)
   return None
 
 
@@ -329,9 +314,8 @@ def _extract(archive, data_dir, dataset):
 
 def _refusal(member, root, title):
   """Why archive `member` must not be extracted into `root` (a real path), or
-  None. tarfile's data filter is not enough: 3.10 before 3.10.12 lacks it; it
-  takes links inside root and strips an absolute name's '/'; and before
-  3.13.4, 3.12.11, 3.11.13 and 3.10.18 links chain past it (CVE-2025-4517)."""
+  None: tarfile's data filter, where there is one, takes links inside root,
+  strips an absolute name's '/', and may let links chain out (CVE-2025-4517)."""
   if member.issym() or member.islnk():
     return 'is a link (to %r); the %s archive has none' % (member.linkname,
                                                             title)
@@ -348,8 +332,7 @@ def prepare(data_dir, data_url=None, data_md5=None, dataset='cifar10',
   """A script's data step: describes --dataset's data in data_dir once,
   fetches the files of `split` ('train', 'test' or 'train_eval') if one is
   missing or short, checks them (labels too), prints the data line (and the
-  classes, unless CIFAR-10's) and returns the data_files.DataSet, the run's
-  one description of its data."""
+  classes, unless CIFAR-10's) and returns that data_files.DataSet."""
   eval_data = 'train_eval' if split == 'train' else split
   data_set = data_files.describe(data_dir, dataset)
   data_set = maybe_download_and_extract(

@@ -43,15 +43,13 @@ def fetch_data_then_settings(flag_values):
                               flag_values.data_md5, flag_values.dataset,
                               split=flag_values.eval_data)
   check_num_examples(flag_values.num_examples, data_set, flag_values.eval_data)
+  flags = ('data_dir', 'eval_data', 'num_examples', 'batch_size', 'run_once',
+           'eval_interval_secs', 'dataset')
   return EvalSettings(
-      data_dir=flag_values.data_dir, eval_data=flag_values.eval_data,
-      num_examples=flag_values.num_examples,
-      batch_size=flag_values.batch_size, run_once=flag_values.run_once,
-      eval_interval_secs=flag_values.eval_interval_secs,
       session_config=sessions.eval_config(run_flags.threads(flag_values)),
       compute_dtype=mixed_precision.compute_dtype_for_this_machine(
           flag_values.mixed_precision, sessions.has_gpu()),
-      dataset=flag_values.dataset), data_set
+      **{name: getattr(flag_values, name) for name in flags}), data_set
 
 
 def check_num_examples(num_examples, data_set, eval_data):
@@ -129,27 +127,25 @@ class EvalReport(object):
 
   def _rows(self, name):
     """The table's rows, its cells strings, with each name as name(name)."""
-    rows = []
     off_diagonal = self.confusion - np.diag(np.diag(self.confusion))
-    for c, (row, wrong) in enumerate(zip(self.per_class, off_diagonal)):
+    for row, wrong in zip(self.per_class, off_diagonal):
       confused = ('%s (%d)' % (name(self.class_names[wrong.argmax()]),
                                wrong.max()) if wrong.max() else '-')
       precision = '-' if row['precision'] is None else '%.3f' % row['precision']
-      rows.append((name(row['name']), str(row['examples']),
-                   str(row['correct']), precision, confused))
-    return rows
+      yield (name(row['name']), str(row['examples']), str(row['correct']),
+             precision, confused)
 
   def table(self, markdown=False):
     """The per-class table printed after the precision line, one string (of
     more than FULL_TABLE_CLASSES, the SHOWN_CLASSES lowest and highest); if
     markdown, of every class, for TensorBoard's Text dashboard."""
     if markdown:
-      rows = self._rows(escape_markdown)
+      rows = list(self._rows(escape_markdown))
       if self.numbered:
         return _markdown_table(('#',) + TABLE_HEADER,
                                [(str(c),) + r for c, r in enumerate(rows)])
       return _markdown_table(TABLE_HEADER, rows)
-    rows = self._rows(str)
+    rows = list(self._rows(str))
     def columns(text):  # In a terminal: East Asian wide 2, combining marks 0.
       return sum(0 if unicodedata.combining(ch) else
                  2 if unicodedata.east_asian_width(ch) in 'WF' else 1

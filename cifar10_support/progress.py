@@ -10,8 +10,6 @@ import tensorflow.compat.v1 as tf
 from cifar10_support import checkpoints
 from cifar10_support import signals
 
-LOG_FORMAT = '%s: step %d, loss = %.2f (%.1f examples/sec; %.3f sec/batch)'
-
 
 class DivergedError(RuntimeError):
   """The loss became NaN; the message names the last good checkpoint."""
@@ -33,7 +31,7 @@ def diverged_error(step, train_dir=None):
 
 
 class StepLogger(tf.train.SessionRunHook):
-  """Prints LOG_FORMAT every `log_frequency` steps (a run: batches_per_step
+  """Prints a step line every `log_frequency` steps (a run: batches_per_step
   batches of batch_size); a NaN loss raises diverged_error before the later
   hooks save that step. step None: this process makes every step, counted
   from session creation; else a worker's int64 tensor, fetched each run.
@@ -83,9 +81,10 @@ class StepLogger(tf.train.SessionRunHook):
     duration = time.time() - self._window_start
     batches = self._window_steps * self._batches_per_step
     self.last_examples_per_sec = batches * self._batch_size / duration
-    signals.print_line(self._prefix + LOG_FORMAT % (
-        datetime.now(), step, self.last_loss, self.last_examples_per_sec,
-        duration / batches))
+    signals.print_line(
+        '%s%s: step %d, loss = %.2f (%.1f examples/sec; %.3f sec/batch)' % (
+            self._prefix, datetime.now(), step, self.last_loss,
+            self.last_examples_per_sec, duration / batches))
     self._window_start, self._window_steps = time.time(), 0
 
   def end(self, session):
@@ -99,15 +98,11 @@ def steps_and_time_left(step, max_steps, steps_per_sec=None):
   text = 'step {:,} of {:,}'.format(step, max_steps)
   if not steps_per_sec or step >= max_steps:
     return text
-  minutes = int((max_steps - step) / steps_per_sec / 60.0 + 0.5)
-  if minutes < 1:
-    left = 'less than a minute'
-  elif minutes < 60:
-    left = 'about %d min' % minutes
-  elif minutes % 60 == 0:
-    left = 'about %d h' % (minutes // 60)
-  else:
-    left = 'about %d h %d min' % divmod(minutes, 60)
+  hours, minutes = divmod(int((max_steps - step) / steps_per_sec / 60 + 0.5),
+                          60)
+  parts = ((['%d h' % hours] if hours else []) +
+           (['%d min' % minutes] if minutes else []))
+  left = 'about ' + ' '.join(parts) if parts else 'less than a minute'
   return '%s; %s left' % (text, left)
 
 
@@ -121,8 +116,7 @@ class SaveAnnouncer(tf.train.CheckpointSaverListener):
     self._last = None  # (global step, time) at the last checkpoint.
 
   def after_save(self, session, global_step_value):
-    now = time.time()
-    speed = None
+    now, speed = time.time(), None
     if self._last and global_step_value > self._last[0] and now > self._last[1]:
       speed = (global_step_value - self._last[0]) / (now - self._last[1])
     self._last = (global_step_value, now)
@@ -133,10 +127,7 @@ class SaveAnnouncer(tf.train.CheckpointSaverListener):
 
 def report_end(train_dir, step, signum=None):
   """Prints how a run ended (signal `signum`, if any) and its checkpoint."""
-  final = checkpoints.newest(train_dir)
-  if signum:
-    print('Received %s: stopped at step %d; final checkpoint %s.'
-          % (signum.name, step, final), flush=True)
-  else:
-    print('Done: step %d reached (--max_steps); final checkpoint %s.'
-          % (step, final), flush=True)
+  how = ('Received %s: stopped at step %d' % (signum.name, step) if signum
+         else 'Done: step %d reached (--max_steps)' % step)
+  print('%s; final checkpoint %s.' % (how, checkpoints.newest(train_dir)),
+        flush=True)

@@ -1,5 +1,4 @@
-"""Session configs, one per use; `threads` is a ThreadCounts of the flags,
-None in either place (BY_RULE: both) for the rule of `thread_settings`."""
+"""Session configs, one per use; `threads`: a ThreadCounts of the flags."""
 
 import collections
 import os
@@ -55,9 +54,8 @@ def set_threads(config, threads=BY_RULE, num_towers=1):
 
 def session_config(optimize_graph=True, threads=BY_RULE, num_towers=1,
                    **kwargs):
-  """`tf.ConfigProto(**kwargs)` with `set_threads`' thread counts;
-  optimize_graph=False skips Grappler's rewrites without a GPU (shorter
-  start-up)."""
+  """`tf.ConfigProto(**kwargs)` with `set_threads`' thread counts; without a
+  GPU, optimize_graph=False skips Grappler's rewrites (shorter start-up)."""
   config = set_threads(tf.ConfigProto(**kwargs), threads, num_towers)
   if not optimize_graph and not has_gpu():
     config.graph_options.rewrite_options.disable_meta_optimizer = True
@@ -69,12 +67,10 @@ def training_config(threads=BY_RULE, num_towers=1, tower_device=None,
   """The training session's config; tower_device None for one device, 'cpu'
   for num_towers CPU devices without soft placement (a misplaced op is an
   error), 'gpu' with it (for queue ops, and towers on missing GPUs)."""
-  kwargs = {'log_device_placement': log_device_placement}
-  if tower_device == 'cpu':
-    kwargs.update(device_count={'CPU': num_towers}, allow_soft_placement=False)
-  elif tower_device == 'gpu':
-    kwargs.update(allow_soft_placement=True)
-  return session_config(threads=threads, num_towers=num_towers, **kwargs)
+  cpus = {'device_count': {'CPU': num_towers}} if tower_device == 'cpu' else {}
+  return session_config(threads=threads, num_towers=num_towers,
+                        log_device_placement=log_device_placement,
+                        allow_soft_placement=tower_device == 'gpu', **cpus)
 
 
 def eval_config(threads=BY_RULE):

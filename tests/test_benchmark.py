@@ -21,8 +21,8 @@ from testutil import run_script
 # benchmark.py and step_time.py, imported by the step-split tests.
 sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
 
-VARIANTS = ['train', 'towers', 'towers2', 'bound', 'input', 'eval', 'forward',
-            'classify']
+VARIANTS = ['train', 'train --seed', 'towers', 'towers2', 'bound', 'input',
+            'eval', 'forward', 'classify']
 # --mixed_precision=bf16's rows, each against its float32 row.
 MIXED = ['train', 'bound', 'eval', 'forward']
 # The test's matrix products: small, so that a round stays short.
@@ -30,7 +30,8 @@ MATMULS = ['matmul %d x%d' % (n, k) for n in (256, 512) for k in (1, 2)]
 # The same in bfloat16, with --mixed_precision=bf16: the bf16 ceiling.
 MATMULS_BF16 = [m.replace('matmul', 'matmul_bf16') for m in MATMULS]
 ROW = re.compile(
-    r'^(matmul(?:_bf16)? \d+ x\d+|\w+) +([\d.]+|-) +(.*?) {2,}([\d.]+)?',
+    r'^(matmul(?:_bf16)? \d+ x\d+|\w+(?: --seed)?) +([\d.]+|-) +(.*?) {2,}'
+    r'([\d.]+)?',
     re.M)
 BF16_CEILING = re.compile(
     r'^bf16 ceiling: (matmul_bf16 (\d+) x(\d+)) = (\d+) independent '
@@ -180,6 +181,9 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
   gflops = {name: float(g) for name, (_, g) in rows.items() if g}
   for name in ('train', 'towers', 'towers2'):
     assert re.match(r'\d\.\d\d of bound; [\d.]+ of ceiling$', ratios[name])
+  # Seeded against unseeded, in the same run.
+  assert re.match(r'\d\.\d\d of train; [\d.]+ of ceiling$',
+                  ratios['train --seed'])
   for name in ('eval', 'classify'):
     assert re.match(r'\d\.\d\d of forward; [\d.]+ of ceiling$',
                     ratios[name])
@@ -240,10 +244,10 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
   # The split of a traced step, for each variant that runs the script's
   # session: its parts, rounded to print, add up to the step.
   splits = re.findall(
-      r'^(\w+) +step ([\d.]+) ms = input ([\d.]+) ms \(\d+%\) \+ compute '
-      r'([\d.]+) ms \(\d+%\) \+ host ([\d.]+) ms \(\d+%: ', out, re.M)
+      r'^(\w+(?: --seed)?) +step ([\d.]+) ms = input ([\d.]+) ms \(\d+%\) \+ '
+      r'compute ([\d.]+) ms \(\d+%\) \+ host ([\d.]+) ms \(\d+%: ', out, re.M)
   assert sorted(name for name, *_ in splits) == sorted(
-      ['towers', 'towers2', 'train', 'train' + suffix]), out
+      ['towers', 'towers2', 'train', 'train --seed', 'train' + suffix]), out
   for _, step, *parts in splits:
     assert sum(map(float, parts)) == pytest.approx(float(step), abs=0.2), out
   # The mixed-precision step's ops by type and dtype: its convolutions
@@ -633,7 +637,7 @@ def test_step_split_of_a_real_cpu_training_step_adds_up(data_dir, tmp_path):
     assert 0 < split.input < split.compute, split
     assert split.host == pytest.approx(
         split.before + split.between + split.after, abs=1e-6)
-    line = step_time.describe('train', split)
+    line = step_time.describe('train', split, split.step)
     assert re.match(r'train +step [\d.]+ ms = input [\d.]+ ms \(\d+%\) \+ '
                     r'compute [\d.]+ ms \(\d+%\) \+ host [\d.]+ ms \(\d+%: ',
                     line), line
