@@ -19,6 +19,9 @@ Two readers return the same records (tests/test_input.py):
                       stores, so that a queue-runner step preprocesses a
                       chunk, cropping before the only transpose
 
+With a seed (--seed), the training pipeline reads every record into memory
+instead, to take them in the seed's order (`_seeded_examples`).
+
 Everything here builds TF1 graph ops (`tf.compat.v1`); call it inside a
 `tf.Graph().as_default()` block.
 """
@@ -139,6 +142,7 @@ def _random_distort(planes, seed=None):
   else:
     draws = tf.random.stateless_uniform([n, 5], seed)
   crops = HEIGHT - IMAGE_SIZE + 1
+  # minimum: a draw just below 1 may round up to `crops` in float32.
   offsets = tf.minimum(tf.cast(draws[:, :2] * crops, tf.int32), crops - 1)
   return fast_ops.distort(planes, offsets, flips=draws[:, 2] < 0.5,
                           deltas=draws[:, 3] * 126.0 - 63.0,
@@ -197,20 +201,24 @@ def _seeded_examples(data_set, batch_size, seed):
                  for path in data_set.paths(data_set.train_files)], 0),
       trainable=False, collections=[tf.GraphKeys.LOCAL_VARIABLES],
       name='records')
-  next_step = tf.Variable(tf.train.get_global_step().read_value(),
-                          trainable=False, name='input_step',
-                          collections=[tf.GraphKeys.LOCAL_VARIABLES])
-  step = next_step.assign_add(1) - 1
+  # Local too, so set from the global step the session restored, at each
+  # session's start.
+  input_step = tf.Variable(tf.train.get_global_step().read_value(),
+                           trainable=False, name='input_step',
+                           collections=[tf.GraphKeys.LOCAL_VARIABLES])
+  step = input_step.assign_add(1) - 1  # This run's step; the next one's next.
   count = tf.shape(records, out_type=tf.int64)[0]
   position = step * batch_size + tf.range(batch_size, dtype=tf.int64)
-  # tf.random.experimental.index_shuffle, whose wrapper pads an [n, 2] seed
-  # the wrong way: a seed (the run's, the epoch, 0) per position.
+  # A seed (the run's, the epoch, 0) per position, as a batch may straddle
+  # two epochs: tf.random.experimental.index_shuffle's op, whose wrapper
+  # pads an [n, 2] seed the wrong way.
   epoch_seeds = tf.stack([tf.fill([batch_size], tf.cast(seed, tf.int64)),
                           position // count, tf.zeros_like(position)], axis=1)
   order = tf.raw_ops.RandomIndexShuffle(index=position % count,
                                         seed=epoch_seeds, max_index=count - 1)
   labels, planes = _split(tf.gather(records, order), data_set.layout)
-  return _random_distort(planes, tf.stack([tf.cast(seed, tf.int64), step])), labels
+  draws_seed = tf.stack([tf.cast(seed, tf.int64), step])
+  return _random_distort(planes, draws_seed), labels
 
 
 def distorted_inputs(data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS,
@@ -230,7 +238,8 @@ def distorted_inputs(data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS,
       the CIFAR-10 layout in data_dir.
     seed: None, or an int that makes the batch of global step n a function
       of the seed and n alone (`_seeded_examples`; the records are held in
-      memory). Needs the global step, created before.
+      memory; num_threads does not apply). Needs the global step, created
+      before.
 
   Returns:
     images: 4-D float32 tensor of [batch_size, IMAGE_SIZE, IMAGE_SIZE, 3].
@@ -248,7 +257,8 @@ def distorted_inputs(data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS,
   # only ever sees ready batches.
   with tf.device('/cpu:0'):
     if seed is not None:
-      # One thread fills a first-in first-out queue, step after step.
+      # One thread and a first-in first-out queue: the batches leave in step
+      # order, the next ones ready while this step trains.
       with tf.name_scope('data_augmentation'):
         images, labels = _seeded_examples(data_set, batch_size, seed)
       return _generate_image_and_label_batch(

@@ -254,11 +254,9 @@ def train(settings, data_set, num_towers=1, tower_device='gpu', config=None):
       return {'global_step': start.step, 'loss': None,
               'examples_per_sec': None, 'signal': None}
     with tf.Graph().as_default():
-      # With --seed, the initial weights and every batch are the seed's.
+      # With --seed, the initial weights and every batch are the seed's (None:
+      # unseeded, as in the original).
       tf.set_random_seed(settings.seed)
-      if settings.seed is not None and tower_device == 'gpu':
-        # The CPU's kernels are deterministic already; the GPU's on demand.
-        tf.compat.v2.config.experimental.enable_op_determinism()
       with tf.device('/cpu:0'):
         global_step = tf.train.get_or_create_global_step()
       if settings.seed is None:
@@ -324,6 +322,10 @@ def main(argv):
   del argv  # Flags only.
   # --tower_device=cpu keeps the towers on CPU devices even beside a GPU.
   settings = run_flags.from_flags(FLAGS, gpu=FLAGS.tower_device == 'gpu')
+  if FLAGS.seed is not None and tf.config.list_physical_devices('GPU'):
+    # A GPU's deterministic kernels, for this process (the CPU's already
+    # are): docs/training.md#seed.
+    tf.compat.v2.config.experimental.enable_op_determinism()
   config = towers.session_config(
       FLAGS.num_gpus, FLAGS.tower_device, settings.threads,
       split_gpus=FLAGS.split_gpus,

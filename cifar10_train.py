@@ -73,11 +73,9 @@ def train(settings, data_set):
       return {'global_step': start.step, 'loss': None,
               'examples_per_sec': None, 'signal': None}
     with tf.Graph().as_default():
-      # With --seed, the initial weights and every batch are the seed's.
+      # With --seed, the initial weights and every batch are the seed's (None:
+      # unseeded, as in the original).
       tf.set_random_seed(settings.seed)
-      if settings.seed is not None and tf.config.list_physical_devices('GPU'):
-        # The CPU's kernels are deterministic already; the GPU's on demand.
-        tf.compat.v2.config.experimental.enable_op_determinism()
       with tf.device('/cpu:0'):
         global_step = tf.train.get_or_create_global_step()
 
@@ -141,6 +139,10 @@ def train(settings, data_set):
 def main(argv):
   del argv  # Flags only.
   settings = run_flags.from_flags(FLAGS)
+  if FLAGS.seed is not None and tf.config.list_physical_devices('GPU'):
+    # A GPU's deterministic kernels, for this process (the CPU's already
+    # are): docs/training.md#seed.
+    tf.compat.v2.config.experimental.enable_op_determinism()
   data_set = download.prepare(FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5,
                               FLAGS.dataset)
   result = train(settings, data_set)

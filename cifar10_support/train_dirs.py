@@ -144,17 +144,17 @@ class StartPoint(object):
     seed = 'none' if self.seed is None else str(self.seed)
     if self.seed is not None:
       print('Seed: %s (docs/training.md#seed).' % seed)
-    # A train_dir of a run before --seed existed was trained without one.
-    recorded = 'none'
+    recorded = None
     if tf.io.gfile.exists(path):
       with tf.io.gfile.GFile(path) as f:
         recorded = f.read().strip()
-    if self.checkpoint is not None and recorded != seed:
+    # A train_dir of a run before --seed existed was trained without one.
+    if self.checkpoint is not None and (recorded or 'none') != seed:
       print('Note: steps up to %d were trained with %s; the steps from here '
             'on are %s.' % (
-                self.step, _seed_words(recorded), 'not reproducible'
+                self.step, _seed_words(recorded or 'none'), 'not reproducible'
                 if self.seed is None else '--seed=%s\'s' % seed))
-    if recorded != seed or not tf.io.gfile.exists(path):
+    if recorded != seed:
       _write_whole(path, (seed + '\n').encode())
 
   def nothing_to_train(self, max_steps):

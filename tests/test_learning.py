@@ -1,6 +1,6 @@
 """Each trainer learns, as a user runs it: the script as a process with its
-own hyper-parameters on learnable synthetic data, then what cifar10_eval.py
---run_once gives on its checkpoint (testutil.eval_precision, a call),
+own hyper-parameters and a seed on learnable synthetic data, then what
+cifar10_eval.py --run_once gives on its checkpoint (testutil.eval_precision, a call),
 asserting a precision an untrained model cannot reach (testutil.LEARNED;
 chance is 0.1).
 
@@ -13,16 +13,19 @@ import pytest
 
 import testutil
 
-# Long enough to learn, with a margin (precision measured in
-# docs/reliability.md): at 100 steps two towers once ended at 0.801.
-STEPS = 150
+# Seeded (--seed, chosen before measuring): each test's run is the same on a
+# machine, run after run. Long enough to learn with a margin: over seeds
+# 0-19 at 100 steps, the lowest precision was 0.701 on one device and 1.000
+# with two towers (docs/reliability.md#the-learning-tests).
+SEED = 0
+STEPS = 100
 
 
 def _train_and_evaluate(script, args, data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
   result = testutil.run_script(script, [
       '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
-      '--max_steps=%d' % STEPS] + args, timeout=300)
+      '--max_steps=%d' % STEPS, '--seed=%d' % SEED] + args, timeout=300)
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
   assert 'Done: step %d reached' % STEPS in result.stdout
   return testutil.eval_precision(data_dir, train_dir, str(tmp_path / 'eval'))

@@ -8,14 +8,18 @@ import signal
 import subprocess
 import sys
 
+from absl import flags
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+import cifar10_input
 import cifar10_train
 from cifar10_support import data_files
+from cifar10_support import mixed_precision
 from cifar10_support import run_flags
 from cifar10_support import train_dirs
+import synthetic
 import testutil
 
 STEP_LINE = re.compile(r': step (\d+), loss = ([\d.]+) ')
@@ -23,9 +27,10 @@ STEP_LINE = re.compile(r': step (\d+), loss = ([\d.]+) ')
 
 @contextlib.contextmanager
 def busy_cores():
-  """Two processes that keep both cores busy while the block runs."""
+  """A process per usable core, each keeping one busy, while the block
+  runs."""
   spinners = [subprocess.Popen([sys.executable, '-c', 'while True: pass'])
-              for _ in range(2)]
+              for _ in range(len(os.sched_getaffinity(0)))]
   try:
     yield
   finally:
@@ -180,7 +185,7 @@ def test_the_seed_is_said_kept_beside_the_checkpoints_and_a_change_noted(
 @pytest.mark.slow  # Trains.
 def test_beside_a_gpu_the_seed_asks_for_deterministic_kernels(
     data_dir, tmp_path, monkeypatch):
-  # No GPU here: the trainer is told of one, and asks for TensorFlow's
+  # No GPU here: the script is told of one, and asks for TensorFlow's
   # deterministic kernels, which then apply to the GPU's ops.
   asked = []
   listed = tf.config.list_physical_devices
@@ -188,7 +193,54 @@ def test_beside_a_gpu_the_seed_asks_for_deterministic_kernels(
       ['/physical_device:GPU:0'] if kind == 'GPU' else listed(kind)))
   monkeypatch.setattr(tf.compat.v2.config.experimental,
                       'enable_op_determinism', lambda: asked.append(True))
-  testutil.train(cifar10_train.train, run_flags.TrainSettings(
-      data_dir, str(tmp_path), max_steps=1, batch_size=8,
-      save_checkpoint_secs=3600, seed=3))
+  monkeypatch.setattr(mixed_precision, 'gpu_capability', lambda: None)
+  args = ['--data_dir=' + data_dir, '--train_dir=' + str(tmp_path),
+          '--max_steps=1', '--batch_size=8', '--seed=3']
+  with testutil.as_script('cifar10_train.py', args, flags.FLAGS):
+    cifar10_train.main(['cifar10_train.py'])
   assert asked == [True]
+
+
+def _seeded_batches(data_set, start_step, count, batch_size=10):
+  """`count` seeded batches (images, labels) from a session whose global
+  step starts at start_step."""
+  with tf.Graph().as_default():
+    global_step = tf.train.get_or_create_global_step()
+    images, labels = cifar10_input.distorted_inputs(
+        None, batch_size, data_set=data_set, seed=3)
+    with tf.Session(config=testutil.session_config()) as sess:
+      sess.run(tf.global_variables_initializer())
+      sess.run(global_step.assign(start_step))
+      sess.run(tf.local_variables_initializer())
+      coord = tf.train.Coordinator()
+      threads = tf.train.start_queue_runners(sess=sess, coord=coord)
+      try:
+        return [sess.run([images, labels]) for _ in range(count)]
+      finally:
+        coord.request_stop()
+        coord.join(threads, stop_grace_period_secs=10)
+
+
+def test_the_seeded_input_takes_each_record_once_an_epoch_from_any_step(
+    tmp_path):
+  # 100 training records whose labels number them (5 files of 20).
+  batches_dir = tmp_path / 'cifar-10-batches-bin'
+  batches_dir.mkdir()
+  rng = np.random.RandomState(0)
+  for i, name in enumerate(data_files.TRAIN_FILES):
+    synthetic.write_records(
+        str(batches_dir / name), np.arange(20 * i, 20 * i + 20),
+        rng.randint(0, 256, (20, 32, 32, 3)))
+  data_set = data_files.describe(str(tmp_path))
+  straight = _seeded_batches(data_set, 0, 20)
+  epochs = [np.concatenate([labels for _, labels in straight[:10]]),
+            np.concatenate([labels for _, labels in straight[10:]])]
+  for order in epochs:
+    assert sorted(order) == list(range(100))
+  assert not (epochs[0] == epochs[1]).all()
+  assert not (epochs[0] == np.arange(100)).all()
+  # A session started at step 7 gives steps 7 to 11 as the straight one did.
+  for (images, labels), (want_images, want_labels) in zip(
+      _seeded_batches(data_set, 7, 5), straight[7:12]):
+    assert (labels == want_labels).all()
+    assert images.tobytes() == want_images.tobytes()
