@@ -207,7 +207,8 @@ def _seeded_examples(data_set, batch_size, seed):
                            trainable=False, name='input_step',
                            collections=[tf.GraphKeys.LOCAL_VARIABLES])
   step = input_step.assign_add(1) - 1  # This run's step; the next one's next.
-  count = tf.shape(records, out_type=tf.int64)[0]
+  # A constant, not tf.shape(records): that would read (copy) every record.
+  count = data_set.records(data_set.train_files)
   position = step * batch_size + tf.range(batch_size, dtype=tf.int64)
   # A seed (the run's, the epoch, 0) per position, as a batch may straddle
   # two epochs: tf.random.experimental.index_shuffle's op, whose wrapper
