@@ -187,7 +187,7 @@ def _generate_image_and_label_batch(examples, min_queue_examples, batch_size,
       label_batch, [-1 if allow_smaller_final_batch else batch_size])
 
 
-def _seeded_examples(data_set, batch_size, seed):
+def _seeded_examples(data_set, count, batch_size, seed):
   """Step n's batch of a seeded run, as a function of the seed and n alone:
   the examples n * batch_size onwards of the records in a seeded stateless
   permutation per epoch, distorted by draws from (seed, n). n starts at the
@@ -207,8 +207,8 @@ def _seeded_examples(data_set, batch_size, seed):
                            trainable=False, name='input_step',
                            collections=[tf.GraphKeys.LOCAL_VARIABLES])
   step = input_step.assign_add(1) - 1  # This run's step; the next one's next.
-  # A constant, not tf.shape(records): that would read (copy) every record.
-  count = data_set.records(data_set.train_files)
+  # count, the records' number, is the caller's check's, not tf.shape(records),
+  # which would read (copy) every record each step.
   position = step * batch_size + tf.range(batch_size, dtype=tf.int64)
   # A seed (the run's, the epoch, 0) per position, as a batch may straddle
   # two epochs: tf.random.experimental.index_shuffle's op, whose wrapper
@@ -261,7 +261,8 @@ def distorted_inputs(data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS,
       # One thread and a first-in first-out queue: the batches leave in step
       # order, the next ones ready while this step trains.
       with tf.name_scope('data_augmentation'):
-        images, labels = _seeded_examples(data_set, batch_size, seed)
+        images, labels = _seeded_examples(data_set, num_records,
+                                          batch_size, seed)
       return _generate_image_and_label_batch(
           (images, labels), 2 * batch_size, batch_size, shuffle=False,
           num_threads=1)
