@@ -20,6 +20,12 @@ gets the full host lists and its own --job_name/--task_index):
     python cifar10_distributed_train.py --job_name=worker --task_index=1 \
         --ps_hosts=... --worker_hosts=... --data_dir=/tmp/cifar10_data
 
+On one machine, --local_cluster=1,2 starts one ps task and two workers,
+in a network namespace that no other machine reaches. Every task's server
+listens on every network interface and runs any graph sent to it, without
+authentication: run a cluster only where no one else can reach it
+(docs/distributed.md#security).
+
 Instead of the four cluster flags, a task may read the standard TF_CONFIG
 environment variable, where a cluster manager may add a chief job and an
 evaluator task. Updates are asynchronous unless --sync_replicas; training
@@ -87,6 +93,22 @@ flags.register_multi_flags_validator(
     lambda values: values['replicas_to_aggregate'] == -1 or values[
         'sync_replicas'],
     '--replicas_to_aggregate only applies with --sync_replicas')
+flags.DEFINE_list('local_cluster', None,
+                  'NUM_PS,NUM_WORKERS: run a whole cluster on this machine '
+                  'instead of one task, every task a child process given '
+                  'the other flags, in a network namespace of its own that '
+                  'no other machine reaches (Linux); it ends when the '
+                  'workers are done.')
+flags.register_validator(
+    'local_cluster', lambda value: value is None or (
+        len(value) == 2 and all(n.isdigit() and int(n) > 0 for n in value)),
+    '--local_cluster takes two positive counts: NUM_PS,NUM_WORKERS, e.g. 1,2')
+flags.register_multi_flags_validator(
+    ['local_cluster', 'job_name', 'ps_hosts', 'worker_hosts'],
+    lambda values: not values['local_cluster'] or not (
+        values['job_name'] or values['ps_hosts'] or values['worker_hosts']),
+    '--local_cluster starts every task itself: drop --job_name, --ps_hosts '
+    'and --worker_hosts')
 flags.DEFINE_integer('startup_wait_secs', 300,
                      'How long a worker waits for the ps tasks to answer and, '
                      'if not the chief, for the chief to initialise the '
@@ -310,6 +332,9 @@ def train(settings, data_set, worker, target, replicas=None):
 @signals.script_main()
 def main(argv):
   del argv  # Flags only.
+  if FLAGS.local_cluster:
+    num_ps, num_workers = map(int, FLAGS.local_cluster)
+    sys.exit(clusters.run_local_cluster(num_ps, num_workers, FLAGS))
   try:
     # This task and its cluster: the flags (a bad one is a usage error),
     # else TF_CONFIG.
@@ -336,8 +361,11 @@ def main(argv):
           '%.3f.' % (last['checkpoint'], last['global_step'], FLAGS.max_steps,
                      last['precision']), flush=True)
     return
-  if task.is_chief:
-    run_flags.check_flag_writable_dir('train_dir', FLAGS.train_dir)
+  if task.job_name != 'ps':
+    # Workers compute on their CPUs (clusters.Task.device): float16 never
+    # arises. Only the chief writes --train_dir.
+    settings = run_flags.from_flags(FLAGS, gpu=False,
+                                    check_train_dir=task.is_chief)
   cluster, job_name, task_index = task.cluster, task.job_name, task.task_index
   print('PS hosts are: %s' % ','.join(cluster['ps']))
   if task.chief_job != 'worker':
@@ -345,18 +373,23 @@ def main(argv):
   print('Worker hosts are: %s' % ','.join(cluster.get('worker', [])))
   print('This task: %s' % task.name, flush=True)
 
+  port = cluster[job_name][task_index].rpartition(':')[2]
   try:
     server = tf.train.Server(
         tf.train.ClusterSpec(cluster), job_name=job_name,
         task_index=task_index,
         config=sessions.server_config(run_flags.threads(FLAGS)))
   except tf.errors.OpError as e:
-    sys.exit('Could not start the server of /job:%s/task:%d at %s (is the '
-             'port in use?): %s' % (job_name, task_index,
-                                    cluster[job_name][task_index], e.message))
+    sys.exit('Could not start the server of %s on port %s (is the port in '
+             'use?): %s' % (task.name, port, e.message))
+  # TensorFlow's server binds its port on every interface, whatever host
+  # the cluster names, and has no authentication.
+  print('This task listens on port %s of every network interface; '
+        'TensorFlow\'s server runs any graph sent to it, without '
+        'authentication: docs/distributed.md#security.' % port, flush=True)
   if job_name == 'ps':
-    print('ps task %d serving at %s; stop it (Ctrl-C) when the workers are '
-          'done.' % (task_index, cluster['ps'][task_index]), flush=True)
+    print('ps task %d serving; stop it (Ctrl-C) when the workers are done.'
+          % task_index, flush=True)
     try:
       while True:  # Python cannot interrupt server.join(), but a sleep.
         time.sleep(3600)
@@ -372,9 +405,6 @@ def main(argv):
                 else FLAGS.replicas_to_aggregate)
     print('SyncReplicas enabled: replicas_to_aggregate=%d; '
           'total_num_replicas=%d' % (replicas, num_replicas))
-  # Workers compute on their CPUs (clusters.Task.device): float16 never
-  # arises. The chief checked --train_dir above.
-  settings = run_flags.from_flags(FLAGS, gpu=False, check_train_dir=False)
   label = task.label
   print('%s: waiting up to %d s for the ps tasks.'
         % (label, FLAGS.startup_wait_secs), flush=True)

@@ -193,9 +193,13 @@ def test_main_turns_bad_flags_into_usage_errors(args, message):
      r'least 1'),
     (['--startup_wait_secs=0'],
      r'flag --startup_wait_secs=0: 0 is not a positive integer'),
+    (['--local_cluster=1'], r'--local_cluster takes two positive counts'),
+    (['--local_cluster=1,0'], r'--local_cluster takes two positive counts'),
+    (['--local_cluster=1,2', '--job_name=ps'],
+     r'--local_cluster starts every task itself'),
 ])
 def test_flags_no_task_could_run_with_are_refused_as_parsed(args, message):
-  argv = ['cifar10_distributed_train.py', '--job_name=worker'] + args
+  argv = ['cifar10_distributed_train.py'] + args
   was_parsed = dist.FLAGS.is_parsed()
   try:
     with flagsaver.flagsaver():
@@ -204,6 +208,31 @@ def test_flags_no_task_could_run_with_are_refused_as_parsed(args, message):
   finally:
     if not was_parsed:
       dist.FLAGS.unparse_flags()
+
+
+@pytest.mark.parametrize('unshare', [None, pytest.param(
+    'echo "unshare: write failed /proc/self/uid_map: Operation not '
+    'permitted" >&2; exit 1', marks=pytest.mark.slow, id='refused')])
+def test_a_local_cluster_where_no_network_namespace_can_be_made_says_so(
+    unshare, tmp_path, monkeypatch):
+  # On a machine with a network, without unshare or with one that is
+  # refused: one line, what to do, and no task started.
+  if unshare:
+    (tmp_path / 'unshare').write_text('#!/bin/sh\n' + unshare + '\n')
+    (tmp_path / 'unshare').chmod(0o755)
+  monkeypatch.setenv('PATH', str(tmp_path))
+  monkeypatch.setattr(clusters, '_interfaces_up', lambda **_: ['lo', 'eth0'])
+  monkeypatch.setattr(os, 'execv', None)  # Nothing may run in its place.
+  with pytest.raises(SystemExit) as stopped:
+    clusters.run_local_cluster(1, 2, dist.FLAGS)
+  message = str(stopped.value.code)
+  assert message.startswith(
+      '--local_cluster: cannot make a private network namespace here (%s). '
+      'Run this command in a container with no network' % (
+          'unshare: write failed /proc/self/uid_map: Operation not permitted'
+          if unshare else 'no unshare command: Linux only'))
+  assert message.endswith('docs/distributed.md#security.')
+  assert '\n' not in message
 
 
 def test_xdist_workers_pick_ports_apart(monkeypatch):
@@ -249,7 +278,8 @@ try:
 except OSError:
   sys.exit('Could not start the server of /job:ps/task:0')
 s.listen()
-print('ps task 0 serving at 127.0.0.1:%s; ...' % sys.argv[1], flush=True)
+print('This task listens on port %s of every network interface; ...'
+      % sys.argv[1], flush=True)
 time.sleep(600)
 """
 
@@ -337,7 +367,8 @@ def test_tasks_whose_port_was_taken_start_again_on_new_ports(tmp_path):
   # The logs are the second attempt's.
   for task in tasks.logs:
     assert tasks.log(task) == (
-        'ps task 0 serving at 127.0.0.1:%d; ...\n' % tasks.ports[task])
+        'This task listens on port %d of every network interface; ...\n'
+        % tasks.ports[task])
 
 
 class _Clock(object):
@@ -603,12 +634,98 @@ def _check_chief_checkpoint(train_dir, min_step, max_step):
   return checkpoint
 
 
-@pytest.mark.slow  # Clusters of processes.
+def _listening(pid):
+  """{socket inode: port} of the TCP sockets of process `pid` that listen on
+  every address (IPv4 0.0.0.0, IPv6 ::), as its network namespace lists
+  them; the process's own sockets only."""
+  own = set()
+  for fd in os.listdir('/proc/%d/fd' % pid):
+    try:
+      own.add(os.readlink('/proc/%d/fd/%s' % (pid, fd)))
+    except OSError:
+      continue  # Closed meanwhile.
+  found = {}
+  for table in ('tcp', 'tcp6'):
+    with open('/proc/%d/net/%s' % (pid, table)) as f:
+      for line in f.readlines()[1:]:
+        fields = line.split()
+        address, port = fields[1].split(':')
+        if (fields[3] == '0A' and not address.strip('0') and
+            'socket:[%s]' % fields[9] in own):  # 0A: LISTEN.
+          found[fields[9]] = int(port, 16)
+  return found
+
+
+def _listening_here():
+  """The socket inodes of every TCP socket listening in this test's own
+  network namespace."""
+  inodes = set()
+  for table in ('tcp', 'tcp6'):
+    with open('/proc/self/net/' + table) as f:
+      inodes.update(line.split()[9] for line in f.readlines()[1:]
+                    if line.split()[3] == '0A')
+  return inodes
+
+
+@pytest.mark.slow  # A cluster of processes.
+@pytest.mark.skipif(not sys.platform.startswith('linux'), reason='Linux')
 def test_async_cluster_trains_to_the_global_step_and_learns(
     learnable_data_dir, tmp_path):
-  outputs, train_dir, _ = testutil.retry_port_taken(lambda: _run_cluster(
-      tmp_path, learnable_data_dir, [], learning_rate=ASYNC_LEARNING_RATE))
-  done = _finished(outputs)
+  # The README's one-machine cluster, as a user runs it: --local_cluster
+  # starts 1 ps and 2 workers in a network namespace of their own and ends
+  # by itself once they are done.
+  train_dir, log = str(tmp_path / 'train'), str(tmp_path / 'cluster.log')
+  with open(log, 'w') as out:
+    launcher = subprocess.Popen(
+        testutil.script_command('cifar10_distributed_train.py',
+                                ASYNC_LEARNING_RATE) +
+        ['--local_cluster=1,2', '--data_dir=' + learnable_data_dir,
+         '--train_dir=' + train_dir, '--max_steps=%d' % LEARN_STEPS,
+         '--log_frequency=20', '--operation_timeout_secs=60',
+         '--startup_wait_secs=120'],
+        cwd=testutil.ROOT, env=testutil.script_env(), stdout=out,
+        stderr=subprocess.STDOUT)
+  try:
+    def serving():
+      try:
+        with open('/proc/%d/task/%d/children' % (launcher.pid,
+                                                  launcher.pid)) as f:
+          tasks = [int(pid) for pid in f.read().split()]
+        listening = {pid: _listening(pid) for pid in tasks}
+      except FileNotFoundError:  # A process ended meanwhile.
+        return None
+      return len(tasks) == 3 and all(listening.values()) and listening
+
+    listening = testutil.wait_for(
+        'the 3 tasks to listen', serving, [log],
+        failed=lambda: launcher.poll() is not None and 'the launcher ended')
+    # Each task listens on every address of its namespace, its port as its
+    # line says; none of those sockets is in this machine's namespace.
+    ports = sorted(port for task in listening.values()
+                   for port in task.values())
+    assert ports == [2222, 2223, 2224]
+    inodes = {inode for task in listening.values() for inode in task}
+    assert not inodes & _listening_here()
+    testutil.wait_for('the cluster to end', lambda: launcher.poll() is not None,
+                      [log])
+  finally:
+    if launcher.poll() is None:
+      launcher.terminate()
+      launcher.wait()
+  output = open(log).read()
+  assert launcher.returncode == 0, output[-3000:]
+  for pid in listening:  # The launcher stopped its ps task too.
+    assert not os.path.exists('/proc/%d' % pid)
+  for port in ports:
+    assert output.count(
+        'This task listens on port %d of every network interface; '
+        'TensorFlow\'s server runs any graph sent to it, without '
+        'authentication: docs/distributed.md#security.\n' % port) == 1
+  assert 'localhost:2222;' not in output  # No task says it serves there.
+  assert 'Traceback' not in output
+  done = _finished([''.join(line for line in output.splitlines(True)
+                            if line.startswith('Worker %d:' % index))
+                    for index in range(2)])
   final_step = max(step for step, _ in done.values())
   assert final_step >= LEARN_STEPS
   # Asynchronous: each worker step is one update of the global step, so the

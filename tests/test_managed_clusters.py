@@ -165,6 +165,11 @@ def _run(cluster, order, meanwhile=lambda: None):
   for task, output in outputs.items():
     assert 'Traceback' not in output, '%s:\n%s' % (task, output[-3000:])
     assert 'Exception in thread' not in output, output[-3000:]
+    # Every task that serves says where it listens, at each start; the
+    # evaluator joins no cluster and serves nothing.
+    said = set(testutil.LISTENING.findall(output))
+    assert said == (set() if task.startswith('evaluator') else
+                    {str(cluster.port(task))}), (task, output[-3000:])
   return outputs
 
 
@@ -587,6 +592,53 @@ def test_the_tfjob_manifest_runs_this_script_on_a_shared_train_dir():
       volume, = [v for v in pod['volumes'] if v['name'] == mount['name']]
       assert volume['persistentVolumeClaim']['claimName'] == claim
   assert len(commands) == 1  # The same command on every replica.
+
+
+NETWORK_POLICY = os.path.join(testutil.ROOT, 'docs', 'managed',
+                              'kubeflow_networkpolicy.json')
+# The label the Training Operator (v1.x) puts on every pod of a TFJob, the
+# job's name its value: JobNameLabel in pkg/apis/kubeflow.org/v1/
+# common_types.go, set by GenLabels in pkg/controller.v1/common/
+# job_controller.go (kubeflow/training-operator, tag v1.9.0 and branch
+# release-1.9; the same key since v1.4.0).
+TFJOB_NAME_LABEL = 'training.kubeflow.org/job-name'
+# The servers' port: the containerPort of the port named "tfjob-port" of the
+# container named "tensorflow", 2222 where it names none (TFJobDefaultPort,
+# TFJobDefaultPortName, TFJobDefaultContainerName in pkg/apis/kubeflow.org/
+# v1/tensorflow_types.go; GetPortFromTFJob in pkg/controller.v1/tensorflow/
+# util.go writes it into TF_CONFIG; same tag).
+TFJOB_CONTAINER, TFJOB_PORT_NAME, TFJOB_DEFAULT_PORT = (
+    'tensorflow', 'tfjob-port', 2222)
+
+
+def test_the_network_policy_admits_only_the_tfjobs_own_pods_to_its_port():
+  # The tasks' servers run any graph sent to them: the policy applied beside
+  # the TFJob selects the job's pods by the operator's label and admits
+  # ingress to the servers' port from those pods alone.
+  tfjob = _tfjob_items()['TFJob']
+  policy = json.load(open(NETWORK_POLICY))
+  assert (policy['apiVersion'], policy['kind']) == ('networking.k8s.io/v1',
+                                                    'NetworkPolicy')
+  # The same namespace: both name none (kubectl's current one), or the same.
+  assert policy['metadata'].get('namespace') == tfjob['metadata'].get(
+      'namespace')
+  the_job = {'matchLabels': {TFJOB_NAME_LABEL: tfjob['metadata']['name']}}
+  spec = policy['spec']
+  assert spec['podSelector'] == the_job
+  # Ingress alone: Egress listed with no egress rule would cut every pod off.
+  assert spec['policyTypes'] == ['Ingress']
+  rule, = spec['ingress']
+  # The job's pods in the policy's namespace, and no other source.
+  assert rule.get('from') == [{'podSelector': the_job}]
+  ports = set()
+  for replica in tfjob['spec']['tfReplicaSpecs'].values():
+    container, = [c for c in replica['template']['spec']['containers']
+                  if c['name'] == TFJOB_CONTAINER]
+    named = [p['containerPort'] for p in container.get('ports', [])
+             if p.get('name') == TFJOB_PORT_NAME]
+    ports.add(named[0] if named else TFJOB_DEFAULT_PORT)
+  assert [(p.get('protocol', 'TCP'), p['port']) for p in rule['ports']] == [
+      ('TCP', port) for port in sorted(ports)]
 
 
 def test_the_vertex_ai_worker_pools_run_this_script_on_cloud_storage():

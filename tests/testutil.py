@@ -388,11 +388,9 @@ TASK_PORTS = range(20000, 32768)
 
 # What the script prints when its server cannot bind its port.
 PORT_TAKEN = 'Could not start the server of'
-# What it prints once its server listens: a ps task's line, or a training
-# task's before it waits for the ps tasks.
-LISTENING = re.compile(r'^(ps task \d+ serving at \S+;|(Chief|Master|Worker '
-                       r'\d+): waiting up to \d+ s for the ps tasks\.$)',
-                       re.M)
+# What every task prints once its server listens.
+LISTENING = re.compile(r'^This task listens on port (\d+) of every network '
+                       r'interface;', re.M)
 
 
 def own_ports():
