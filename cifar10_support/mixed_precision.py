@@ -93,18 +93,22 @@ def _zeros_unless(finite, grads_and_vars):
 
 
 class LossScaleOptimizer(object):
-  """compute_gradients and apply_gradients with a dynamic loss scale, a local
-  variable never saved (TensorFlow's is), summary 'loss_scale'. A step where
-  any tower's gradients overflow applies zeros and halves the scale, never
-  below 1; LOSS_SCALE_GROWTH_STEPS clean steps in a row double it."""
+  """compute_gradients and apply_gradients with a dynamic loss scale, summary
+  'loss_scale'. A step where any tower's gradients overflow applies zeros and
+  halves the scale, never below 1; LOSS_SCALE_GROWTH_STEPS clean steps in a
+  row double it. The scale and its count of clean steps are saved with the
+  checkpoint (loss_scale/scale, loss_scale/good_steps), so that a float16
+  run resumed from it goes on as the unstopped run; only float16 graphs have
+  them, and a checkpoint without them starts them afresh."""
 
   def __init__(self, opt):
     self._opt = opt
     self._finite = []  # Per tower: no overflow.
     with tf.device('/cpu:0'), tf.variable_scope('loss_scale'):
-      self.scale = tf.get_local_variable('scale', initializer=LOSS_SCALE_START)
-      self.good_steps = tf.get_local_variable(
-          'good_steps', initializer=tf.zeros([], tf.int64))
+      self.scale = tf.get_variable('scale', initializer=LOSS_SCALE_START,
+                                   trainable=False)
+      self.good_steps = tf.get_variable(
+          'good_steps', initializer=tf.zeros([], tf.int64), trainable=False)
       tf.summary.scalar('loss_scale', self.scale)
 
   def compute_gradients(self, loss):

@@ -141,11 +141,11 @@ def test_mixed_precision_computes_on_the_gpus_and_applies_float32(graph):
   for op in graph.get_operations():
     if op.type in ('ResourceApplyGradientDescent', 'AssignMovingAvg', 'AddN'):
       assert op.get_attr('T') == tf.float32, op.name
-  # The loss scale of float16 is kept out of the checkpoint.
-  local = [v.op.name for v in graph.get_collection(tf.GraphKeys.LOCAL_VARIABLES)]
-  assert ('loss_scale/scale' in local) == (graph.compute_dtype == tf.float16)
-  assert not [v for v in graph.get_collection(tf.GraphKeys.GLOBAL_VARIABLES)
-              if v.op.name.startswith('loss_scale')]
+  # float16's loss scale is saved with the checkpoint; bfloat16 has none.
+  saved = [v.op.name for v in graph.get_collection(tf.GraphKeys.GLOBAL_VARIABLES)
+           if v.op.name.startswith('loss_scale')]
+  assert saved == (['loss_scale/scale', 'loss_scale/good_steps']
+                   if graph.compute_dtype == tf.float16 else [])
 
 
 def test_every_op_asked_on_a_gpu_has_a_gpu_kernel(graph):

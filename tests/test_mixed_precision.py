@@ -25,9 +25,11 @@ import tensorflow.compat.v1 as tf
 import cifar10
 import cifar10_eval
 import cifar10_train
+from cifar10_support import data_files
 from cifar10_support import evaluation
 from cifar10_support import mixed_precision
 from cifar10_support import run_flags
+from cifar10_support import train_dirs
 import synthetic
 from test_eval import save_checkpoint
 from test_train import LINE
@@ -144,8 +146,11 @@ def test_reduced_precision_ops_appear_only_with_the_flag():
     assert logits.op.name == 'softmax_linear/softmax_linear'
     with graph.as_default():
       # The same variables, names, shapes and dtypes: the same checkpoint.
-      assert _variables_by_name() == float32_variables
-      scale = [v.op.name for v in tf.local_variables()]
+      assert {name: variable for name, variable in _variables_by_name().items()
+              if not name.startswith('loss_scale/')} == float32_variables
+      # Beside them float16 saves its loss scale, no other dtype anything.
+      scale = [v.op.name for v in tf.global_variables()
+               if v.op.name.startswith('loss_scale')]
     assert scale == (['loss_scale/scale', 'loss_scale/good_steps']
                      if dtype == tf.float16 else [])
 
@@ -286,6 +291,60 @@ def test_eval_with_the_flag_predicts_what_the_weights_say(data_dir, tmp_path,
   assert (note in capsys.readouterr().out) == (dtype == tf.float16)
 
 
+def _start(train_dir, data_set, dtype, scale=None):
+  """A training session of dtype on train_dir's newest checkpoint, started
+  as the trainers start one; returns its (global step, loss scale, clean
+  steps), None for a graph without a loss scale. With `scale` (scale,
+  clean steps), sets those and saves them at step 7 instead."""
+  with train_dirs.claim(train_dir, False, data_set) as start:
+    with tf.Graph().as_default():
+      global_step = tf.train.get_or_create_global_step()
+      loss = cifar10.loss(cifar10.inference(tf.zeros([2, 24, 24, 3]), dtype),
+                          tf.zeros([2], tf.int32))
+      cifar10.train(loss, global_step, 2, dtype)
+      state = [global_step] + [v for v in tf.global_variables()
+                               if v.op.name.startswith('loss_scale/')]
+      setters = [var.assign(value)
+                 for var, value in zip(state, (7,) + (scale or ()))]
+      scaffold = start.scaffold()
+      with tf.train.MonitoredSession(tf.train.ChiefSessionCreator(
+          scaffold, config=session_config())) as sess:
+        if scale is not None:
+          sess.run(setters)
+          scaffold.saver.save(sess._tf_sess(),  # pylint: disable=protected-access
+                              os.path.join(train_dir, 'model.ckpt'),
+                              global_step=7)
+        values = sess.run(state)
+  return tuple(values) if dtype == tf.float16 else (values[0], None, None)
+
+
+@pytest.mark.slow  # Sessions of the training graph.
+def test_float16_saves_its_loss_scale_and_resumes_from_float32_and_back(
+    data_dir, tmp_path, capsys):
+  # The loss scale's state goes with float16's checkpoint, so that a resumed
+  # run goes on with the scale the unstopped one had; float32 checkpoints
+  # keep the original's 25 variables, and each resumes the other's.
+  train_dir, data_set = str(tmp_path), data_files.describe(data_dir)
+  start = mixed_precision.LOSS_SCALE_START
+  assert _start(train_dir, data_set, tf.float16, scale=(256.0, 5)) == (
+      7, 256.0, 5)
+  checkpoint = tf.train.latest_checkpoint(train_dir)
+  assert checkpoint.endswith('model.ckpt-7')
+  contents = _checkpoint_contents(checkpoint)
+  assert len(contents) == 27
+  assert contents['loss_scale/scale'] == (tf.float32, [])
+  assert contents['loss_scale/good_steps'] == (tf.int64, [])
+  assert _start(train_dir, data_set, tf.float16) == (7, 256.0, 5)
+  # A float32 run resumes from it, and saves the 25 alone.
+  assert _start(train_dir, data_set, None, scale=()) == (7, None, None)
+  assert len(_checkpoint_contents(tf.train.latest_checkpoint(train_dir))) == 25
+  # A float16 run resumes from that one, its loss scale started afresh.
+  capsys.readouterr()
+  assert _start(train_dir, data_set, tf.float16) == (7, start, 0)
+  assert ('Starting fresh (not in model.ckpt-7, which another trainer wrote): '
+          'loss_scale/good_steps, loss_scale/scale.') in capsys.readouterr().out
+
+
 def test_float16_step_scales_the_loss_and_moves_the_weights_as_float32():
   rng = np.random.RandomState(0)
   labels = np.arange(32) % 10
@@ -310,7 +369,8 @@ def test_float16_step_scales_the_loss_and_moves_the_weights_as_float32():
         moved[dtype] = {name: value - start[name]
                         for name, value in sess.run(weights).items()}
         if dtype == tf.float16:
-          scale = sess.run(tf.local_variables())
+          scale = sess.run([v for v in tf.global_variables()
+                            if v.op.name.startswith('loss_scale/')])
   # Unscaled: each variable moved as in float32, to float16's precision (a
   # missing scale would leave the gradients 32,768 times too small, a
   # missing unscaling as many times too large: a relative error near 1 or

@@ -96,32 +96,63 @@ def test_two_seeded_runs_write_the_same_checkpoint_and_step_lines(
                      checkpoint_values(str(tmp_path)))
 
 
+# Runs a script as a user does, but stops itself (SIGSTOP) just after it
+# prints the line of step 2: the SIGTERM the test sends then lands in step
+# 2, whatever the machine's speed.
+_STOPS_AT_STEP_2 = """
+import os, runpy, signal, sys
+sys.path.insert(0, os.getcwd())
+from cifar10_support import console
+console.before_tensorflow('__main__')
+from cifar10_support import signals
+print_line = signals.print_line
+def print_then_stop(text):
+  print_line(text)
+  if ': step 2, ' in text:
+    os.kill(os.getpid(), signal.SIGSTOP)
+signals.print_line = print_then_stop
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name='__main__')
+"""
+
+
 @pytest.mark.slow  # Starts processes.
 def test_a_sigterm_mid_run_then_resuming_ends_as_the_unstopped_run(
     seeded_run, data_dir, tmp_path):
-  stopped = str(tmp_path)
-  # Only the step-0 checkpoint and the one SIGTERM writes.
-  proc = subprocess.Popen(
-      testutil.script_command('cifar10_train.py') + [
-          '--data_dir=' + data_dir, '--train_dir=' + stopped, '--seed=3',
+  stopped, log = str(tmp_path / 'train'), str(tmp_path / 'first.log')
+  args = ['--data_dir=' + data_dir, '--train_dir=' + stopped, '--seed=3',
           '--batch_size=8', '--log_frequency=1',
-          '--max_steps=%d' % SEEDED_STEPS, '--save_checkpoint_secs=3600'],
-      cwd=testutil.ROOT, env=testutil.script_env(), stdout=subprocess.PIPE,
-      text=True)
+          '--max_steps=%d' % SEEDED_STEPS]
+  with open(log, 'w') as out:
+    # Only the step-0 checkpoint and the one SIGTERM writes.
+    proc = subprocess.Popen(
+        [sys.executable, '-c', _STOPS_AT_STEP_2, 'cifar10_train.py'] + args +
+        ['--save_checkpoint_secs=3600'], cwd=testutil.ROOT,
+        env=testutil.script_env(), stdout=out, stderr=subprocess.STDOUT)
   try:
-    for line in proc.stdout:
-      if STEP_LINE.search(line) and int(STEP_LINE.search(line).group(1)) >= 2:
-        proc.send_signal(signal.SIGTERM)
-        break
-    proc.stdout.read()
+    def state():
+      with open('/proc/%d/stat' % proc.pid) as f:
+        return f.read().rpartition(')')[2].split()[0]
+
+    testutil.wait_for('the run to stop itself after step 2',
+                      lambda: state() == 'T', [log],
+                      failed=lambda: proc.poll() is not None and 'it ended')
+    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signal.SIGCONT)
     assert proc.wait(120) == 128 + signal.SIGTERM
   finally:
     proc.kill()
-  stopped_at = int(tf.train.load_checkpoint(
-      tf.train.latest_checkpoint(stopped)).get_tensor('global_step'))
-  assert 2 < stopped_at < SEEDED_STEPS
-  run('cifar10_train.py', data_dir, stopped, '--seed=3',
-      '--max_steps=%d' % SEEDED_STEPS)
+  first = open(log).read()
+  # Step 2's update done, the run stops: a final checkpoint at step 3.
+  assert ('Received SIGTERM: stopped at step 3; final checkpoint %s/'
+          'model.ckpt-3.' % stopped) in first.splitlines(), first
+  second = run('cifar10_train.py', data_dir, stopped, '--seed=3',
+               '--max_steps=%d' % SEEDED_STEPS)
+  assert ('Resuming from checkpoint %s/model.ckpt-3 at step 3 ' % stopped
+          in second), second
+  # Each step once: 0 to 2 before the stop, 3 on after it.
+  assert [int(step) for step, _ in steps_and_losses(first + second)] == list(
+      range(SEEDED_STEPS))
   assert_same_values(checkpoint_values(seeded_run[0]),
                      checkpoint_values(stopped))
 
@@ -201,13 +232,13 @@ def test_beside_a_gpu_the_seed_asks_for_deterministic_kernels(
   assert asked == [True]
 
 
-def _seeded_batches(data_set, start_step, count, batch_size=10):
+def _seeded_batches(data_set, start_step, count, seed=3, batch_size=10):
   """`count` seeded batches (images, labels) from a session whose global
   step starts at start_step."""
   with tf.Graph().as_default():
     global_step = tf.train.get_or_create_global_step()
     images, labels = cifar10_input.distorted_inputs(
-        None, batch_size, data_set=data_set, seed=3)
+        None, batch_size, data_set=data_set, seed=seed)
     with tf.Session(config=testutil.session_config()) as sess:
       sess.run(tf.global_variables_initializer())
       sess.run(global_step.assign(start_step))
@@ -221,18 +252,32 @@ def _seeded_batches(data_set, start_step, count, batch_size=10):
         coord.join(threads, stop_grace_period_secs=10)
 
 
-def test_the_seeded_input_takes_each_record_once_an_epoch_from_any_step(
-    tmp_path):
-  # 100 training records whose labels number them (5 files of 20).
-  batches_dir = tmp_path / 'cifar-10-batches-bin'
+@pytest.fixture(scope='module')
+def numbered_records(tmp_path_factory):
+  """(DataSet, seed 3's batches of steps 0 to 19) of 100 training records
+  (5 files of 20) whose labels number them, every one the same picture: a
+  batch's labels show the order, its images the distortions alone."""
+  path = tmp_path_factory.mktemp('numbered')
+  batches_dir = path / 'cifar-10-batches-bin'
   batches_dir.mkdir()
-  rng = np.random.RandomState(0)
+  picture = np.random.RandomState(0).randint(0, 256, (1, 32, 32, 3))
   for i, name in enumerate(data_files.TRAIN_FILES):
-    synthetic.write_records(
-        str(batches_dir / name), np.arange(20 * i, 20 * i + 20),
-        rng.randint(0, 256, (20, 32, 32, 3)))
-  data_set = data_files.describe(str(tmp_path))
-  straight = _seeded_batches(data_set, 0, 20)
+    synthetic.write_records(str(batches_dir / name),
+                            np.arange(20 * i, 20 * i + 20),
+                            np.repeat(picture, 20, axis=0))
+  data_set = data_files.describe(str(path))
+  return data_set, _seeded_batches(data_set, 0, 20)
+
+
+def _all_differ(images, others):
+  """Whether every image of a batch differs from the other batch's at the
+  same place."""
+  return all(a.tobytes() != b.tobytes() for a, b in zip(images, others))
+
+
+def test_the_seeded_input_takes_each_record_once_an_epoch_from_any_step(
+    numbered_records):
+  data_set, straight = numbered_records
   epochs = [np.concatenate([labels for _, labels in straight[:10]]),
             np.concatenate([labels for _, labels in straight[10:]])]
   for order in epochs:
@@ -244,3 +289,17 @@ def test_the_seeded_input_takes_each_record_once_an_epoch_from_any_step(
       _seeded_batches(data_set, 7, 5), straight[7:12]):
     assert (labels == want_labels).all()
     assert images.tobytes() == want_images.tobytes()
+
+
+def test_another_seed_takes_another_order_and_other_distortions(
+    numbered_records):
+  data_set, straight = numbered_records
+  (images, labels), = _seeded_batches(data_set, 0, 1, seed=4)
+  assert not (labels == straight[0][1]).all()
+  assert _all_differ(images, straight[0][0])
+
+
+def test_a_seed_draws_other_distortions_at_every_step(numbered_records):
+  _, straight = numbered_records
+  for (images, _), (next_images, _) in zip(straight, straight[1:]):
+    assert _all_differ(images, next_images)

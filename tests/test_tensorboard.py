@@ -54,11 +54,12 @@ def logdir(data_dir, tmp_path_factory):
 
   Written by the scripts' own train and eval functions in this process,
   once per test run (testutil.shared_dir): what is tested here is what
-  TensorBoard shows of them.
+  TensorBoard shows of them. Seeded, so that the loss curves the tests read
+  are the same every run.
   """
   def build(root):
     _train(cifar10_train.train, data_dir, os.path.join(root, 'train'),
-           max_steps=STEPS, save_summaries_steps=EVERY)
+           max_steps=STEPS, save_summaries_steps=EVERY, seed=1)
     testutil.evaluate(os.path.join(root, 'train'),
                           os.path.join(root, 'eval'),
                           evaluation.EvalSettings(data_dir, num_examples=20,
@@ -66,7 +67,7 @@ def logdir(data_dir, tmp_path_factory):
                                                   run_once=True))
     _train(cifar10_multi_gpu_train.train, data_dir,
            os.path.join(root, 'towers'), max_steps=12,
-           save_summaries_steps=5, num_towers=2, tower_device='cpu')
+           save_summaries_steps=5, num_towers=2, tower_device='cpu', seed=1)
   return testutil.shared_dir(tmp_path_factory, 'logdir', build)
 
 
