@@ -162,9 +162,10 @@ def build_worker_graph(settings, data_set, worker, replicas=None):
     the other workers check theirs against), 'step_before_update' (int64
     scalar, the global step read before this worker's gradients are
     computed), 'loss',
-    'train_op', and, when synchronous (else None), 'sync_optimizer' and
+    'train_op', and, when synchronous (else None), 'sync_optimizer',
     'release_op' (hands a token to every worker, so none stays blocked at the
-    end).
+    end) and 'token_op' (hands out the token a worker that stopped answering
+    may have taken with it, without which the next update never comes).
   """
   num_workers = len(worker.training_tasks)
   if settings.seed is not None:
@@ -189,7 +190,7 @@ def build_worker_graph(settings, data_set, worker, replicas=None):
     # ordered before it, so that the read never sees this worker's own update
     # (other workers' may land in between; they show in the next line).
     step_before_update = global_step.read_value()
-    sync_optimizer = release_op = None
+    sync_optimizer = release_op = token_op = None
     if replicas:
       # cifar10.train's step, the gradients of `replicas` worker steps
       # averaged into each update. The chief applies the moving averages
@@ -211,6 +212,11 @@ def build_worker_graph(settings, data_set, worker, replicas=None):
       cifar10.add_weight_and_gradient_summaries(grads)
       release_op = sync_optimizer.get_init_tokens_op(
           num_tokens=max(replicas, num_workers))
+      # One token, as a worker holds at most one; TF's op refuses fewer than
+      # its first update needs (replicas less the workers). A token too many
+      # only lets one worker step more in, dropped as stale or averaged in.
+      token_op = sync_optimizer.get_init_tokens_op(
+          num_tokens=max(1, replicas - num_workers))
       # At the end the chief's aggregation thread waits for gradients that
       # will not come, until closing the session cancels it: a normal end,
       # not an error to print from a dying thread.
@@ -229,7 +235,8 @@ def build_worker_graph(settings, data_set, worker, replicas=None):
   return {'global_step': global_step, 'chief_classes': chief_classes,
           'step_before_update': step_before_update, 'loss': loss,
           'train_op': train_op,
-          'sync_optimizer': sync_optimizer, 'release_op': release_op}
+          'sync_optimizer': sync_optimizer, 'release_op': release_op,
+          'token_op': token_op}
 
 
 def step_hooks(logger, max_steps):
@@ -274,10 +281,12 @@ def train(settings, data_set, worker, target, replicas=None):
                                       settings.log_device_placement)
       # Bounds what TensorFlow leaves unbounded when a task goes away; the
       # chief's sessions restore train_dir's newest checkpoint (its
-      # scaffold), the other workers watch the chief (its hooks).
+      # scaffold). Its hooks: the other workers watch the chief; the chief
+      # watches them, handing out their token when one is lost.
       creator = clusters.BoundedSessionCreator(
           worker, target, config, start, global_step=graph['global_step'],
-          classes=(graph['chief_classes'], data_set))
+          classes=(graph['chief_classes'], data_set),
+          max_steps=settings.max_steps, token_op=graph['token_op'])
       hooks = step_hooks(logger, settings.max_steps)
       if replicas:
         hooks += [graph['sync_optimizer'].make_session_run_hook(is_chief),

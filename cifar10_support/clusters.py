@@ -257,16 +257,17 @@ def wait_for_ps_tasks(task):
 
 
 def wait_for_lost_ps_tasks(label, ps_tasks, wait_secs, error):
-  """Why a worker's session was lost ('ps task 0 at h:2222 restarted'), once
-  every ps task answers, waiting up to `wait_secs` (else TimeoutError) for
-  any that is down; `error`: TF's log line for the error, which may name it."""
+  """Why a worker's session was lost ('ps task 0 at h:2222 went away and came
+  back': restarted, or a connection to it broke), once every ps task
+  answers, waiting up to `wait_secs` (else TimeoutError) for any that is
+  down; `error`: TF's log line for the error, which may name it."""
   down = unreachable(ps_tasks)
   if not down:
     # TF names '/job:ps/task:1' '/job:ps/replica:0/task:1' (not task:10).
     gone = {name: address for name, address in ps_tasks.items()
             if re.search(re.escape(name.replace('/task:', '/replica:0/task:'))
                          + r'(?!\d)', error)}
-    return ('%s restarted' % describe(gone) if gone else
+    return ('%s went away and came back' % describe(gone) if gone else
             'a ps task restarted, or a connection to one broke')
   print('%s: lost %s; waiting up to %d s for it to come back.'
         % (label, describe(down), wait_secs), flush=True)
@@ -274,7 +275,7 @@ def wait_for_lost_ps_tasks(label, ps_tasks, wait_secs, error):
     wait_for_addresses(down, wait_secs)
   except TimeoutError:
     raise TimeoutError(_gone_for_good_message(down, wait_secs)) from None
-  return '%s restarted' % describe(down)
+  return '%s went away and came back' % describe(down)
 
 
 class BoundedSessionCreator(tf.train.SessionCreator):
@@ -282,13 +283,15 @@ class BoundedSessionCreator(tf.train.SessionCreator):
   variables and for a lost ps task bounded by startup_wait_secs; each new one
   says what it starts from. `scaffold`: the chief's restores `start` (its
   train_dirs.StartPoint), then the newest checkpoint, and its saver saves;
-  `hooks`: a non-chief's ChiefWatch; its first session checks `classes`
+  `hooks`: a non-chief's ChiefWatch, the chief's WorkersWatch (given
+  max_steps and token_op); its first session checks `classes`
   (chief_classes_variable, its DataSet); `lost_session_errors`: gets TF's
   log lines that begin with RECOVERED_ERROR_LOG (what lost a session)."""
 
   RECOVERED_ERROR_LOG = 'An error was raised'
 
-  def __init__(self, worker, target, config, start, global_step, classes):
+  def __init__(self, worker, target, config, start, global_step, classes,
+               max_steps, token_op=None):
     self._worker, self._target, self._config = worker, target, config
     self._global_step, self._classes = global_step, classes
     self._sessions = 0
@@ -300,7 +303,8 @@ class BoundedSessionCreator(tf.train.SessionCreator):
         self.scaffold = start.scaffold(on_recovery=self._restored)
     else:
       self.scaffold = tf.train.Scaffold()
-    self.hooks = [] if worker.is_chief else [ChiefWatch(worker)]
+    self.hooks = [WorkersWatch(worker, global_step, max_steps, token_op)
+                  if worker.is_chief else ChiefWatch(worker)]
 
   def _say_lost(self, how):
     signals.print_line('%s: session lost (%s): %s.' % (
@@ -401,6 +405,70 @@ class ChiefWatch(tf.train.SessionRunHook):
     time.sleep(secs)
     self._poll(' and no checkpoint at --max_steps has come: stopping. Start '
                'the chief again, then this evaluator.')
+
+
+class WorkersWatch(tf.train.SessionRunHook):
+  """The chief's: a thread of each session says when another training task
+  that answered stops answering (once, until it answers again) and when it
+  is back; training goes on. Synchronous, it then runs token_op (else
+  None): the worker may have taken with it the token the next update waits
+  for. Nothing is said once the global step reaches max_steps or this task
+  stops (end()): the others end too."""
+
+  POLL_SECS = 2
+
+  def __init__(self, task, global_step, max_steps, token_op):
+    self._task, self._global_step = task, global_step
+    self._max_steps, self._token_op = max_steps, token_op
+    self._others = {name: address for name, address
+                    in task.training_tasks.items() if name != task.name}
+    self._answered, self._away = set(), set()  # Whatever the session.
+    self._ended = False
+
+  def after_create_session(self, session, coord):
+    # Not after_run: the chief may be blocked in a run, on that token.
+    thread = threading.Thread(target=self._watch, args=(session, coord),
+                              name='watch_workers', daemon=True)
+    coord.register_thread(thread)  # Joined as the session closes.
+    thread.start()
+
+  def end(self, session):
+    self._ended = True
+
+  def _say(self, name, what):
+    try:  # One write: the main thread prints too.
+      sys.stdout.write('%s: %s %s\n' % (self._task.label, describe(
+          {name: self._others[name]}, self._task.chief_job), what))
+      sys.stdout.flush()
+    except (OSError, ValueError):
+      pass  # A closed output: the main thread's next line stops the run.
+
+  def _watch(self, session, coord):
+    while not coord.wait_for_stop(self.POLL_SECS):
+      down = unreachable(self._others)
+      for name in sorted(self._others):
+        if coord.should_stop() or self._ended:
+          return
+        if name not in down:
+          self._answered.add(name)
+          if name in self._away:
+            self._away.discard(name)
+            self._say(name, 'is back.')
+          continue
+        if name not in self._answered or name in self._away:
+          continue
+        try:
+          if session.run(self._global_step) >= self._max_steps:
+            continue
+          self._away.add(name)
+          self._say(name, 'does not answer: training on without it until '
+                    'it is back%s.' % (', the workers still here making up '
+                                       'its share of each update' if
+                                       self._token_op is not None else ''))
+          if self._token_op is not None:
+            session.run(self._token_op)
+        except (tf.errors.OpError, RuntimeError):
+          pass  # Lost or closed; a new session's hook hands out tokens.
 
 
 def wait_for_queue_runners():

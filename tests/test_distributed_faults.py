@@ -2,14 +2,16 @@
 2-worker cluster on 127.0.0.1, killed with SIGKILL and started again, or
 lost for good.
 
-Each scenario asserts what docs/distributed.md promises: after a fault the
-global step is at least the newest checkpoint's before it (at most one
-checkpoint interval lost) and training goes on; a task that does not come
-back stops the others, each with one line naming it, after the wait that
-bounds it; no task prints a traceback, and every checkpoint on disk
-restores. Every cluster ends with a task lost for good, before --max_steps
-(MAX_STEPS): no fault has to land before the run's end, however loaded the
-machine.
+The chief reaches the ps through a TCP proxy of the test process (_Proxy),
+which can cut its connections while the ps runs. Each scenario asserts what
+docs/distributed.md promises: after a fault the global step is at least the
+newest checkpoint's before it (at most one checkpoint interval lost) and
+training goes on; a worker that does not come back stops nothing; a ps task
+or chief that does not come back stops the others, each with one line
+naming it, after the wait that bounds it; no task prints a traceback, and
+every checkpoint on disk restores. Every cluster ends with a task lost for
+good, before --max_steps (MAX_STEPS): no fault has to land before the run's
+end, however loaded the machine.
 """
 
 import glob
@@ -17,7 +19,10 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
+import threading
+import time
 
 import pytest
 
@@ -63,8 +68,17 @@ def _lost(ps_address):
   (the order of those is TF's and the machine's), it gives the general
   reason, which is as true; docs/distributed.md promises either form
   ("Which ps task"), and each is matched whole here."""
-  return (r'session lost \((?:ps task 0 at %s restarted|a ps task restarted, '
-          r'or a connection to one broke)\)' % re.escape(ps_address))
+  return (r'session lost \((?:ps task 0 at %s went away and came back|a ps '
+          r'task restarted, or a connection to one broke)\)'
+          % re.escape(ps_address))
+
+
+def _restored(ps_address):
+  """The chief's line as it restores its newest checkpoint into a session
+  lost to the ps task at ps_address (the checkpoint's step, the global
+  step)."""
+  return (r'^Worker 0: %s: restored model\.ckpt-(\d+), global step (\d+); '
+          r'steps since then are lost\.$' % _lost(ps_address))
 
 
 RESUMED = re.compile(r'^Resuming from checkpoint \S+model\.ckpt-(\d+) at step '
@@ -74,8 +88,95 @@ TF_LOG_LINE = re.compile(r'^((INFO|WARNING|ERROR):tensorflow|[IWEF]\d{4} )',
                          re.M)
 
 
+class _Proxy(object):
+  """A TCP proxy of this process from 127.0.0.1:`port` to `target`
+  ('host:port'), each connection forwarded by two threads: a way to the ps
+  that the test can cut() while the ps runs (its port closed and every
+  connection through it, so that new ones are refused) and reopen(), on the
+  same port."""
+
+  # A chunk this large is part of a tensor (the model's variables are 4 MB
+  # in all; a call's other messages are far smaller).
+  TENSOR_BYTES = 1 << 16
+
+  def __init__(self, port, target):
+    self.port, self._target = port, target
+    self._lock = threading.Lock()
+    self._sockets = set()  # Closed by cut(); the listener's first.
+    self._listener = None
+    self._midway = threading.Event()  # Set: cut within the next tensor.
+    self.reopen()
+
+  def reopen(self):
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(('127.0.0.1', self.port))
+    listener.listen(16)
+    with self._lock:
+      self._listener = listener
+      self._sockets.add(listener)
+    threading.Thread(target=self._accept, args=(listener,),
+                     daemon=True).start()
+
+  def _accept(self, listener):
+    host, _, port = self._target.rpartition(':')
+    while True:
+      try:
+        client = listener.accept()[0]
+      except OSError:
+        return  # Cut.
+      try:
+        server = socket.create_connection((host, int(port)), timeout=5)
+      except OSError:
+        client.close()  # The target is down: the connection drops.
+        continue
+      server.settimeout(None)
+      with self._lock:
+        if listener is not self._listener:  # Cut meanwhile.
+          client.close()
+          server.close()
+          return
+        self._sockets.update((client, server))
+      for source, sink in ((client, server), (server, client)):
+        threading.Thread(target=self._forward, args=(source, sink),
+                         daemon=True).start()
+
+  def _forward(self, source, sink):
+    try:
+      while True:
+        data = source.recv(1 << 20)
+        if not data:
+          break
+        sink.sendall(data)
+        if len(data) >= self.TENSOR_BYTES and self._midway.is_set():
+          self.cut()
+      sink.shutdown(socket.SHUT_WR)
+    except OSError:
+      pass  # Cut, or the other end went away.
+
+  def cut(self):
+    with self._lock:
+      sockets, self._sockets, self._listener = self._sockets, set(), None
+      self._midway.clear()
+    for s in sockets:
+      try:
+        s.shutdown(socket.SHUT_RDWR)  # Wakes the threads blocked on it.
+      except OSError:
+        pass
+      s.close()
+
+  def cut_midway(self):
+    """cut() as soon as part of a tensor has gone through, the rest of it
+    on its way: a call is cut short (else the chief's next calls could wait
+    through the cut, as TensorFlow's calls wait for a connection)."""
+    self._midway.set()
+    testutil.wait_for('a tensor through the proxy', lambda: (
+        not self._midway.is_set()), [], secs=60)
+
+
 class _Cluster(testutil.Tasks):
-  """The processes of one cluster: tasks 'ps', 'w0' (the chief) and 'w1'.
+  """The processes of one cluster: tasks 'ps', 'w0' (the chief) and 'w1';
+  the chief reaches the ps through self.proxy, at self.addresses['proxy'].
 
   Args:
     waits: dict from a worker ('w0', 'w1') to its --startup_wait_secs and
@@ -100,15 +201,20 @@ class _Cluster(testutil.Tasks):
 
   def afresh(self):
     """New addresses, and no checkpoint of an attempt on the old ones."""
-    ports = testutil.free_ports(3)
-    self.addresses = {'ps': '127.0.0.1:%d' % ports[0],
-                      'w0': '127.0.0.1:%d' % ports[1],
-                      'w1': '127.0.0.1:%d' % ports[2]}
+    ports = testutil.free_ports(4)
+    self.addresses = {task: '127.0.0.1:%d' % port for task, port in zip(
+        ('ps', 'w0', 'w1', 'proxy'), ports)}
+    if getattr(self, 'proxy', None):
+      self.proxy.cut()
+    self.proxy = _Proxy(ports[3], self.addresses['ps'])
     shutil.rmtree(self.train_dir, ignore_errors=True)
 
   def start(self, task):
-    """Starts the script for `task`, with LEARNING_RATE, as a user would."""
-    cluster = ['--ps_hosts=' + self.addresses['ps'],
+    """Starts the script for `task`, with LEARNING_RATE, as a user would;
+    the chief is given the proxy's address for the ps (a task's own entry
+    only says which port it listens on)."""
+    cluster = ['--ps_hosts=' + self.addresses['proxy' if task == 'w0'
+                                              else 'ps'],
                '--worker_hosts=%s,%s' % (self.addresses['w0'],
                                          self.addresses['w1'])]
     args = {'ps': ['--job_name=ps', '--task_index=0'],
@@ -177,6 +283,10 @@ class _Cluster(testutil.Tasks):
     paths = checkpoints.listed(self.train_dir)
     return checkpoints.step_of(paths[-1]) if paths else -1
 
+  def stop(self):
+    super().stop()
+    self.proxy.cut()
+
   def check_console(self):
     """No traceback, and none of TensorFlow's own log lines, in any task's
     output: what a fault costs, each task says in its own words."""
@@ -225,15 +335,34 @@ def _check_stopped_naming(cluster, task, named, wait):
                                      flag]) in last, last
 
 
+def _waits_or_trains(cluster, task, quiet_secs=5):
+  """A condition that comes true once `task` has printed two step lines
+  ('trains') or nothing for quiet_secs ('waits'), from now on."""
+  offset = len(cluster.log(task))
+  last = [offset, time.monotonic()]  # The output's length, and since when.
+
+  def condition():
+    output = cluster.log(task)
+    if len(LOG_LINE.findall(output[offset:])) >= 2:
+      return 'trains'
+    if len(output) != last[0]:
+      last[:] = [len(output), time.monotonic()]
+    return time.monotonic() - last[1] >= quiet_secs and 'waits'
+  return condition
+
+
 @pytest.mark.parametrize('mode', ['async', 'sync'])
 def test_chief_ps_and_worker_killed_and_restarted(data_dir, tmp_path, mode):
-  """Each task killed and started again, in turn; then the chief lost for
-  good, which worker 1 names as it stops (the table's "a chief that does
-  not come back")."""
+  """Each task killed and started again, in turn, and the chief cut from
+  the ps while the ps runs; worker 1 away, which the chief trains on
+  without, naming it (the table's "a non-chief worker that does not come
+  back"); then the chief lost for good, which worker 1 names as it stops
+  (the table's "a chief that does not come back")."""
   cluster = _Cluster(tmp_path, data_dir,
                      ['--sync_replicas'] if mode == 'sync' else [])
   try:
-    cluster.start_all(['ps', 'w1', 'w0'])
+    cluster.start_all(['ps', 'w1', 'w0'])  # Maybe on new ports: afresh().
+    proxy = cluster.addresses['proxy']  # The ps, as the chief reaches it.
     cluster.wait_for('a checkpoint at step 20',
                      lambda: cluster.newest_step() >= 2 * SAVE_STEPS)
 
@@ -252,47 +381,80 @@ def test_chief_ps_and_worker_killed_and_restarted(data_dir, tmp_path, mode):
     cluster.wait_for('the resumed-from checkpoint to be pruned', lambda: (
         not os.path.exists(resumed_from + '.index')))
 
-    # The ps: both workers go on from the newest checkpoint.
+    # The ps: both workers go on from the newest checkpoint. The proxy is
+    # closed while the ps is away, as the ps's own port is.
     before = cluster.newest_step()
     offsets = {task: len(cluster.log(task)) for task in ('w0', 'w1')}
+    cluster.proxy.cut()
     cluster.kill('ps')
     cluster.restart('ps')
-    lost = _lost(cluster.addresses['ps'])
+    cluster.proxy.reopen()
     restored = cluster.wait_for('the chief to restore', lambda: re.search(
-        r'^Worker 0: %s: restored model\.ckpt-(\d+), global step (\d+); '
-        r'steps since then are lost\.$' % lost,
-        _new_output(cluster, 'w0', offsets['w0']), re.M))
+        _restored(proxy), _new_output(cluster, 'w0', offsets['w0']), re.M))
     checkpoint, step = int(restored.group(1)), int(restored.group(2))
     assert checkpoint >= before
     assert step >= checkpoint
     rejoined = cluster.wait_for('worker 1 to rejoin', lambda: re.search(
-        r'^Worker 1: %s: rejoined at global step (\d+)\.$' % lost,
+        r'^Worker 1: %s: rejoined at global step (\d+)\.$'
+        % _lost(cluster.addresses['ps']),
         _new_output(cluster, 'w1', offsets['w1']), re.M))
     # Not before the chief's restore (which sets the global step last).
     assert int(rejoined.group(1)) >= checkpoint
     cluster.wait_for('a checkpoint after the restore',
                      lambda: cluster.newest_step() > checkpoint)
 
-    # Worker 1: the chief goes on in the session it has; started again,
-    # worker 1 rejoins and trains. Asynchronous, the chief trains on without
-    # it (two of its step lines after the kill: five steps of its own at
-    # least, all after it); synchronous, it may wait for worker 1's share
-    # of the next update (seen: it did, or it went on alone), up to its
-    # --operation_timeout_secs. Worker 1 is started again with the wait it
-    # waits the chief out with below, which bounds nothing of its start:
-    # the ps listens, the variables are initialised.
+    # The chief's connections to the ps cut, the ps running on, and new
+    # ones let through again: the chief restores its newest checkpoint into
+    # a new session, as after a restart, and both workers train on.
+    before = cluster.newest_step()
+    offset = len(cluster.log('w0'))
+    cluster.proxy.cut_midway()
+    cluster.proxy.reopen()
+    restored = cluster.wait_for('the chief to restore', lambda: re.search(
+        _restored(proxy), _new_output(cluster, 'w0', offset), re.M))
+    checkpoint = int(restored.group(1))
+    assert checkpoint >= before
     offset = len(cluster.log('w1'))
-    cluster.kill('w1')
+    cluster.wait_for('worker 1 to train and a checkpoint after the restore',
+                     lambda: cluster.newest_step() > checkpoint and (
+                         LOG_LINE.search(_new_output(cluster, 'w1', offset))))
+
+    # Worker 1 away: the chief trains on without it, says so once, and says
+    # when it is back; started again, worker 1 trains. Synchronous, the
+    # kill lands while worker 1 holds a token whenever it can: paused
+    # first (SIGSTOP), worker 1 keeps the token it took, and the chief,
+    # whose step is in the next update, waits for the token and prints
+    # nothing; had worker 1 no token, the chief takes the spare one and
+    # trains alone, as it does asynchronously. Either way it trains on.
+    # Worker 1 is started again with the wait it waits the chief out with
+    # below, which bounds nothing of its start: the ps listens, the
+    # variables are initialised.
+    cluster.processes['w1'].send_signal(signal.SIGSTOP)
+    cluster.wait_for('the chief to wait, or train alone',
+                     _waits_or_trains(cluster, 'w0'))
+    offset = len(cluster.log('w1'))
     chief_offset = len(cluster.log('w0'))
-    if mode == 'async':
-      cluster.wait_for('the chief to train on without worker 1', lambda: len(
-          LOG_LINE.findall(_new_output(cluster, 'w0', chief_offset))) >= 2,
-                       restarting='w1')
+    cluster.kill('w1')
+    named = 'Worker 0: worker task 1 at %s ' % cluster.addresses['w1']
+    away = named + ('does not answer: training on without it until it is '
+                    'back%s.' % (', the workers still here making up its '
+                                 'share of each update' if mode == 'sync'
+                                 else ''))
+    # Bounded in time too: a chief that trains without the line prints.
+    cluster.wait_for('the chief to train on without worker 1', lambda: (
+        away in _new_output(cluster, 'w0', chief_offset) and len(
+            LOG_LINE.findall(_new_output(cluster, 'w0', chief_offset))) >= 2),
+                     restarting='w1', secs=START_WAIT_SECS)
     cluster.waits['w1'].update(_CHIEF_GONE_WAITS[mode])
     cluster.restart('w1')
-    cluster.wait_for('worker 1 to train again', lambda: LOG_LINE.search(
-        _new_output(cluster, 'w1', offset)))
+    cluster.wait_for('worker 1 to train again, and the chief to see it back',
+                     lambda: LOG_LINE.search(_new_output(cluster, 'w1', offset))
+                     and named + 'is back.' in _new_output(cluster, 'w0',
+                                                          chief_offset),
+                     secs=START_WAIT_SECS)
     chief_since = _new_output(cluster, 'w0', chief_offset)
+    assert [chief_since.count(away), chief_since.count(named + 'is back.')] == [
+        1, 1], chief_since[-3000:]
     assert not RESUMED.search(chief_since) and 'session lost' not in (
         chief_since), chief_since[-3000:]
 
@@ -312,13 +474,13 @@ def test_chief_ps_and_worker_killed_and_restarted(data_dir, tmp_path, mode):
 
 
 # (The chief lost for good: the end of
-# test_chief_ps_and_worker_killed_and_restarted. A non-chief worker lost for
-# good need not stop anything: asynchronous training goes on without it, and
-# synchronous training did too in some runs, on the chief's gradients alone.)
+# test_chief_ps_and_worker_killed_and_restarted, as is a worker that does
+# not come back, which stops nothing.)
 @pytest.mark.parametrize('mode', ['async', 'sync'], ids=['async-ps', 'sync-ps'])
 def test_a_task_that_does_not_come_back_is_named(data_dir, tmp_path, mode):
   """A ps task lost for good: both workers stop, each with one line naming
-  it, after their --startup_wait_secs."""
+  it as it reaches it, after their --startup_wait_secs; the chief first, cut
+  from the ps while the ps runs, then worker 1, as the ps is killed."""
   cluster = _Cluster(tmp_path, data_dir,
                      ['--sync_replicas'] if mode == 'sync' else [],
                      waits={'w0': _PS_GONE_WAITS, 'w1': _PS_GONE_WAITS})
@@ -338,16 +500,20 @@ def test_a_task_that_does_not_come_back_is_named(data_dir, tmp_path, mode):
   try:
     cluster.start_in_stages([(['ps'], None, None), (['w0'],) + initialised,
                              (['w1'],) + training], paused=['w0'])
-    cluster.kill('ps')
+    # Worker 1 is paused (SIGSTOP) while the chief goes: it would stop
+    # once the chief had been away its 2 s, naming the chief.
+    cluster.processes['w1'].send_signal(signal.SIGSTOP)
+    cluster.proxy.cut()
     saved = _index_files(cluster.train_dir)
-    assert cluster.finish(['w0', 'w1']) == {'w0': 1, 'w1': 1}, (
-        cluster.tails())
+    assert cluster.finish(['w0']) == {'w0': 1}, cluster.tails()
+    cluster.kill('ps')
+    cluster.processes['w1'].send_signal(signal.SIGCONT)
+    assert cluster.finish(['w1']) == {'w1': 1}, cluster.tails()
   finally:
     cluster.stop()
   for task in ('w0', 'w1'):
-    _check_stopped_naming(cluster, task,
-                          'ps task 0 at %s' % cluster.addresses['ps'],
-                          _PS_GONE_WAITS)
+    _check_stopped_naming(cluster, task, 'ps task 0 at %s' % cluster.addresses[
+        'proxy' if task == 'w0' else 'ps'], _PS_GONE_WAITS)
   cluster.check_console()
   # Nothing was deleted, and everything there restores.
   assert saved <= _index_files(cluster.train_dir)

@@ -897,7 +897,8 @@ def test_a_lost_session_names_the_ps_task_tf_names():
     assert clusters.wait_for_lost_ps_tasks(
         'Worker 0', tasks, 5, 'An error was raised. ... UNAVAILABLE: From '
         '/job:ps/replica:0/task:1:\nSocket closed') == (
-            'ps task 1 at %s restarted' % tasks['/job:ps/task:1'])
+            'ps task 1 at %s went away and came back'
+            % tasks['/job:ps/task:1'])
     assert clusters.wait_for_lost_ps_tasks(
         'Worker 0', tasks, 5, '... From /job:ps/replica:0/task:10: ...') == (
             'a ps task restarted, or a connection to one broke')
