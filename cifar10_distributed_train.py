@@ -52,6 +52,7 @@ import cifar10_eval  # its flags and evaluation, for the evaluator task
 from cifar10_support import checkpoints
 from cifar10_support import clusters
 from cifar10_support import download
+from cifar10_support import local_cluster
 from cifar10_support import progress
 from cifar10_support import run_flags
 from cifar10_support import sessions
@@ -342,8 +343,14 @@ def train(settings, data_set, worker, target, replicas=None):
 def main(argv):
   del argv  # Flags only.
   if FLAGS.local_cluster:
+    try:
+      # First: the tasks' network will be loopback alone.
+      download.prepare(FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5,
+                       FLAGS.dataset)
+    except train_dirs.RUN_ERRORS as e:
+      sys.exit(str(e))
     num_ps, num_workers = map(int, FLAGS.local_cluster)
-    sys.exit(clusters.run_local_cluster(num_ps, num_workers, FLAGS))
+    sys.exit(local_cluster.run(num_ps, num_workers, FLAGS))
   try:
     # This task and its cluster: the flags (a bad one is a usage error),
     # else TF_CONFIG.
@@ -370,11 +377,10 @@ def main(argv):
           '%.3f.' % (last['checkpoint'], last['global_step'], FLAGS.max_steps,
                      last['precision']), flush=True)
     return
-  if task.job_name != 'ps':
-    # Workers compute on their CPUs (clusters.Task.device): float16 never
-    # arises. Only the chief writes --train_dir.
-    settings = run_flags.from_flags(FLAGS, gpu=False,
-                                    check_train_dir=task.is_chief)
+  # Workers compute on their CPUs (clusters.Task.device): float16 never
+  # arises. Only the chief writes --train_dir.
+  settings = run_flags.from_flags(FLAGS, gpu=False,
+                                  check_train_dir=task.is_chief)
   cluster, job_name, task_index = task.cluster, task.job_name, task.task_index
   print('PS hosts are: %s' % ','.join(cluster['ps']))
   if task.chief_job != 'worker':

@@ -276,7 +276,8 @@ def saved_variables():
 
 def not_in_checkpoint_message(plan):
   """The line naming what starts fresh (plan.not_in_checkpoint, if any)."""
-  return ('Starting fresh (not in %s, which another trainer wrote): %s.'
+  return ('Starting fresh (not in %s, which another trainer or precision '
+          'wrote): %s.'
           % (os.path.basename(plan.checkpoint),
              ', '.join(plan.not_in_checkpoint)))
 

@@ -6,11 +6,7 @@ import collections
 import json
 import os
 import re
-import shutil
-import signal
 import socket
-import struct
-import subprocess
 import sys
 import threading
 import time
@@ -504,89 +500,3 @@ def operation_timeout_error(worker, global_step):
          'did another task stop, or is the input queue still filling?'))
 
 
-def _interfaces_up(bring_up_loopback=False):
-  """The names of this network namespace's interfaces that are up, 'lo'
-  brought up first if asked (needs CAP_NET_ADMIN in the namespace)."""
-  import fcntl  # pylint: disable=g-import-not-at-top; Unix only.
-  names = []
-  with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-    for _, name in socket.if_nameindex():
-      request = struct.pack('16sH22x', name.encode(), 0)
-      flags = struct.unpack_from('16sH', fcntl.ioctl(sock, 0x8913,  # GET
-                                                     request))[1]
-      if name == 'lo' and bring_up_loopback:
-        flags |= 1  # IFF_UP
-        fcntl.ioctl(sock, 0x8914, struct.pack('16sH22x', b'lo', flags))  # SET
-      if flags & 1:
-        names.append(name)
-  return names
-
-
-def _enter_private_network():
-  """Runs this process's command line again in a new network namespace, as
-  root or as a user mapped to root in a user namespace of its own; else
-  exits with one line saying what to do."""
-  unshare = shutil.which('unshare')
-  problem = 'no unshare command: Linux only'
-  for command in ([[unshare, '--net'], [unshare, '--net', '--map-root-user']]
-                  if unshare else []):
-    probe = subprocess.run(command + ['true'], capture_output=True, text=True,
-                           check=False)
-    if probe.returncode == 0:
-      sys.stdout.flush()
-      os.execv(unshare, command + ['--', sys.executable] + sys.orig_argv[1:])
-    problem = probe.stderr.strip().rpartition('\n')[2] or 'refused'
-  sys.exit('--local_cluster: cannot make a private network namespace here '
-           '(%s). Run this command in a container with no network (docker run '
-           '--network none ...), or start each task by hand on a network only '
-           'the cluster uses: docs/distributed.md#security.' % problem)
-
-
-def run_local_cluster(num_ps, num_workers, flag_values, first_port=2222):
-  """Runs num_ps ps tasks and num_workers workers of this command, each a
-  child process given the flags set in flag_values (less --local_cluster),
-  in a network namespace whose only interface is loopback. SIGINT and
-  SIGTERM go to the workers; the ps tasks are stopped once they end.
-
-  Returns:
-    The exit status of the first worker (the chief first) that failed, or 0.
-  """
-  if set(_interfaces_up()) - {'lo'}:
-    _enter_private_network()
-  _interfaces_up(bring_up_loopback=True)
-  hosts = ['localhost:%d' % (first_port + i)
-           for i in range(num_ps + num_workers)]
-  given = {flag_values[name].name: flag_values[name].serialize()
-           for name in flag_values if flag_values[name].present}
-  given.pop('local_cluster')
-  # The interpreter and what ran this script (a wrapper too), less its
-  # arguments.
-  command = ([sys.executable] +
-             sys.orig_argv[1:len(sys.orig_argv) - len(sys.argv) + 1] +
-             list(given.values()) +
-             ['--ps_hosts=' + ','.join(hosts[:num_ps]),
-              '--worker_hosts=' + ','.join(hosts[num_ps:])])
-  print('--local_cluster: %d ps task(s) and %d worker(s) on this machine, in '
-        'a network namespace of their own whose only interface is loopback: '
-        'no other machine reaches their ports.' % (num_ps, num_workers),
-        flush=True)
-  # Each task in a session of its own: a signal reaches it once, from here.
-  tasks = [subprocess.Popen(command + ['--job_name=' + job,
-                                       '--task_index=%d' % index],
-                            start_new_session=True)
-           for job, count in (('ps', num_ps), ('worker', num_workers))
-           for index in range(count)]
-  ps_tasks, workers = tasks[:num_ps], tasks[num_ps:]
-
-  def forward(signum, unused_frame):
-    for worker in workers:
-      if worker.poll() is None:
-        worker.send_signal(signum)
-
-  for signum in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(signum, forward)
-  codes = [worker.wait() for worker in workers]
-  for task in ps_tasks:
-    task.terminate()
-    task.wait()
-  return next((code if code > 0 else 128 - code for code in codes if code), 0)

@@ -210,31 +210,6 @@ def test_flags_no_task_could_run_with_are_refused_as_parsed(args, message):
       dist.FLAGS.unparse_flags()
 
 
-@pytest.mark.parametrize('unshare', [None, pytest.param(
-    'echo "unshare: write failed /proc/self/uid_map: Operation not '
-    'permitted" >&2; exit 1', marks=pytest.mark.slow, id='refused')])
-def test_a_local_cluster_where_no_network_namespace_can_be_made_says_so(
-    unshare, tmp_path, monkeypatch):
-  # On a machine with a network, without unshare or with one that is
-  # refused: one line, what to do, and no task started.
-  if unshare:
-    (tmp_path / 'unshare').write_text('#!/bin/sh\n' + unshare + '\n')
-    (tmp_path / 'unshare').chmod(0o755)
-  monkeypatch.setenv('PATH', str(tmp_path))
-  monkeypatch.setattr(clusters, '_interfaces_up', lambda **_: ['lo', 'eth0'])
-  monkeypatch.setattr(os, 'execv', None)  # Nothing may run in its place.
-  with pytest.raises(SystemExit) as stopped:
-    clusters.run_local_cluster(1, 2, dist.FLAGS)
-  message = str(stopped.value.code)
-  assert message.startswith(
-      '--local_cluster: cannot make a private network namespace here (%s). '
-      'Run this command in a container with no network' % (
-          'unshare: write failed /proc/self/uid_map: Operation not permitted'
-          if unshare else 'no unshare command: Linux only'))
-  assert message.endswith('docs/distributed.md#security.')
-  assert '\n' not in message
-
-
 def test_xdist_workers_pick_ports_apart(monkeypatch):
   # Two pytest-xdist workers never pick the same port, so neither can take
   # one the other picked before its task binds it.
@@ -721,7 +696,8 @@ def test_async_cluster_trains_to_the_global_step_and_learns(
         'This task listens on port %d of every network interface; '
         'TensorFlow\'s server runs any graph sent to it, without '
         'authentication: docs/distributed.md#security.\n' % port) == 1
-  assert 'localhost:2222;' not in output  # No task says it serves there.
+  assert output.endswith('--local_cluster: the workers are done; ps task(s) '
+                         'stopped.\n'), output[-3000:]
   assert 'Traceback' not in output
   done = _finished([''.join(line for line in output.splitlines(True)
                             if line.startswith('Worker %d:' % index))

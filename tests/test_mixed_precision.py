@@ -341,7 +341,8 @@ def test_float16_saves_its_loss_scale_and_resumes_from_float32_and_back(
   # A float16 run resumes from that one, its loss scale started afresh.
   capsys.readouterr()
   assert _start(train_dir, data_set, tf.float16) == (7, start, 0)
-  assert ('Starting fresh (not in model.ckpt-7, which another trainer wrote): '
+  assert ('Starting fresh (not in model.ckpt-7, which another trainer or '
+          'precision wrote): '
           'loss_scale/good_steps, loss_scale/scale.') in capsys.readouterr().out
 
 

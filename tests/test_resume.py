@@ -48,7 +48,7 @@ OWN_STATE = {
     'distributed': ['%s/avg' % term for term in LOSS_TERMS],
 }
 FRESH_LINE = re.compile(r'^Starting fresh \(not in model\.ckpt-(\d+), which '
-                        r'another trainer wrote\): (.*)\.$', re.M)
+                        r'another trainer or precision wrote\): (.*)\.$', re.M)
 
 
 def checkpoint_values(checkpoint):
@@ -297,7 +297,8 @@ def test_plan_restores_shared_state_and_starts_own_state_fresh(tmp_path):
       'conv1/weights', 'conv1/weights/ExponentialMovingAverage', 'global_step']
   assert plan.not_in_checkpoint == ['loss/avg']
   assert checkpoints.not_in_checkpoint_message(plan) == (
-      'Starting fresh (not in model.ckpt-7, which another trainer wrote): '
+      'Starting fresh (not in model.ckpt-7, which another trainer or '
+      'precision wrote): '
       'loss/avg.')
 
 
