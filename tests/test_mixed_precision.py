@@ -335,6 +335,10 @@ def test_float16_saves_its_loss_scale_and_resumes_from_float32_and_back(
   assert contents['loss_scale/scale'] == (tf.float32, [])
   assert contents['loss_scale/good_steps'] == (tf.int64, [])
   assert _start(train_dir, data_set, tf.float16) == (7, 256.0, 5)
+  # Evaluation reads it, the loss scale ignored.
+  assert testutil.eval_once(checkpoint, evaluation.EvalSettings(
+      data_dir, num_examples=20, batch_size=10,
+      session_config=session_config()))['global_step'] == 7
   # A float32 run resumes from it, and saves the 25 alone.
   assert _start(train_dir, data_set, None, scale=()) == (7, None, None)
   assert len(_checkpoint_contents(tf.train.latest_checkpoint(train_dir))) == 25
