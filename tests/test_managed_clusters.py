@@ -602,6 +602,9 @@ NETWORK_POLICY = os.path.join(testutil.ROOT, 'docs', 'managed',
 # job_controller.go (kubeflow/training-operator, tag v1.9.0 and branch
 # release-1.9; the same key since v1.4.0).
 TFJOB_NAME_LABEL = 'training.kubeflow.org/job-name'
+# The replica type, lower-cased (ReplicaTypeLabel in the same file, set in
+# pkg/controller.v1/common/pod.go, same tag).
+TFJOB_REPLICA_LABEL = 'training.kubeflow.org/replica-type'
 # The servers' port: the containerPort of the port named "tfjob-port" of the
 # container named "tensorflow", 2222 where it names none (TFJobDefaultPort,
 # TFJobDefaultPortName, TFJobDefaultContainerName in pkg/apis/kubeflow.org/
@@ -624,11 +627,16 @@ def test_the_network_policy_admits_only_the_tfjobs_own_pods_to_its_port():
       'namespace')
   the_job = {'matchLabels': {TFJOB_NAME_LABEL: tfjob['metadata']['name']}}
   spec = policy['spec']
-  assert spec['podSelector'] == the_job
+  # The job's pods that serve: every replica type but the evaluator's.
+  servers = sorted(kind.lower() for kind in tfjob['spec']['tfReplicaSpecs']
+                   if kind != 'Evaluator')
+  assert spec['podSelector'] == dict(the_job, matchExpressions=[{
+      'key': TFJOB_REPLICA_LABEL, 'operator': 'In', 'values': servers}])
   # Ingress alone: Egress listed with no egress rule would cut every pod off.
   assert spec['policyTypes'] == ['Ingress']
   rule, = spec['ingress']
-  # The job's pods in the policy's namespace, and no other source.
+  # The job's pods in the policy's namespace (the evaluator's too: it
+  # watches the chief's port), and no other source.
   assert rule.get('from') == [{'podSelector': the_job}]
   ports = set()
   for replica in tfjob['spec']['tfReplicaSpecs'].values():
