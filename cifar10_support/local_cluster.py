@@ -104,7 +104,7 @@ def run_tasks(ps_commands, worker_commands, poll_secs=0.5):
               for c in ps_commands]
   workers = [subprocess.Popen(c, start_new_session=True)
              for c in worker_commands]
-  failed = []  # The first worker that failed; -1 once a signal came.
+  failed, signalled = [], []  # The first worker that failed unasked.
 
   def stop(workers_signal):
     for worker in workers:
@@ -112,13 +112,13 @@ def run_tasks(ps_commands, worker_commands, poll_secs=0.5):
         worker.send_signal(workers_signal)
 
   def forward(signum, unused_frame):
-    failed.append(-1)
+    signalled.append(signal.Signals(signum).name)
     stop(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
 
   for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
     signal.signal(signum, forward)
   while any(worker.poll() is None for worker in workers):
-    if not failed:
+    if not failed and not signalled:
       failed += [i for i, worker in enumerate(workers) if worker.poll()][:1]
       if failed:
         stop(signal.SIGTERM)
@@ -126,15 +126,19 @@ def run_tasks(ps_commands, worker_commands, poll_secs=0.5):
   for task in ps_tasks:
     task.terminate()
     task.wait()
-  codes = [worker.returncode for worker in workers]
-  first = next((i for i in failed if i >= 0), None)
-  if first is None:
-    first = next((i for i, code in enumerate(codes) if code), None)
-  status = 0 if first is None else (codes[first] if codes[first] > 0 else
-                                    128 - codes[first])
-  print(PREFIX + 'the workers are done%s; ps task(s) stopped.'
-        % ('' if first is None else ', worker %d first with exit status %d'
-           % (first, status)), flush=True)
+  codes = [128 - code if code < 0 else code
+           for code in (worker.returncode for worker in workers)]
+  first = (failed or [i for i, code in enumerate(codes) if code] or [None])[0]
+  status = 0 if first is None else codes[first]
+  if failed:
+    how = 'worker %d failed (exit status %d): the others were stopped' % (
+        first, status)
+  elif signalled:
+    how = 'the workers stopped on %s (exit status %d)' % (signalled[0], status)
+  else:
+    how = 'the workers are done' + (
+        ' (worker %d: exit status %d)' % (first, status) if status else '')
+  print(PREFIX + how + '; ps task(s) stopped.', flush=True)
   return status
 
 

@@ -97,8 +97,8 @@ def test_a_signal_goes_to_each_worker_once_then_the_ps_is_stopped(
       'w0 got ' + got, 'w1 got ' + got]
   # The ps, once both workers had ended.
   assert lines[-2:-1] == ['ps got SIGTERM']
-  assert lines[-1] == ('--local_cluster: the workers are done, worker 0 first '
-                       'with exit status %d; ps task(s) stopped.' % status)
+  assert lines[-1] == ('--local_cluster: the workers stopped on %s (exit '
+                       'status %d); ps task(s) stopped.' % (sent.name, status))
 
 
 @pytest.mark.slow  # Processes (stand-ins).
@@ -111,8 +111,8 @@ def test_a_worker_that_fails_stops_the_others_and_gives_the_status(tmp_path):
     launcher.kill()
   lines = open(log).read().splitlines()
   assert 'w1 got SIGTERM' in lines
-  assert lines[-1] == ('--local_cluster: the workers are done, worker 0 first '
-                       'with exit status 1; ps task(s) stopped.')
+  assert lines[-1] == ('--local_cluster: worker 0 failed (exit status 1): the '
+                       'others were stopped; ps task(s) stopped.')
 
 
 def _in_a_network_namespace(code, *before):
