@@ -49,16 +49,18 @@ def test_where_no_network_namespace_can_be_made_one_line_says_so(
 # reports and ends with as a trainer does (128 + N); with 'fail', it fails
 # at once, as a chief whose --train_dir is refused.
 _TASK = """
-import signal, sys, time
+import os, signal, sys, time
 name = sys.argv[1]
 if sys.argv[2:] == ['fail']:
   sys.exit(1)
+def say(what):  # One write: the tasks share the log.
+  os.write(1, ('%s %s\\n' % (name, what)).encode())
 def stop(signum, frame):
-  print('%s got %s' % (name, signal.Signals(signum).name), flush=True)
+  say('got ' + signal.Signals(signum).name)
   sys.exit(128 + signum)
 for signum in (signal.SIGINT, signal.SIGTERM):
   signal.signal(signum, stop)
-print('%s started' % name, flush=True)
+say('started')
 time.sleep(600)
 """
 
