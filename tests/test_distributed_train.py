@@ -27,11 +27,8 @@ from cifar10_support import summaries
 from cifar10_support import train_dirs
 import synthetic
 import testutil
+from testutil import start_task
 
-# Worker lines: the original format behind the worker's index.
-LOG_LINE = re.compile(
-    r'^Worker (\d): \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}: step (\d+), '
-    r'loss = \d+\.\d\d \(\d+\.\d examples/sec; \d+\.\d{3} sec/batch\)$', re.M)
 DONE_LINE = re.compile(
     r'^Worker (\d): stopped at global step (\d+) after (\d+) steps of its '
     r'own\.$', re.M)
@@ -46,23 +43,6 @@ LEARN_STEPS = 200
 # over: the loss rises and the run ends near chance or diverges. Delay-1
 # SGD on one device, no cluster, does the same; at 0.05 both learn.
 ASYNC_LEARNING_RATE = 0.05
-
-
-def start_task(args, log_path, tf_config=None, learning_rate=None):
-  """Starts cifar10_distributed_train.py; its output goes to log_path.
-
-  Args:
-    learning_rate: the initial learning rate, or None for the script's own.
-  """
-  env = testutil.script_env(TF_CPP_MIN_LOG_LEVEL='2')
-  env.pop('TF_CONFIG', None)
-  if tf_config:
-    env['TF_CONFIG'] = tf_config
-  with open(log_path, 'w') as log:
-    return subprocess.Popen(
-        testutil.script_command('cifar10_distributed_train.py',
-                                learning_rate) + args,
-        cwd=testutil.ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 # --- Cluster flags and TF_CONFIG ---------------------------------------------
@@ -566,9 +546,10 @@ def _finished(outputs):
     # Each worker that ran a step logged (its first step, at least) in the
     # original format, under its own index. Which worker runs how many steps
     # is the machine's business: either may run all of them.
-    logged = LOG_LINE.findall(output)
+    logged = list(testutil.step_line(r'Worker \d').finditer(output))
     assert bool(logged) == (done[index][1] > 0), output[-3000:]
-    assert all(int(i) == index for i, _ in logged), output[-3000:]
+    assert all(m['label'] == 'Worker %d' % index for m in logged), (
+        output[-3000:])
     assert 'Traceback' not in output and 'Exception in thread' not in output
   return done
 
@@ -658,8 +639,10 @@ def test_async_cluster_trains_to_the_global_step_and_learns(
          '--train_dir=' + train_dir, '--max_steps=%d' % LEARN_STEPS,
          '--log_frequency=20', '--operation_timeout_secs=60',
          '--startup_wait_secs=120'],
-        cwd=testutil.ROOT, env=testutil.script_env(), stdout=out,
-        stderr=subprocess.STDOUT)
+        # Buffered, as a user's: each line one write, whole in the log the
+        # three tasks share (unbuffered, print writes a line in pieces).
+        cwd=testutil.ROOT, env=testutil.script_env(PYTHONUNBUFFERED=''),
+        stdout=out, stderr=subprocess.STDOUT)
   try:
     def serving():
       try:
@@ -763,7 +746,8 @@ def test_a_diverged_worker_names_the_global_step_and_prints_no_nan_line(
   assert logger.last_step == 3
   assert str(diverged.value).startswith(
       'Model diverged with loss = NaN at global step 3;')
-  steps = [int(step) for _, step in LOG_LINE.findall(capsys.readouterr().out)]
+  steps = [int(m['step']) for m in testutil.step_line(r'Worker \d').finditer(
+      capsys.readouterr().out)]
   assert steps == [0, 1, 2]  # No line for the NaN step.
 
 
