@@ -11,7 +11,6 @@ whatever the timing.
 """
 
 import os
-import re
 import select
 import subprocess
 import sys
@@ -24,8 +23,6 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 import testutil
-
-STEP_LINE = re.compile(r': step (\d+), loss = ')
 
 # What must not reach stderr: Python's reports of the broken pipe.
 NOISE = ('Traceback', 'BrokenPipeError', 'Exception ignored')
@@ -114,7 +111,8 @@ def assert_quiet_141(status, stderr):
 
 
 def _step_lines(count):
-  return lambda lines: len([l for l in lines if STEP_LINE.search(l)]) >= count
+  return lambda lines: len(
+      [l for l in lines if testutil.step_line(None).search(l)]) >= count
 
 
 def _checkpoint_step(train_dir):
@@ -145,8 +143,8 @@ def test_trainer_stops_with_a_final_checkpoint_when_output_closes(
   status, lines, stderr = close_output_early(script, args, tmp_path,
                                              _step_lines(2))
   assert_quiet_141(status, stderr)
-  last_read = [int(STEP_LINE.search(l).group(1)) for l in lines
-               if STEP_LINE.search(l)][-1]
+  last_read = [int(m['step']) for m in map(testutil.step_line(None).search,
+                                           lines) if m][-1]
   # The final checkpoint, past the steps read; the same command resumes
   # from the newest checkpoint (test_train.py, test_resume.py).
   stopped_at = _checkpoint_step(train_dir)

@@ -19,44 +19,8 @@ import pytest
 
 from cifar10_support import console
 
-from testutil import ROOT, run_script
-
-DATE = r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}'
-STEP = DATE + (r': step %d, loss = \d+\.\d\d \(\d+\.\d examples/sec; '
-               r'\d+\.\d{3} sec/batch\)')
-
-
-def match_lines(text, patterns):
-  lines = text.splitlines()
-  assert len(lines) == len(patterns), text
-  for line, pattern in zip(lines, patterns):
-    assert re.fullmatch(pattern, line), (line, pattern)
-
-
-def train_console(batches, train_dir):
-  """The whole console of a healthy run of train_args, line by line: each
-  line once (neither TF's nor absl's handler doubles one)."""
-  train_dir = re.escape(train_dir)
-  return [
-      r'Data: %s, 5 files, 100 records \(checked\)\.' % re.escape(batches),
-      r'No checkpoint in %s: training from step 0\.' % train_dir,
-      r'Filling queue with 40 CIFAR images before starting to train\. '
-      r'This will take a few minutes\.',
-      DATE + r': saved checkpoint %s/model\.ckpt-0; step 0 of 20' % train_dir,
-      STEP % 0,
-      STEP % 5,
-      STEP % 10,
-      STEP % 15,
-      DATE + r': saved checkpoint %s/model\.ckpt-20; step 20 of 20'
-      % train_dir,
-      r'Done: step 20 reached \(--max_steps\); final checkpoint '
-      r'%s/model\.ckpt-20\.' % train_dir,
-  ]
-
-
-def train_args(data_dir, train_dir):
-  return ['--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
-          '--max_steps=20', '--batch_size=8', '--log_frequency=5']
+from testutil import DATE, ROOT, match_lines, run_script
+from testutil import train_args, train_console
 
 
 # cifar10_train.py's console, as a user runs it, is pinned by

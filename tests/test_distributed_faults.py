@@ -28,7 +28,7 @@ import pytest
 
 from cifar10_support import checkpoints
 import testutil
-from test_distributed_train import LOG_LINE
+from testutil import LEARNING_RATE
 
 # Clusters of processes (conftest's reading of the source misses _Cluster).
 pytestmark = pytest.mark.slow
@@ -37,9 +37,6 @@ SAVE_STEPS = 10
 # Never reached: each cluster ends with a task lost for good (its last fault)
 # long before, so a fault lands mid-run whatever the machine's speed.
 MAX_STEPS = 100000
-# The original's 0.1 diverged in some asynchronous runs of a few hundred steps
-# on the synthetic records; this one trains them without (see start()).
-LEARNING_RATE = 0.02
 # Waits long enough for a task to start, or a killed one to start again, on a
 # loaded machine (10 to 25 s seen on a shared 2-core one): what
 # --startup_wait_secs and --operation_timeout_secs bound while a cluster
@@ -343,7 +340,7 @@ def _waits_or_trains(cluster, task, quiet_secs=5):
 
   def condition():
     output = cluster.log(task)
-    if len(LOG_LINE.findall(output[offset:])) >= 2:
+    if len(testutil.step_line(r'Worker \d').findall(output[offset:])) >= 2:
       return 'trains'
     if len(output) != last[0]:
       last[:] = [len(output), time.monotonic()]
@@ -417,7 +414,8 @@ def test_chief_ps_and_worker_killed_and_restarted(data_dir, tmp_path, mode):
     offset = len(cluster.log('w1'))
     cluster.wait_for('worker 1 to train and a checkpoint after the restore',
                      lambda: cluster.newest_step() > checkpoint and (
-                         LOG_LINE.search(_new_output(cluster, 'w1', offset))))
+                         testutil.step_line(r'Worker \d').search(
+                             _new_output(cluster, 'w1', offset))))
 
     # Worker 1 away: the chief trains on without it, says so once, and says
     # when it is back; started again, worker 1 trains. Synchronous, the
@@ -443,12 +441,14 @@ def test_chief_ps_and_worker_killed_and_restarted(data_dir, tmp_path, mode):
     # Bounded in time too: a chief that trains without the line prints.
     cluster.wait_for('the chief to train on without worker 1', lambda: (
         away in _new_output(cluster, 'w0', chief_offset) and len(
-            LOG_LINE.findall(_new_output(cluster, 'w0', chief_offset))) >= 2),
+            testutil.step_line(r'Worker \d').findall(
+                _new_output(cluster, 'w0', chief_offset))) >= 2),
                      restarting='w1', secs=START_WAIT_SECS)
     cluster.waits['w1'].update(_CHIEF_GONE_WAITS[mode])
     cluster.restart('w1')
     cluster.wait_for('worker 1 to train again, and the chief to see it back',
-                     lambda: LOG_LINE.search(_new_output(cluster, 'w1', offset))
+                     lambda: testutil.step_line(r'Worker \d').search(
+                         _new_output(cluster, 'w1', offset))
                      and named + 'is back.' in _new_output(cluster, 'w0',
                                                           chief_offset),
                      secs=START_WAIT_SECS)
@@ -495,7 +495,8 @@ def test_a_task_that_does_not_come_back_is_named(data_dir, tmp_path, mode):
   initialised = ('the chief to initialise the variables',
                  lambda: cluster.newest_step() >= 0)
   training = ('worker 1 to train and a checkpoint at step %d' % SAVE_STEPS,
-              lambda: (LOG_LINE.search(cluster.log('w1')) and
+              lambda: (testutil.step_line(r'Worker \d').search(
+                           cluster.log('w1')) and
                        cluster.newest_step() >= SAVE_STEPS))
   try:
     cluster.start_in_stages([(['ps'], None, None), (['w0'],) + initialised,

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import cifar10
 import cifar10_classify
 import cifar10_eval
 import cifar10_input
@@ -22,6 +21,7 @@ from cifar10_support import evaluation
 import synthetic
 import testutil
 from testutil import run_script
+from testutil import save_checkpoint
 from testutil import session_config
 
 PRECISION_LINE = re.compile(
@@ -29,8 +29,6 @@ PRECISION_LINE = re.compile(
     re.M)
 # conftest's learned_train_dir: a trained model's checkpoints 0 and this.
 TRAIN_STEPS = testutil.LEARNED_TRAIN_STEPS
-# The same run, by these names for test_managed_clusters' finished_run.
-shared_train_dir = testutil.learned_train_dir
 
 
 @pytest.fixture(scope='module')
@@ -60,36 +58,6 @@ def _eval_once(checkpoint, data_dir, **kwargs):
   kwargs.setdefault('session_config', session_config())
   return testutil.eval_once(
       checkpoint, evaluation.EvalSettings(data_dir, **kwargs))
-
-
-def save_checkpoint(path, step, raw_class, shadow_class, dtype=tf.float32,
-                     with_averages=True, shadow_logits=None):
-  """Saves a model whose raw weights predict raw_class for every image and
-  whose moving averages predict shadow_class (or, given shadow_logits, 10
-  numbers, give every image these logits)."""
-  with tf.Graph().as_default():
-    global_step = tf.train.get_or_create_global_step()
-    cifar10.inference(tf.zeros([1, 24, 24, 3], dtype))
-    variables = {v.op.name: v for v in tf.trainable_variables()}
-    assigns = [global_step.assign(step),
-               variables['softmax_linear/weights'].assign(
-                   tf.zeros([192, 10], dtype)),
-               variables['softmax_linear/biases'].assign(
-                   tf.one_hot(raw_class, 10, 10.0, dtype=dtype))]
-    if with_averages:
-      averages = tf.train.ExponentialMovingAverage(
-          cifar10.MOVING_AVERAGE_DECAY)
-      averages.apply(list(variables.values()))
-      assigns += [averages.average(variables['softmax_linear/weights']).assign(
-                      tf.zeros([192, 10], dtype)),
-                  averages.average(variables['softmax_linear/biases']).assign(
-                      tf.one_hot(shadow_class, 10, 10.0, dtype=dtype)
-                      if shadow_logits is None else
-                      tf.constant(shadow_logits, dtype))]
-    with tf.Session(config=session_config()) as sess:
-      sess.run(tf.global_variables_initializer())
-      sess.run(assigns)
-      tf.train.Saver().save(sess, path, global_step=step)
 
 
 def _text(eval_dir, tag):

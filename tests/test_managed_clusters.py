@@ -23,16 +23,13 @@ import cifar10_distributed_train as dist
 from cifar10_support import checkpoints
 from cifar10_support import clusters
 from cifar10_support import run_flags
-from test_distributed_faults import LEARNING_RATE
-from test_eval import TRAIN_STEPS
-from test_eval import shared_train_dir
 import synthetic
 import testutil
+from testutil import LEARNED_TRAIN_STEPS as TRAIN_STEPS
+from testutil import LEARNING_RATE
 
 DONE_LINE = re.compile(r'^(Chief|Master|Worker \d): stopped at global step '
                        r'(\d+) after (\d+) steps of its own\.$', re.M)
-STEP_LINE = re.compile(r'^(Chief|Master|Worker \d): \d{4}-\d\d-\d\d '
-                       r'[\d:.]+: step \d+, loss = ', re.M)
 EVALUATOR_LINE = re.compile(
     r'^Evaluator: (\S+) \(global step (\d+), --max_steps=(\d+)\): '
     r'precision @ 1 = (\d\.\d{3})\.$')
@@ -180,7 +177,8 @@ def _check_trained(outputs, train_dir, chief, max_steps):
               for label, step, _ in DONE_LINE.findall(output))
   assert done[chief] >= max_steps, done
   # Some task logged its steps (which one ran them is the machine's call).
-  assert any(STEP_LINE.search(output) for output in outputs.values())
+  assert any(testutil.step_line(r'Chief|Master|Worker \d').search(output)
+             for output in outputs.values())
   indexes = glob.glob(os.path.join(train_dir, 'model.ckpt-*.index'))
   assert len(indexes) >= 2
   for index in indexes:
@@ -190,8 +188,9 @@ def _check_trained(outputs, train_dir, chief, max_steps):
 
 @pytest.fixture(scope='module')
 def finished_run(data_dir, tmp_path_factory):
-  """A finished run at TRAIN_STEPS: test_eval's, built once per test run."""
-  return shared_train_dir(data_dir, tmp_path_factory)
+  """A finished run at TRAIN_STEPS: testutil.learned_train_dir, test_eval's
+  too, built once per test run."""
+  return testutil.learned_train_dir(data_dir, tmp_path_factory)
 
 
 # --- TF_CONFIG of each platform, read -----------------------------------------

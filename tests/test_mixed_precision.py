@@ -31,11 +31,11 @@ from cifar10_support import mixed_precision
 from cifar10_support import run_flags
 from cifar10_support import train_dirs
 import synthetic
-from test_eval import save_checkpoint
-from test_train import LINE
 from testutil import ROOT
+from testutil import save_checkpoint
 from testutil import script_env
 from testutil import session_config
+from testutil import step_line
 import testutil
 
 # /proc/cpuinfo 'flags' lines, shortened, of the machines the project runs on.
@@ -412,7 +412,7 @@ def _run_forced(script, feature, args):
 
 
 def _losses(stdout):
-  return [float(m.group(3)) for m in LINE.finditer(stdout)]
+  return [float(m['loss']) for m in step_line().finditer(stdout)]
 
 
 def test_bfloat16_training_learns_a_batch_as_float32_does():

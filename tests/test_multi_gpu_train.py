@@ -17,8 +17,8 @@ from cifar10_support import progress
 from cifar10_support import run_flags
 from cifar10_support import sessions
 from cifar10_support import towers
-from test_train import LINE, event_tags, event_values, histogram_tags
-from testutil import OP_TIMEOUT_MS, run_script
+from testutil import OP_TIMEOUT_MS, event_tags, event_values, histogram_tags
+from testutil import run_script, step_line
 import testutil
 
 BATCH = 8
@@ -211,8 +211,9 @@ def test_logger_counts_every_tower(monkeypatch, capsys):
       session.run(train_op)
   assert logger.last_examples_per_sec == 8.0
   assert (logger.last_step, logger.global_step) == (0, 1)
-  assert re.search(r'step 0, loss = 1\.50 \(8\.0 examples/sec; 1\.000 '
-                   r'sec/batch\)', capsys.readouterr().out)
+  line = step_line(None, step=0).search(capsys.readouterr().out)
+  assert line and (line['loss'], line['examples_per_sec'],
+                   line['sec_per_batch']) == ('1.50', '8.0', '1.000')
 
 
 def _restore_into_single_device_graph(train_dir):
@@ -239,7 +240,7 @@ def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path, capsys):
       num_towers=2, tower_device='cpu')
   first = capsys.readouterr().out
 
-  assert [int(m.group(2)) for m in LINE.finditer(first)] == [0, 2, 4]
+  assert [int(m['step']) for m in step_line().finditer(first)] == [0, 2, 4]
   assert first.count('Filling queue with') == 1
   checkpoint = tf.train.latest_checkpoint(train_dir)
   assert checkpoint.endswith('model.ckpt-6')
@@ -272,7 +273,7 @@ def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path, capsys):
   if len(tf.config.list_physical_devices('GPU')) < 2:
     assert ('2 GPU towers asked for (--num_gpus) but %d GPU(s) visible'
             % len(tf.config.list_physical_devices('GPU'))) in second
-  assert [int(m.group(2)) for m in LINE.finditer(second)] == [6, 8]
+  assert [int(m['step']) for m in step_line().finditer(second)] == [6, 8]
   assert tf.train.latest_checkpoint(train_dir).endswith('model.ckpt-10')
 
 

@@ -27,9 +27,9 @@ model.ckpt-0's differ from model.ckpt-N's: the run must restore the newest.
 Nothing binary is committed: each test writes its train_dir.
 
 Each layout is resumed for two steps by each trainer in this process
-(test_resume's `run_trainer`: the single trainer, one tower, two towers: nine
+(testutil's `run_trainer`: the single trainer, one tower, two towers: nine
 pairings, bounded by pytest.ini's timeout), and the two-tower layout once by
-a cluster's chief (test_resume's `run_chief`: one ps and one worker, the
+a cluster's chief (testutil's `run_chief`: one ps and one worker, the
 only processes this file starts, the worker bounded by run_script's
 timeout). The chief gets the layout whose loss averages it lacks: it
 restores the model onto the ps and starts its own averages fresh, which no
@@ -47,13 +47,12 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from test_resume import FRESH_LINE
-from test_resume import TRAINERS
-from test_resume import run_trainer
-from test_resume import run_chief
-from test_resume import checkpoint_values
-from test_train import LINE
 import testutil
+from testutil import FRESH_LINE
+from testutil import TRAINERS
+from testutil import run_trainer
+from testutil import run_chief
+from testutil import checkpoint_values
 
 # The step db22c74's run had reached (even: the resumed runs, logging
 # every 2 steps, print their first step); they train two more.
@@ -163,7 +162,8 @@ def check_resumed(stdout, train_dir, written, layout, reader, max_steps):
   checkpoint = os.path.join(train_dir, 'model.ckpt-%d' % STEP)
   assert ('Resuming from checkpoint %s at step %d' % (checkpoint, STEP)
           in stdout), stdout
-  assert [int(m.group(2)) for m in LINE.finditer(stdout)][0] == STEP, stdout
+  assert [int(m['step'])
+          for m in testutil.step_line().finditer(stdout)][0] == STEP, stdout
   assert tf.train.latest_checkpoint(train_dir) == os.path.join(
       train_dir, 'model.ckpt-%d' % max_steps)
 

@@ -5,12 +5,9 @@ subprocess and signal it; everything is bounded by timeouts.
 """
 
 import os
-import re
 import select
 import signal
-import subprocess
 import sys
-import threading
 import time
 
 from absl import app
@@ -28,8 +25,8 @@ from cifar10_support import signals
 from cifar10_support import train_dirs
 import synthetic
 import testutil
-
-STEP_LINE = re.compile(r': step (\d+), loss = ')
+from testutil import assert_resumed, logged_steps, start_trainer
+from testutil import trainer_process, wait_for_trainer
 
 
 # --- Bad data files -----------------------------------------------------------
@@ -94,7 +91,7 @@ def test_script_reports_bad_label_without_traceback(tmp_path):
   assert 'Traceback' not in result.stderr
   assert result.stderr.strip().splitlines()[-1].startswith(
       'cifar10_train.py: ' + expected)
-  assert not STEP_LINE.search(result.stdout)
+  assert not testutil.ANY_STEP_LINE.search(result.stdout)
 
 
 @pytest.mark.parametrize('error,line', [
@@ -204,50 +201,10 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(
 
 # --- SIGKILL, SIGTERM, SIGINT -------------------------------------------------
 
-def _trainer_process(data_dir, train_dir, *flags):
-  """cifar10_train.py started, a step line every step; its output (stderr
-  too) in the pipe proc.stdout."""
-  env = testutil.script_env(TF_CPP_MIN_LOG_LEVEL='2')
-  return subprocess.Popen(
-      testutil.script_command('cifar10_train.py') + [
-          '--data_dir=' + data_dir, '--train_dir=' + train_dir,
-          '--batch_size=8', '--max_steps=100000', '--log_frequency=1'] +
-      list(flags), cwd=testutil.ROOT, env=env, stdout=subprocess.PIPE,
-      stderr=subprocess.STDOUT, text=True)
-
-
-def start_trainer(data_dir, train_dir, *flags):
-  """Starts cifar10_train.py; returns the process, its output lines and the
-  thread that reads them (it ends at the end of the output: join it)."""
-  proc = _trainer_process(data_dir, train_dir, *flags)
-  lines = []
-
-  def read():
-    for line in proc.stdout:
-      lines.append(line)
-  reader = threading.Thread(target=read, daemon=True)
-  reader.start()
-  return proc, lines, reader
-
-
 def _read_to_end(reader, timeout=30):
   """Waits until the reader has taken every line the process wrote."""
   reader.join(timeout)
   assert not reader.is_alive(), 'output not closed %d s after exit' % timeout
-
-
-def wait_for(proc, lines, condition, timeout=180):
-  deadline = time.time() + timeout
-  while not condition():
-    if proc.poll() is not None or time.time() > deadline:
-      proc.kill()
-      pytest.fail('training exited or timed out (code %s):\n%s'
-                  % (proc.poll(), ''.join(lines[-30:])))
-    time.sleep(0.02)
-
-
-def logged_steps(lines):
-  return [int(m.group(1)) for m in map(STEP_LINE.search, list(lines)) if m]
 
 
 def _readable_checkpoint_steps(train_dir):
@@ -264,13 +221,6 @@ def _readable_checkpoint_steps(train_dir):
   return steps
 
 
-def assert_resumed(lines, train_dir, step):
-  text = ''.join(lines)
-  assert ('Resuming from checkpoint %s at step %d'
-          % (os.path.join(train_dir, 'model.ckpt-%d' % step), step)) in text
-  assert logged_steps(lines)[0] == step
-
-
 @pytest.mark.slow  # Starts a process.
 def test_sigkill_then_restart_resumes_and_signals_stop_cleanly(data_dir,
                                                               tmp_path):
@@ -279,7 +229,7 @@ def test_sigkill_then_restart_resumes_and_signals_stop_cleanly(data_dir,
   # training goes on meanwhile, saving a checkpoint every step.
   saved = 'saved checkpoint %s; ' % os.path.join(train_dir, 'model.ckpt-3')
   proc, lines, _ = start_trainer(data_dir, train_dir, '--save_checkpoint_steps=1')
-  wait_for(proc, lines, lambda: any(saved in line for line in lines))
+  wait_for_trainer(proc, lines, lambda: any(saved in line for line in lines))
   proc.kill()
   proc.wait(30)
   steps = _readable_checkpoint_steps(train_dir)
@@ -299,7 +249,7 @@ def test_sigkill_then_restart_resumes_and_signals_stop_cleanly(data_dir,
   for signum in (signal.SIGTERM, signal.SIGINT):
     proc, lines, reader = start_trainer(data_dir, train_dir,
                                  '--save_checkpoint_secs=3600')
-    wait_for(proc, lines, lambda: len(logged_steps(lines)) >= 3)
+    wait_for_trainer(proc, lines, lambda: len(logged_steps(lines)) >= 3)
     proc.send_signal(signum)
     assert proc.wait(120) == 128 + signum
     _read_to_end(reader)  # Every line, up to the 'Received ...' one.
@@ -341,13 +291,13 @@ def test_a_second_signal_stops_at_once_without_a_checkpoint(data_dir,
   the final checkpoint the first one asked for."""
   train_dir = str(tmp_path / 'train')
   # Periodic checkpoints off: only the start's, model.ckpt-0, is written.
-  proc = _trainer_process(data_dir, train_dir, '--save_checkpoint_secs=3600')
+  proc = trainer_process(data_dir, train_dir, '--save_checkpoint_secs=3600')
   output = []
   filler = None
   try:
     # The first step line: the training loop runs, its handlers are set.
     deadline = time.time() + 180
-    while not STEP_LINE.search(''.join(output)):
+    while not testutil.step_line(None).search(''.join(output)):
       assert proc.poll() is None and time.time() < deadline, ''.join(output)
       if select.select([proc.stdout], [], [], 1)[0]:
         output.append(os.read(proc.stdout.fileno(), 65536).decode())
@@ -361,13 +311,15 @@ def test_a_second_signal_stops_at_once_without_a_checkpoint(data_dir,
           os.write(filler, b'.' * size)
       except BlockingIOError:
         pass
-    wait_for(proc, output, lambda: _waits_writing_stdout(proc.pid))
+    wait_for_trainer(proc, output, lambda: _waits_writing_stdout(proc.pid))
     print('First SIGTERM while the trainer waits to write its output, after '
-          '%s' % STEP_LINE.findall(''.join(output)))
+          '%s' % [m['step'] for m in testutil.step_line(None).finditer(
+              ''.join(output))])
     proc.send_signal(signal.SIGTERM)
     # Its handler has run (in the interrupted write) and put back the default.
-    wait_for(proc, output,
-             lambda: not _signal_caught(proc.pid, signal.SIGTERM), timeout=60)
+    wait_for_trainer(proc, output,
+                     lambda: not _signal_caught(proc.pid, signal.SIGTERM),
+                     timeout=60)
     assert proc.poll() is None  # Still waiting to write: it cannot stop.
     proc.send_signal(signal.SIGTERM)
     # Ended by the signal itself (a shell shows 143), not by sys.exit.

@@ -7,39 +7,29 @@ first step, overwriting the one it read: that file shows what the run
 restored (and what it started fresh) before training changed it.
 """
 
-import contextlib
 import hashlib
-import io
 import os
-import re
 import shutil
 import socket
-import subprocess
 
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 import cifar10_multi_gpu_train
-import cifar10_train
 from cifar10_support import checkpoints
 from cifar10_support import data_files
 from cifar10_support import run_flags
 from cifar10_support import train_dirs
-from test_distributed_train import start_task
-from test_train import LINE
 import testutil
+from testutil import BATCH
+from testutil import FRESH_LINE
+from testutil import checkpoint_values
+from testutil import run_chief
+from testutil import run_trainer
 
-BATCH = 8
 # The loss terms whose averages every trainer keeps, under its tower's scope.
 LOSS_TERMS = ('cross_entropy', 'local3/weight_loss', 'local4/weight_loss',
               'total_loss')
-TRAINERS = {
-    'single': (cifar10_train.train, {}),
-    'towers1': (cifar10_multi_gpu_train.train,
-                {'num_towers': 1, 'tower_device': 'cpu'}),
-    'towers2': (cifar10_multi_gpu_train.train,
-                {'num_towers': 2, 'tower_device': 'cpu'}),
-}
 # The names of each trainer's own state: its loss averages.
 OWN_STATE = {
     'single': ['%s/avg' % term for term in LOSS_TERMS],
@@ -47,26 +37,6 @@ OWN_STATE = {
     'towers2': ['tower_1/%s/avg' % term for term in LOSS_TERMS],
     'distributed': ['%s/avg' % term for term in LOSS_TERMS],
 }
-FRESH_LINE = re.compile(r'^Starting fresh \(not in model\.ckpt-(\d+), which '
-                        r'another trainer or precision wrote\): (.*)\.$', re.M)
-
-
-def checkpoint_values(checkpoint):
-  """Every tensor of a checkpoint, by name."""
-  reader = tf.train.load_checkpoint(checkpoint)
-  return {name: reader.get_tensor(name)
-          for name in reader.get_variable_to_shape_map()}
-
-
-def run_trainer(trainer, data_dir, train_dir, max_steps):
-  """Trains with one trainer's train function; returns what it printed."""
-  train, kwargs = TRAINERS[trainer]
-  printed = io.StringIO()
-  with contextlib.redirect_stdout(printed):
-    testutil.train(train, run_flags.TrainSettings(data_dir, train_dir, batch_size=BATCH,
-                                     log_frequency=2, max_steps=max_steps),
-          **kwargs)
-  return printed.getvalue()
 
 
 def _check_resumed(stdout, train_dir, saved, step, max_steps, writer, reader):
@@ -80,7 +50,8 @@ def _check_resumed(stdout, train_dir, saved, step, max_steps, writer, reader):
   checkpoint = os.path.join(train_dir, 'model.ckpt-%d' % step)
   assert ('Resuming from checkpoint %s at step %d' % (checkpoint, step)
           in stdout), stdout
-  assert [int(m.group(2)) for m in LINE.finditer(stdout)][0] == step
+  assert [int(m['step'])
+          for m in testutil.step_line().finditer(stdout)][0] == step
   assert tf.train.latest_checkpoint(train_dir).endswith(
       'model.ckpt-%d' % max_steps)
 
@@ -117,32 +88,6 @@ def test_each_trainer_resumes_the_others_checkpoints(data_dir, tmp_path):
     assert saved['global_step'] == step
     stdout = run_trainer(reader, data_dir, train_dir, step + 4)
     _check_resumed(stdout, train_dir, saved, step, step + 4, writer, reader)
-
-
-def run_chief(data_dir, train_dir, max_steps, sync, tmp_path):
-  """Runs a cluster of one ps and one worker (the chief) to max_steps."""
-  ps_port, worker_port = testutil.free_ports(2)
-  cluster = ['--ps_hosts=127.0.0.1:%d' % ps_port,
-             '--worker_hosts=127.0.0.1:%d' % worker_port]
-  ps = start_task(['--job_name=ps', '--task_index=0'] + cluster,
-              str(tmp_path / ('ps-%d.log' % max_steps)))
-  try:
-    result = testutil.run_script('cifar10_distributed_train.py', [
-        '--job_name=worker', '--task_index=0', '--data_dir=%s' % data_dir,
-        '--train_dir=%s' % train_dir, '--batch_size=%d' % BATCH,
-        '--log_frequency=2', '--max_steps=%d' % max_steps,
-        '--operation_timeout_secs=60', '--startup_wait_secs=60'] + cluster +
-                                 (['--sync_replicas'] if sync else []))
-  finally:
-    ps.terminate()
-    try:
-      ps.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-      ps.kill()
-      ps.wait()
-  assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-  # The chief's lines carry its index; the resume check reads plain ones.
-  return result.stdout.replace('Worker 0: ', '')
 
 
 @pytest.mark.slow  # Trains.

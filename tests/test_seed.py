@@ -3,7 +3,6 @@ process and across a SIGTERM; another seed, another run (docs/training.md)."""
 
 import contextlib
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -21,8 +20,6 @@ from cifar10_support import run_flags
 from cifar10_support import train_dirs
 import synthetic
 import testutil
-
-STEP_LINE = re.compile(r': step (\d+), loss = ([\d.]+) ')
 
 
 @contextlib.contextmanager
@@ -49,7 +46,9 @@ def run(script, data_dir, train_dir, *flags):
 
 
 def steps_and_losses(console):
-  return [m.groups() for m in map(STEP_LINE.search, console.splitlines()) if m]
+  return [(m['step'], m['loss'])
+          for m in map(testutil.step_line(None).search, console.splitlines())
+          if m]
 
 
 def checkpoint_values(train_dir):

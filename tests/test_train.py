@@ -15,13 +15,9 @@ import tensorflow.compat.v1 as tf
 import cifar10_train
 from cifar10_support import progress
 from cifar10_support import run_flags
-from test_console import match_lines, train_args, train_console
-from testutil import run_script
+from testutil import event_values, histogram_tags, match_lines, run_script
+from testutil import step_line, train_args, train_console
 import testutil
-
-LINE = re.compile(r'^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}): step (\d+), '
-                  r'loss = (\d+\.\d\d) \((\d+\.\d) examples/sec; '
-                  r'(\d+\.\d{3}) sec/batch\)$', re.M)
 
 # The original's summary tags, as TF names them (see README, TensorBoard).
 ORIGINAL_TAGS = {
@@ -47,38 +43,12 @@ def _train_here(capsys, data_dir, train_dir, **kwargs):
 
 
 def _steps(stdout):
-  return [int(m.group(2)) for m in LINE.finditer(stdout)]
+  return [int(m['step']) for m in step_line().finditer(stdout)]
 
 
 def _checkpoint_steps(train_dir):
   return sorted(int(re.search(r'-(\d+)\.index$', f).group(1))
                 for f in glob.glob(os.path.join(train_dir, 'model.ckpt-*.index')))
-
-
-def event_values(train_dir):
-  """tag -> the first summary value written under it (the one that carries
-  the tag's metadata, such as its plugin)."""
-  values = {}
-  for path in sorted(glob.glob(os.path.join(train_dir,
-                                            'events.out.tfevents.*'))):
-    for event in tf.train.summary_iterator(path):
-      for value in event.summary.value:
-        values.setdefault(value.tag, value)
-  return values
-
-
-def event_tags(train_dir):
-  return set(event_values(train_dir))
-
-
-def histogram_tags(values):
-  """The tags written in TensorBoard's histogram format, 30 buckets each."""
-  tags = set()
-  for tag, value in values.items():
-    if value.metadata.plugin_data.plugin_name == 'histograms':
-      assert tf.make_ndarray(value.tensor).shape == (30, 3), tag
-      tags.add(tag)
-  return tags
 
 
 @pytest.mark.slow  # Starts a process, and trains.
@@ -94,8 +64,8 @@ def test_train_logs_checkpoints_summarizes_and_resumes(data_dir, tmp_path,
   match_lines(first.stdout, train_console(
       os.path.join(data_dir, 'cifar-10-batches-bin'), train_dir))
   assert first.stderr == ''
-  for match in LINE.finditer(first.stdout):
-    assert float(match.group(3)) > 0 and float(match.group(4)) > 0
+  for match in step_line().finditer(first.stdout):
+    assert float(match['loss']) > 0 and float(match['examples_per_sec']) > 0
   assert _checkpoint_steps(train_dir) == [0, 20]
   values = event_values(train_dir)
   assert ORIGINAL_TAGS <= set(values)

@@ -2,6 +2,8 @@
 
 import contextlib
 import fcntl
+import glob
+import io
 import logging
 import os
 import random
@@ -10,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -90,6 +93,76 @@ LEARNABLE_TEST_RECORDS = 512
 # cifar10_eval.py's precision line.
 PRECISION_LINE = re.compile(r'^\S+ \S+: precision @ 1 = (\d\.\d{3})$', re.M)
 
+# A date and time as the scripts print them (datetime.now()).
+# str(datetime.now()), as the scripts print it: no microseconds when they
+# are 0.
+DATE = r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{6})?'
+# Any step line, well formed or not: what a test that wants none looks for.
+ANY_STEP_LINE = re.compile(r': step \d+, loss = ')
+
+
+def step_line(label='', step=r'\d+'):
+  """The trainers' step line (progress.StepLogger), the tests' one pattern
+  of it, compiled with re.M (^ and $ at each line of a console):
+  '[<label>: ]<date time>: step N, loss = X.XX (E examples/sec; S sec/batch)'.
+
+  Args:
+    label: a regex of the label a cluster's task begins its lines with
+      ('Worker \\d', say); '' none, as a single process prints it; None, a
+      task's label (Chief, Master, Worker i) or none.
+    step: a regex of N, or an int.
+
+  Returns:
+    A compiled regex; its groups date, step, loss, examples_per_sec,
+    sec_per_batch and, unless label is '', label (None on a line without).
+  """
+  if label is None:
+    head = r'(?:(?P<label>Chief|Master|Worker \d+): )?'
+  else:
+    head = r'(?P<label>%s): ' % label if label else ''
+  return re.compile(
+      r'^%s(?P<date>%s): step (?P<step>%s), loss = (?P<loss>\d+\.\d\d) '
+      r'\((?P<examples_per_sec>\d+\.\d) examples/sec; '
+      r'(?P<sec_per_batch>\d+\.\d{3}) sec/batch\)$' % (head, DATE, step), re.M)
+
+
+def match_lines(text, patterns):
+  lines = text.splitlines()
+  assert len(lines) == len(patterns), text
+  for line, pattern in zip(lines, patterns):
+    assert re.fullmatch(pattern, line), (line, pattern)
+
+
+def train_console(batches, train_dir):
+  """The whole console of a healthy run of train_args, line by line: each
+  line once (neither TF's nor absl's handler doubles one)."""
+  train_dir = re.escape(train_dir)
+  return [
+      r'Data: %s, 5 files, 100 records \(checked\)\.' % re.escape(batches),
+      r'No checkpoint in %s: training from step 0\.' % train_dir,
+      r'Filling queue with 40 CIFAR images before starting to train\. '
+      r'This will take a few minutes\.',
+      DATE + r': saved checkpoint %s/model\.ckpt-0; step 0 of 20' % train_dir,
+      step_line(step=0).pattern,
+      step_line(step=5).pattern,
+      step_line(step=10).pattern,
+      step_line(step=15).pattern,
+      DATE + r': saved checkpoint %s/model\.ckpt-20; step 20 of 20'
+      % train_dir,
+      r'Done: step 20 reached \(--max_steps\); final checkpoint '
+      r'%s/model\.ckpt-20\.' % train_dir,
+  ]
+
+
+def train_args(data_dir, train_dir):
+  return ['--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
+          '--max_steps=20', '--batch_size=8', '--log_frequency=5']
+
+
+# A resuming trainer's line of what it starts fresh (another's checkpoint).
+FRESH_LINE = re.compile(r'^Starting fresh \(not in model\.ckpt-(\d+), which '
+                        r'another trainer or precision wrote\): (.*)\.$', re.M)
+
 
 def script_command(script, learning_rate=None):
   """The command that runs one of the repository's scripts as a user would:
@@ -99,6 +172,73 @@ def script_command(script, learning_rate=None):
     return [sys.executable, os.path.join(ROOT, script)]
   return [sys.executable, os.path.join(ROOT, 'tests', 'with_learning_rate.py'),
           str(learning_rate), script]
+
+
+def start_task(args, log_path, tf_config=None, learning_rate=None):
+  """Starts cifar10_distributed_train.py; its output goes to log_path.
+
+  Args:
+    learning_rate: the initial learning rate, or None for the script's own.
+  """
+  env = script_env(TF_CPP_MIN_LOG_LEVEL='2')
+  env.pop('TF_CONFIG', None)
+  if tf_config:
+    env['TF_CONFIG'] = tf_config
+  with open(log_path, 'w') as log:
+    return subprocess.Popen(
+        script_command('cifar10_distributed_train.py',
+                       learning_rate) + args,
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def trainer_process(data_dir, train_dir, *flags):
+  """cifar10_train.py started, a step line every step; its output (stderr
+  too) in the pipe proc.stdout."""
+  env = script_env(TF_CPP_MIN_LOG_LEVEL='2')
+  return subprocess.Popen(
+      script_command('cifar10_train.py') + [
+          '--data_dir=' + data_dir, '--train_dir=' + train_dir,
+          '--batch_size=8', '--max_steps=100000', '--log_frequency=1'] +
+      list(flags), cwd=ROOT, env=env, stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT, text=True)
+
+
+def start_trainer(data_dir, train_dir, *flags):
+  """Starts cifar10_train.py; returns the process, its output lines and the
+  thread that reads them (it ends at the end of the output: join it)."""
+  proc = trainer_process(data_dir, train_dir, *flags)
+  lines = []
+
+  def read():
+    for line in proc.stdout:
+      lines.append(line)
+  reader = threading.Thread(target=read, daemon=True)
+  reader.start()
+  return proc, lines, reader
+
+
+def wait_for_trainer(proc, lines, condition, timeout=180):
+  """Polls condition() until it is true; kills proc and fails the test,
+  showing the last of its `lines`, once proc has ended or after timeout."""
+  deadline = time.time() + timeout
+  while not condition():
+    if proc.poll() is not None or time.time() > deadline:
+      proc.kill()
+      pytest.fail('training exited or timed out (code %s):\n%s'
+                  % (proc.poll(), ''.join(lines[-30:])))
+    time.sleep(0.02)
+
+
+def logged_steps(lines):
+  return [int(m['step']) for m in map(step_line(None).search, list(lines))
+          if m]
+
+
+def assert_resumed(lines, train_dir, step):
+  text = ''.join(lines)
+  assert ('Resuming from checkpoint %s at step %d'
+          % (os.path.join(train_dir, 'model.ckpt-%d' % step), step)) in text
+  assert logged_steps(lines)[0] == step
 
 
 def eval_precision(data_dir, train_dir, eval_dir):
@@ -291,6 +431,122 @@ def colour_checkpoint(directory, step=1):
           sess, os.path.join(directory, 'model.ckpt'), global_step=step)
 
 
+def save_checkpoint(path, step, raw_class, shadow_class, dtype=tf.float32,
+                    with_averages=True, shadow_logits=None):
+  """Saves a model whose raw weights predict raw_class for every image and
+  whose moving averages predict shadow_class (or, given shadow_logits, 10
+  numbers, give every image these logits)."""
+  import cifar10  # pylint: disable=g-import-not-at-top
+  with tf.Graph().as_default():
+    global_step = tf.train.get_or_create_global_step()
+    cifar10.inference(tf.zeros([1, 24, 24, 3], dtype))
+    variables = {v.op.name: v for v in tf.trainable_variables()}
+    assigns = [global_step.assign(step),
+               variables['softmax_linear/weights'].assign(
+                   tf.zeros([192, 10], dtype)),
+               variables['softmax_linear/biases'].assign(
+                   tf.one_hot(raw_class, 10, 10.0, dtype=dtype))]
+    if with_averages:
+      averages = tf.train.ExponentialMovingAverage(
+          cifar10.MOVING_AVERAGE_DECAY)
+      averages.apply(list(variables.values()))
+      assigns += [averages.average(variables['softmax_linear/weights']).assign(
+                      tf.zeros([192, 10], dtype)),
+                  averages.average(variables['softmax_linear/biases']).assign(
+                      tf.one_hot(shadow_class, 10, 10.0, dtype=dtype)
+                      if shadow_logits is None else
+                      tf.constant(shadow_logits, dtype))]
+    with tf.Session(config=session_config()) as sess:
+      sess.run(tf.global_variables_initializer())
+      sess.run(assigns)
+      tf.train.Saver().save(sess, path, global_step=step)
+
+
+def checkpoint_values(checkpoint):
+  """Every tensor of a checkpoint, by name."""
+  reader = tf.train.load_checkpoint(checkpoint)
+  return {name: reader.get_tensor(name)
+          for name in reader.get_variable_to_shape_map()}
+
+
+def event_values(train_dir):
+  """tag -> the first summary value written under it (the one that carries
+  the tag's metadata, such as its plugin)."""
+  values = {}
+  for path in sorted(glob.glob(os.path.join(train_dir,
+                                            'events.out.tfevents.*'))):
+    for event in tf.train.summary_iterator(path):
+      for value in event.summary.value:
+        values.setdefault(value.tag, value)
+  return values
+
+
+def event_tags(train_dir):
+  return set(event_values(train_dir))
+
+
+def histogram_tags(values):
+  """The tags written in TensorBoard's histogram format, 30 buckets each."""
+  tags = set()
+  for tag, value in values.items():
+    if value.metadata.plugin_data.plugin_name == 'histograms':
+      assert tf.make_ndarray(value.tensor).shape == (30, 3), tag
+      tags.add(tag)
+  return tags
+
+
+# The batch size of run_trainer's and run_chief's runs.
+BATCH = 8
+# The trainers run_trainer runs, by name: each one's module (its train
+# function's) and the keyword arguments its train function is given.
+TRAINERS = {
+    'single': ('cifar10_train', {}),
+    'towers1': ('cifar10_multi_gpu_train',
+                {'num_towers': 1, 'tower_device': 'cpu'}),
+    'towers2': ('cifar10_multi_gpu_train',
+                {'num_towers': 2, 'tower_device': 'cpu'}),
+}
+
+
+def run_trainer(trainer, data_dir, train_dir, max_steps):
+  """Trains with one trainer's train function; returns what it printed."""
+  import importlib  # pylint: disable=g-import-not-at-top
+  from cifar10_support import run_flags  # pylint: disable=g-import-not-at-top
+  module, kwargs = TRAINERS[trainer]
+  printed = io.StringIO()
+  with contextlib.redirect_stdout(printed):
+    train(importlib.import_module(module).train, run_flags.TrainSettings(
+        data_dir, train_dir, batch_size=BATCH, log_frequency=2,
+        max_steps=max_steps), **kwargs)
+  return printed.getvalue()
+
+
+def run_chief(data_dir, train_dir, max_steps, sync, tmp_path):
+  """Runs a cluster of one ps and one worker (the chief) to max_steps."""
+  ps_port, worker_port = free_ports(2)
+  cluster = ['--ps_hosts=127.0.0.1:%d' % ps_port,
+             '--worker_hosts=127.0.0.1:%d' % worker_port]
+  ps = start_task(['--job_name=ps', '--task_index=0'] + cluster,
+                  str(tmp_path / ('ps-%d.log' % max_steps)))
+  try:
+    result = run_script('cifar10_distributed_train.py', [
+        '--job_name=worker', '--task_index=0', '--data_dir=%s' % data_dir,
+        '--train_dir=%s' % train_dir, '--batch_size=%d' % BATCH,
+        '--log_frequency=2', '--max_steps=%d' % max_steps,
+        '--operation_timeout_secs=60', '--startup_wait_secs=60'] + cluster +
+                        (['--sync_replicas'] if sync else []))
+  finally:
+    ps.terminate()
+    try:
+      ps.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+      ps.kill()
+      ps.wait()
+  assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+  # The chief's lines carry its index; the resume check reads plain ones.
+  return result.stdout.replace('Worker 0: ', '')
+
+
 # A learning rate the fixtures' short runs on the synthetic colours reach a
 # working model with, every time (the original's 0.1 on 100 such records
 # diverged in 1 of 28 measured runs and once ended at chance).
@@ -391,6 +647,10 @@ PORT_TAKEN = 'Could not start the server of'
 # What every task prints once its server listens.
 LISTENING = re.compile(r'^This task listens on port (\d+) of every network '
                        r'interface;', re.M)
+# The original's 0.1 diverged in some asynchronous runs of a few hundred steps
+# on the synthetic records; this one trains them without (see
+# test_distributed_faults' _Cluster.start).
+LEARNING_RATE = 0.02
 
 
 def own_ports():
