@@ -498,5 +498,3 @@ def operation_timeout_error(worker, global_step):
          '%s does not answer' % describe(gone, worker.chief_job)
          if gone else
          'did another task stop, or is the input queue still filling?'))
-
-

@@ -590,37 +590,32 @@ def _check_chief_checkpoint(train_dir, min_step, max_step):
   return checkpoint
 
 
-def _listening(pid):
-  """{socket inode: port} of the TCP sockets of process `pid` that listen on
-  every address (IPv4 0.0.0.0, IPv6 ::), as its network namespace lists
-  them; the process's own sockets only."""
+def _listening(pid='self'):
+  """{socket inode: (address, port)} of every TCP socket listening in the
+  network namespace of process `pid`, as /proc lists them (address in hex,
+  all zeros for every address, IPv4 or IPv6)."""
+  found = {}
+  for table in ('tcp', 'tcp6'):
+    with open('/proc/%s/net/%s' % (pid, table)) as f:
+      for line in f.readlines()[1:]:
+        fields = line.split()
+        if fields[3] == '0A':  # LISTEN
+          address, port = fields[1].split(':')
+          found[fields[9]] = (address, int(port, 16))
+  return found
+
+
+def _own_wildcard_ports(pid):
+  """{socket inode: port} of process `pid`'s own sockets that listen on
+  every address of its network namespace."""
   own = set()
   for fd in os.listdir('/proc/%d/fd' % pid):
     try:
       own.add(os.readlink('/proc/%d/fd/%s' % (pid, fd)))
     except OSError:
       continue  # Closed meanwhile.
-  found = {}
-  for table in ('tcp', 'tcp6'):
-    with open('/proc/%d/net/%s' % (pid, table)) as f:
-      for line in f.readlines()[1:]:
-        fields = line.split()
-        address, port = fields[1].split(':')
-        if (fields[3] == '0A' and not address.strip('0') and
-            'socket:[%s]' % fields[9] in own):  # 0A: LISTEN.
-          found[fields[9]] = int(port, 16)
-  return found
-
-
-def _listening_here():
-  """The socket inodes of every TCP socket listening in this test's own
-  network namespace."""
-  inodes = set()
-  for table in ('tcp', 'tcp6'):
-    with open('/proc/self/net/' + table) as f:
-      inodes.update(line.split()[9] for line in f.readlines()[1:]
-                    if line.split()[3] == '0A')
-  return inodes
+  return {inode: port for inode, (address, port) in _listening(pid).items()
+          if not address.strip('0') and 'socket:[%s]' % inode in own}
 
 
 @pytest.mark.slow  # A cluster of processes.
@@ -649,7 +644,7 @@ def test_async_cluster_trains_to_the_global_step_and_learns(
         with open('/proc/%d/task/%d/children' % (launcher.pid,
                                                   launcher.pid)) as f:
           tasks = [int(pid) for pid in f.read().split()]
-        listening = {pid: _listening(pid) for pid in tasks}
+        listening = {pid: _own_wildcard_ports(pid) for pid in tasks}
       except FileNotFoundError:  # A process ended meanwhile.
         return None
       return len(tasks) == 3 and all(listening.values()) and listening
@@ -663,7 +658,7 @@ def test_async_cluster_trains_to_the_global_step_and_learns(
                    for port in task.values())
     assert ports == [2222, 2223, 2224]
     inodes = {inode for task in listening.values() for inode in task}
-    assert not inodes & _listening_here()
+    assert not inodes & set(_listening())
     testutil.wait_for('the cluster to end', lambda: launcher.poll() is not None,
                       [log])
   finally:

@@ -93,9 +93,8 @@ LEARNABLE_TEST_RECORDS = 512
 # cifar10_eval.py's precision line.
 PRECISION_LINE = re.compile(r'^\S+ \S+: precision @ 1 = (\d\.\d{3})$', re.M)
 
-# A date and time as the scripts print them (datetime.now()).
-# str(datetime.now()), as the scripts print it: no microseconds when they
-# are 0.
+# A date and time as the scripts print them, str(datetime.now()): no
+# microseconds when they are 0.
 DATE = r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{6})?'
 # Any step line, well formed or not: what a test that wants none looks for.
 ANY_STEP_LINE = re.compile(r': step \d+, loss = ')
