@@ -13,7 +13,6 @@ whatever the timing.
 import os
 import select
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -31,13 +30,10 @@ NOISE = ('Traceback', 'BrokenPipeError', 'Exception ignored')
 def _start(script, args, stderr_path, stdout=subprocess.PIPE):
   """Starts a script as a user's shell would (stdout block-buffered to a
   pipe: no PYTHONUNBUFFERED), stdout a pipe, stderr to a file."""
-  env = testutil.script_env()
-  env.pop('PYTHONUNBUFFERED', None)
   with open(stderr_path, 'w') as stderr:
-    return subprocess.Popen(
-        [sys.executable, os.path.join(testutil.ROOT, script)] + args,
-        cwd=testutil.ROOT, env=env, stdout=stdout, stderr=stderr,
-        bufsize=0)
+    return testutil.start_script(script, args, env=dict(PYTHONUNBUFFERED=None),
+                                 stdout=stdout, stderr=stderr, bufsize=0,
+                                 text=False)
 
 
 def _read_lines_until(proc, enough, timeout=180):
@@ -158,13 +154,9 @@ def test_distributed_chief_stops_with_a_final_checkpoint_when_output_closes(
   cluster = ['--ps_hosts=127.0.0.1:%d' % ps_port,
              '--worker_hosts=127.0.0.1:%d' % worker_port]
   train_dir = str(tmp_path / 'train')
-  with open(str(tmp_path / 'ps.log'), 'w') as ps_log:
-    ps = subprocess.Popen(
-        [sys.executable,
-         os.path.join(testutil.ROOT, 'cifar10_distributed_train.py'),
-         '--job_name=ps', '--task_index=0'] + cluster,
-        cwd=testutil.ROOT, env=testutil.script_env(), stdout=ps_log,
-        stderr=subprocess.STDOUT)
+  ps = testutil.start_script('cifar10_distributed_train.py',
+                             ['--job_name=ps', '--task_index=0'] + cluster,
+                             str(tmp_path / 'ps.log'))
   try:
     status, _, stderr = close_output_early(
         'cifar10_distributed_train.py',

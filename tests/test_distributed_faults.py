@@ -20,7 +20,6 @@ import re
 import shutil
 import signal
 import socket
-import subprocess
 import threading
 import time
 
@@ -222,12 +221,9 @@ class _Cluster(testutil.Tasks):
       args[task] += ['--startup_wait_secs=%d' % self.waits[task]['startup'],
                      '--operation_timeout_secs=%d'
                      % self.waits[task]['operation']]
-    env = testutil.script_env()  # The console a user sees.
-    with open(self.logs[task], 'a') as log:
-      self.processes[task] = subprocess.Popen(
-          testutil.script_command('cifar10_distributed_train.py',
-                                  LEARNING_RATE) + args[task] + cluster,
-          cwd=testutil.ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    self.processes[task] = testutil.start_script(  # A user's console.
+        'cifar10_distributed_train.py', args[task] + cluster, self.logs[task],
+        testutil.with_learning_rate(LEARNING_RATE))
 
   def start_in_stages(self, stages, paused=()):
     """Starts the tasks of each stage once the stage before is ready:

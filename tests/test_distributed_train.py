@@ -626,18 +626,16 @@ def test_async_cluster_trains_to_the_global_step_and_learns(
   # starts 1 ps and 2 workers in a network namespace of their own and ends
   # by itself once they are done.
   train_dir, log = str(tmp_path / 'train'), str(tmp_path / 'cluster.log')
-  with open(log, 'w') as out:
-    launcher = subprocess.Popen(
-        testutil.script_command('cifar10_distributed_train.py',
-                                ASYNC_LEARNING_RATE) +
-        ['--local_cluster=1,2', '--data_dir=' + learnable_data_dir,
-         '--train_dir=' + train_dir, '--max_steps=%d' % LEARN_STEPS,
-         '--log_frequency=20', '--operation_timeout_secs=60',
-         '--startup_wait_secs=120'],
-        # Buffered, as a user's: each line one write, whole in the log the
-        # three tasks share (unbuffered, print writes a line in pieces).
-        cwd=testutil.ROOT, env=testutil.script_env(PYTHONUNBUFFERED=''),
-        stdout=out, stderr=subprocess.STDOUT)
+  launcher = testutil.start_script(
+      'cifar10_distributed_train.py',
+      ['--local_cluster=1,2', '--data_dir=' + learnable_data_dir,
+       '--train_dir=' + train_dir, '--max_steps=%d' % LEARN_STEPS,
+       '--log_frequency=20', '--operation_timeout_secs=60',
+       '--startup_wait_secs=120'], log,
+      testutil.with_learning_rate(ASYNC_LEARNING_RATE),
+      # Buffered, as a user's: each line one write, whole in the log the
+      # three tasks share (unbuffered, print writes a line in pieces).
+      dict(PYTHONUNBUFFERED=None))
   try:
     def serving():
       try:

@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 
 import pytest
 import tensorflow.compat.v1 as tf
@@ -93,12 +92,10 @@ class _ManagedCluster(testutil.Tasks):
     return int(self.cluster[job][index].rsplit(':', 1)[1])
 
   def start(self, task):
-    env = testutil.script_env(TF_CONFIG=self.tf_config(task))
-    with open(self.logs[task], 'a') as log:
-      self.processes[task] = subprocess.Popen(
-          testutil.script_command('cifar10_distributed_train.py',
-                                  self.learning_rate) + self.flags,
-          cwd=testutil.ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    self.processes[task] = testutil.start_script(
+        'cifar10_distributed_train.py', self.flags, self.logs[task],
+        testutil.with_learning_rate(self.learning_rate),
+        dict(TF_CONFIG=self.tf_config(task)))
 
 
 TFJOB_MANIFEST = os.path.join(testutil.ROOT, 'docs', 'managed',

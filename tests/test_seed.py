@@ -122,12 +122,10 @@ def test_a_sigterm_mid_run_then_resuming_ends_as_the_unstopped_run(
   args = ['--data_dir=' + data_dir, '--train_dir=' + stopped, '--seed=3',
           '--batch_size=8', '--log_frequency=1',
           '--max_steps=%d' % SEEDED_STEPS]
-  with open(log, 'w') as out:
-    # Only the step-0 checkpoint and the one SIGTERM writes.
-    proc = subprocess.Popen(
-        [sys.executable, '-c', _STOPS_AT_STEP_2, 'cifar10_train.py'] + args +
-        ['--save_checkpoint_secs=3600'], cwd=testutil.ROOT,
-        env=testutil.script_env(), stdout=out, stderr=subprocess.STDOUT)
+  # Only the step-0 checkpoint and the one SIGTERM writes.
+  proc = testutil.start_script(
+      'cifar10_train.py', args + ['--save_checkpoint_secs=3600'], log,
+      ['-c', _STOPS_AT_STEP_2])
   try:
     def state():
       with open('/proc/%d/stat' % proc.pid) as f:

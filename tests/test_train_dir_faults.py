@@ -11,7 +11,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 
 import pytest
 import tensorflow.compat.v1 as tf
@@ -538,12 +537,9 @@ def test_lock_file_that_cannot_be_written_stops_the_script_with_one_line(
   # line ('pid N on host H, started <date time>', 45 bytes at least) is cut
   # short with EFBIG, as a full disk cuts it with ENOSPC (the file write
   # fails alike). No .pyc is written under the limit (it would be cut too).
-  result = subprocess.run(
-      [sys.executable, '-c', _WITH_FILE_SIZE_LIMIT, '32',
-       os.path.join(testutil.ROOT, 'cifar10_train.py')] +
-      _args(data_dir, train_dir, '--max_steps=2'),
-      cwd=testutil.ROOT, env=testutil.script_env(PYTHONDONTWRITEBYTECODE='1'),
-      capture_output=True, text=True, timeout=240)
+  result = testutil.run_script(
+      'cifar10_train.py', _args(data_dir, train_dir, '--max_steps=2'),
+      wrapper=['-c', _WITH_FILE_SIZE_LIMIT, '32'], PYTHONDONTWRITEBYTECODE='1')
   assert result.returncode == 1
   assert result.stderr.strip().splitlines() == [
       'cifar10_train.py: ' + _lock_error('write', lock, os.strerror(

@@ -54,7 +54,8 @@ def another_models_checkpoint(directory, step=5):
 
 
 def script_env(**overrides):
-  """The environment a user's shell gives a script, plus `overrides`.
+  """The environment a user's shell gives a script, plus `overrides` (one
+  of None: unset).
 
   Without TF_CPP_MIN_LOG_LEVEL (conftest sets it for the test process): the
   scripts then keep TensorFlow's noise off the console, as for a user.
@@ -62,22 +63,58 @@ def script_env(**overrides):
   env = dict(os.environ, PYTHONUNBUFFERED='1')
   env.pop('TF_CPP_MIN_LOG_LEVEL', None)
   env.update(overrides)
-  return env
+  return {name: value for name, value in env.items() if value is not None}
 
 
-def run_script(script, args, timeout=240, **env):
-  """Runs one of the repository's scripts as a user would; returns the result.
+def start_script(script, args=(), output=None, wrapper=(), env=None,
+                 **popen):
+  """Starts one of the repository's scripts as a user would: the one way
+  the tests start one. Returns the subprocess.Popen.
 
   Args:
-    env: environment variables to set for it (see script_env).
-
-  Returns:
-    subprocess.CompletedProcess with text stdout and stderr.
+    script: its file name in the repository's root.
+    output: a path its output (stderr too) is appended to; None: the text
+      pipe proc.stdout (stderr too).
+    wrapper: a Python program (and its arguments) that runs the script,
+      given its path and `args` after them: a file, e.g.
+      ['tests/with_learning_rate.py', '0.02'], or ['-c', code].
+    env: environment variables over script_env's.
+    popen: subprocess.Popen's arguments over these.
   """
-  env = script_env(**env)
-  return subprocess.run([sys.executable, os.path.join(ROOT, script)] + args,
-                        cwd=ROOT, env=env, capture_output=True, text=True,
-                        timeout=timeout)
+  command = ([sys.executable] + list(wrapper) +
+             [os.path.join(ROOT, script)] + list(args))
+  popen = dict(dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                    text=True), **popen)
+  env = script_env(**(env or {}))
+  if output is None:
+    return subprocess.Popen(command, cwd=ROOT, env=env, **popen)
+  with open(output, 'a') as log:
+    return subprocess.Popen(command, cwd=ROOT, env=env,
+                            **dict(popen, stdout=log))
+
+
+def run_script(script, args, timeout=240, wrapper=(), **env):
+  """start_script, stdout and stderr apart, to its end (killed after
+  `timeout` seconds); returns the subprocess.CompletedProcess."""
+  proc = start_script(script, args, wrapper=wrapper, env=env,
+                      stderr=subprocess.PIPE)
+  try:
+    stdout, stderr = proc.communicate(timeout=timeout)
+  except subprocess.TimeoutExpired:
+    proc.kill()
+    proc.communicate()
+    raise
+  return subprocess.CompletedProcess(proc.args, proc.returncode, stdout,
+                                     stderr)
+
+
+def with_learning_rate(learning_rate):
+  """start_script's wrapper that runs a trainer with another initial
+  learning rate (tests/with_learning_rate.py); None: the script's own."""
+  if learning_rate is None:
+    return []
+  return [os.path.join(ROOT, 'tests', 'with_learning_rate.py'),
+          str(learning_rate)]
 
 
 # Precision @ 1 on learnable_data_dir's 512 test records (10 classes, chance
@@ -163,43 +200,24 @@ FRESH_LINE = re.compile(r'^Starting fresh \(not in model\.ckpt-(\d+), which '
                         r'another trainer or precision wrote\): (.*)\.$', re.M)
 
 
-def script_command(script, learning_rate=None):
-  """The command that runs one of the repository's scripts as a user would:
-  [python, path, ...], through tests/with_learning_rate.py when
-  learning_rate is given (None: the script's own)."""
-  if learning_rate is None:
-    return [sys.executable, os.path.join(ROOT, script)]
-  return [sys.executable, os.path.join(ROOT, 'tests', 'with_learning_rate.py'),
-          str(learning_rate), script]
-
-
 def start_task(args, log_path, tf_config=None, learning_rate=None):
   """Starts cifar10_distributed_train.py; its output goes to log_path.
 
   Args:
     learning_rate: the initial learning rate, or None for the script's own.
   """
-  env = script_env(TF_CPP_MIN_LOG_LEVEL='2')
-  env.pop('TF_CONFIG', None)
-  if tf_config:
-    env['TF_CONFIG'] = tf_config
-  with open(log_path, 'w') as log:
-    return subprocess.Popen(
-        script_command('cifar10_distributed_train.py',
-                       learning_rate) + args,
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+  return start_script('cifar10_distributed_train.py', args, log_path,
+                      with_learning_rate(learning_rate),
+                      dict(TF_CPP_MIN_LOG_LEVEL='2', TF_CONFIG=tf_config))
 
 
 def trainer_process(data_dir, train_dir, *flags):
   """cifar10_train.py started, a step line every step; its output (stderr
   too) in the pipe proc.stdout."""
-  env = script_env(TF_CPP_MIN_LOG_LEVEL='2')
-  return subprocess.Popen(
-      script_command('cifar10_train.py') + [
-          '--data_dir=' + data_dir, '--train_dir=' + train_dir,
-          '--batch_size=8', '--max_steps=100000', '--log_frequency=1'] +
-      list(flags), cwd=ROOT, env=env, stdout=subprocess.PIPE,
-      stderr=subprocess.STDOUT, text=True)
+  return start_script('cifar10_train.py', [
+      '--data_dir=' + data_dir, '--train_dir=' + train_dir, '--batch_size=8',
+      '--max_steps=100000', '--log_frequency=1'] + list(flags),
+                      env=dict(TF_CPP_MIN_LOG_LEVEL='2'))
 
 
 def start_trainer(data_dir, train_dir, *flags):
