@@ -35,6 +35,7 @@ each task prints: docs/distributed.md.
 """
 
 import contextlib
+import os
 import sys
 import time
 import zlib
@@ -48,10 +49,10 @@ from absl import flags
 import tensorflow.compat.v1 as tf
 
 import cifar10
-import cifar10_eval  # its flags and evaluation, for the evaluator task
 from cifar10_support import checkpoints
 from cifar10_support import clusters
 from cifar10_support import download
+from cifar10_support import evaluation
 from cifar10_support import local_cluster
 from cifar10_support import progress
 from cifar10_support import run_flags
@@ -61,12 +62,12 @@ from cifar10_support import summaries
 from cifar10_support import train_dirs
 
 FLAGS = flags.FLAGS
-# cifar10_train.py's flags and, for the evaluator task, cifar10_eval.py's,
-# which --help lists too.
+# cifar10_train.py's flags, and cifar10_eval.py's for the evaluator task.
 run_flags.define_train_flags()
+evaluation.define_eval_flags()
 flags.adopt_module_key_flags(cifar10)
 flags.adopt_module_key_flags(run_flags)
-flags.adopt_module_key_flags(cifar10_eval)
+flags.adopt_module_key_flags(evaluation)
 
 flags.DEFINE_enum('job_name', None, ['ps', 'worker', 'evaluator'],
                   'This task\'s job: "ps", "worker" or "evaluator" (else '
@@ -361,22 +362,17 @@ def main(argv):
   except ValueError as e:
     sys.exit(str(e))  # TF_CONFIG at fault: one line, without the usage text.
   if task.job_name == 'evaluator':
-    if FLAGS.run_once:
-      raise app.UsageError('--run_once does not apply to the evaluator task, '
-                           'which follows training until --max_steps')
-    # Joins no cluster: follows the chief's checkpoints in --train_dir, as
-    # cifar10_eval.py does, until the one at --max_steps; from TF_CONFIG it
-    # stops when the chief stays away.
-    sleep = clusters.ChiefWatch(task).sleep if task.cluster else time.sleep
-    try:
-      last = cifar10_eval.evaluate_as_flagged(
-          FLAGS, FLAGS.train_dir, until_step=FLAGS.max_steps, sleep=sleep)[-1]
-    except TimeoutError as e:
-      sys.exit('Evaluator: %s' % e)
-    print('Evaluator: %s (global step %d, --max_steps=%d): precision @ 1 = '
-          '%.3f.' % (last['checkpoint'], last['global_step'], FLAGS.max_steps,
-                     last['precision']), flush=True)
-    return
+    # Joins no cluster: cifar10_eval.py, given this task's flags, follows the
+    # chief's checkpoints in --train_dir until the one at --max_steps; from
+    # TF_CONFIG, this task stops it if the chief stays away.
+    given = run_flags.given(FLAGS)
+    evaluate = ([sys.executable, os.path.join(os.path.dirname(
+        os.path.abspath(__file__)), 'cifar10_eval.py')] + list(given.values()) +
+                ['--checkpoint_dir=' + FLAGS.train_dir,
+                 '--until_step=%d' % FLAGS.max_steps,
+                 '--undefok=' + ','.join(given)])  # This script's flags.
+    sys.exit(clusters.run_evaluator(task, evaluate, FLAGS.train_dir,
+                                    FLAGS.max_steps))
   # Workers compute on their CPUs (clusters.Task.device): float16 never
   # arises. Only the chief writes --train_dir.
   settings = run_flags.from_flags(FLAGS, gpu=False,

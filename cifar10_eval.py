@@ -33,25 +33,24 @@ from cifar10_support import sessions
 from cifar10_support import signals
 
 FLAGS = flags.FLAGS
-# The flags' defaults are those of the settings they make, from Python too.
-DEFAULTS = evaluation.EvalSettings._field_defaults
 
-flags.DEFINE_string('eval_dir', '/tmp/cifar10_eval',
-                    'Directory where to write event logs.')
-flags.DEFINE_enum('eval_data', DEFAULTS['eval_data'], ['test', 'train_eval'],
-                  "Either 'test' or 'train_eval'.")
+# --eval_dir, --eval_data, --eval_interval_secs, --num_examples, --run_once
+# (the distributed trainer's evaluator task takes them too).
+evaluation.define_eval_flags()
 run_flags.define_checkpoint_dir_flag()
-# --help lists cifar10.py's and run_flags' flags too: this script reads them.
+# --help lists cifar10.py's, run_flags' and evaluation's flags: this script
+# reads them.
 flags.adopt_module_key_flags(cifar10)
 flags.adopt_module_key_flags(run_flags)
-flags.DEFINE_integer('eval_interval_secs', DEFAULTS['eval_interval_secs'],
-                     'How often to run the eval.', lower_bound=1)
-flags.DEFINE_integer('num_examples', DEFAULTS['num_examples'],
-                     'Number of examples to run (default: every record of '
-                     '--eval_data, 10000 for CIFAR-10\'s test file).',
-                     lower_bound=1)
-flags.DEFINE_boolean('run_once', DEFAULTS['run_once'],
-                     'Whether to run eval only once.')
+flags.adopt_module_key_flags(evaluation)
+flags.DEFINE_integer('until_step', None,
+                     'Following training, stop once a checkpoint at or past '
+                     'this global step (the trainer\'s --max_steps) is '
+                     'evaluated; unset: follow on.', lower_bound=0)
+flags.register_multi_flags_validator(
+    ['until_step', 'run_once'],
+    lambda values: values['until_step'] is None or not values['run_once'],
+    '--until_step applies to following training, not to --run_once')
 
 EvalGraph = collections.namedtuple('EvalGraph', [
     'correct', 'in_top_5', 'predictions', 'labels', 'summary_op',
@@ -237,9 +236,8 @@ def evaluate(checkpoint_dir, eval_dir, settings, data_set,
 
 def evaluate_as_flagged(flag_values, checkpoint_dir, until_step=None,
                         sleep=time.sleep):
-  """`evaluate` with the flags checked (data fetched) once: what main and the
-  evaluator task of cifar10_distributed_train.py run (until_step, sleep: see
-  EvalSettings, `evaluate`). A bad flag, data file or checkpoint ends the
+  """`evaluate` with the flags checked (data fetched) once (until_step, sleep:
+  see EvalSettings, `evaluate`). A bad flag, data file or checkpoint ends the
   process with one line, '<script>: error: <message>', and exit status 1."""
   def fail(message):
     sys.exit('%s: error: %s' % (os.path.basename(sys.argv[0]), message))
@@ -264,7 +262,12 @@ def evaluate_as_flagged(flag_values, checkpoint_dir, until_step=None,
 @signals.script_main()
 def main(argv):
   del argv  # Flags only.
-  evaluate_as_flagged(FLAGS, FLAGS.checkpoint_dir)
+  results = evaluate_as_flagged(FLAGS, FLAGS.checkpoint_dir,
+                                until_step=FLAGS.until_step)
+  if FLAGS.until_step is not None:
+    print('Done: %s (global step %d, --until_step=%d): precision @ 1 = %.3f.'
+          % (results[-1]['checkpoint'], results[-1]['global_step'],
+             FLAGS.until_step, results[-1]['precision']), flush=True)
 
 
 if __name__ == '__main__':

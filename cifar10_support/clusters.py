@@ -6,7 +6,10 @@ import collections
 import json
 import os
 import re
+import select
+import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -362,7 +365,7 @@ class BoundedSessionCreator(tf.train.SessionCreator):
 class ChiefWatch(tf.train.SessionRunHook):
   """Raises TimeoutError, naming the chief, once it has been away for
   task.startup_wait_secs: as a non-chief worker's hook (which meanwhile
-  trains on, unsaved, and says so), or as the evaluator's time.sleep."""
+  trains on, unsaved, and says so), or polled by `run_evaluator`."""
 
   POLL_SECS = 2
 
@@ -372,7 +375,7 @@ class ChiefWatch(tf.train.SessionRunHook):
     self._away_since = None
     self._next_poll = time.time() + self.POLL_SECS
 
-  def _poll(self, then):
+  def poll_chief(self, then):
     """Whether the chief answers; TimeoutError + `then` if away too long."""
     if not unreachable(self._task.chief_task):
       self._away_since = None
@@ -387,8 +390,8 @@ class ChiefWatch(tf.train.SessionRunHook):
     if time.time() >= self._next_poll:
       self._next_poll = time.time() + self.POLL_SECS
       was_away, label = self._away_since is not None, self._task.label
-      answers = self._poll(': stopping, since nothing is saved without it. '
-                           'Start it again, then this worker.')
+      answers = self.poll_chief(': stopping, since nothing is saved without '
+                                'it. Start it again, then this worker.')
       if answers and was_away:
         signals.print_line('%s: %s is back.' % (label, self._chief))
       elif not answers and not was_away:
@@ -397,10 +400,43 @@ class ChiefWatch(tf.train.SessionRunHook):
             'until it is back.' % (label, self._chief,
                                    self._task.startup_wait_secs))
 
-  def sleep(self, secs):
-    time.sleep(secs)
-    self._poll(' and no checkpoint at --max_steps has come: stopping. Start '
-               'the chief again, then this evaluator.')
+
+def run_evaluator(task, command, train_dir, max_steps):
+  """Runs `command` (cifar10_eval.py following train_dir to max_steps) in a
+  session of its own, its lines passed on, and SIGINT, SIGTERM and SIGHUP.
+  From TF_CONFIG, while it waits for a checkpoint, once the chief has been
+  away task.startup_wait_secs and none at max_steps is in train_dir, stops
+  it. Returns its exit status (128 + N for signal N), or the line saying
+  why it was stopped."""
+  evaluator = subprocess.Popen(command, start_new_session=True, text=True,
+                               stdout=subprocess.PIPE)
+  for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(signum, lambda signum, _: evaluator.send_signal(signum))
+  watch, waiting = ChiefWatch(task) if task.cluster else None, False
+  try:
+    while True:
+      if select.select([evaluator.stdout], [], [], ChiefWatch.POLL_SECS)[0]:
+        line = evaluator.stdout.readline()
+        if not line:
+          code = evaluator.wait()
+          return 128 - code if code < 0 else code
+        signals.print_line(line.rstrip('\n'))
+        waiting = line.startswith(('Waiting for a new', 'No checkpoint'))
+      elif watch and waiting:
+        try:
+          watch.poll_chief(' and no checkpoint at --max_steps has come: '
+                           'stopping. Start the chief again, then this '
+                           'evaluator.')
+        except TimeoutError as e:
+          if (checkpoints.step_of(checkpoints.newest(train_dir)) or
+              0) < max_steps:
+            return 'Evaluator: %s' % e
+          watch = None  # The last checkpoint is written: it is evaluated.
+  finally:
+    if evaluator.poll() is None:
+      evaluator.terminate()
+      evaluator.wait()
+
 
 
 class WorkersWatch(tf.train.SessionRunHook):

@@ -8,6 +8,7 @@ import re
 import time
 import unicodedata
 
+from absl import flags
 import numpy as np
 from PIL import Image
 from PIL import ImageDraw
@@ -33,6 +34,27 @@ EvalSettings.__doc__ = """cifar10_eval.py's flags of these names and defaults
 sessions.eval_config()), input_threads (1 reads in file order), compute_dtype
 (None, or the forward pass's), until_step (following training, stop once a
 checkpoint at or past it is evaluated)."""
+
+
+def define_eval_flags():
+  """Defines cifar10_eval.py's own flags; the distributed trainer takes them
+  too, for its evaluator task (every task of a managed cluster may be given
+  them), with EvalSettings' defaults; once per process."""
+  if 'eval_dir' in flags.FLAGS:
+    return
+  default = EvalSettings._field_defaults
+  flags.DEFINE_string('eval_dir', '/tmp/cifar10_eval',
+                      'Directory where to write event logs.')
+  flags.DEFINE_enum('eval_data', default['eval_data'], ['test', 'train_eval'],
+                    "Either 'test' or 'train_eval'.")
+  flags.DEFINE_integer('eval_interval_secs', default['eval_interval_secs'],
+                       'How often to run the eval.', lower_bound=1)
+  flags.DEFINE_integer('num_examples', default['num_examples'],
+                       'Number of examples to run (default: every record of '
+                       '--eval_data, 10000 for CIFAR-10\'s test file).',
+                       lower_bound=1)
+  flags.DEFINE_boolean('run_once', default['run_once'],
+                       'Whether to run eval only once.')
 
 
 def fetch_data_then_settings(flag_values):

@@ -60,8 +60,9 @@ def run(num_ps, num_workers, flag_values, first_port=2222):
   this one has loopback alone). Returns run_tasks' exit status."""
   hosts = ['localhost:%d' % (first_port + i)
            for i in range(num_ps + num_workers)]
-  given = {flag_values[name].name: flag_values[name].serialize()
-           for name in flag_values if flag_values[name].present}
+  # Not at the top: `python -m` of this module loads no TensorFlow.
+  from cifar10_support import run_flags  # pylint: disable=g-import-not-at-top
+  given = run_flags.given(flag_values)
   given.pop('local_cluster')
   # The interpreter and what ran this script (a wrapper too), less its
   # arguments.

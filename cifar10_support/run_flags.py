@@ -119,6 +119,12 @@ def define_checkpoint_dir_flag():
                         'training run\'s --train_dir.')
 
 
+def given(flag_values):
+  """{name: '--name=value'} of the flags the command line set."""
+  return {flag_values[name].name: flag_values[name].serialize()
+          for name in flag_values if flag_values[name].present}
+
+
 def threads(flag_values):
   """The sessions.ThreadCounts of parsed flag values."""
   return sessions.ThreadCounts(flag_values.num_intra_threads,

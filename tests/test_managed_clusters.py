@@ -30,7 +30,7 @@ from testutil import LEARNING_RATE
 DONE_LINE = re.compile(r'^(Chief|Master|Worker \d): stopped at global step '
                        r'(\d+) after (\d+) steps of its own\.$', re.M)
 EVALUATOR_LINE = re.compile(
-    r'^Evaluator: (\S+) \(global step (\d+), --max_steps=(\d+)\): '
+    r'^Done: (\S+) \(global step (\d+), --until_step=(\d+)\): '
     r'precision @ 1 = (\d\.\d{3})\.$')
 PRECISION_LINE = testutil.PRECISION_LINE
 
