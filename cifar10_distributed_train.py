@@ -365,14 +365,8 @@ def main(argv):
     # Joins no cluster: cifar10_eval.py, given this task's flags, follows the
     # chief's checkpoints in --train_dir until the one at --max_steps; from
     # TF_CONFIG, this task stops it if the chief stays away.
-    given = run_flags.given(FLAGS)
-    evaluate = ([sys.executable, os.path.join(os.path.dirname(
-        os.path.abspath(__file__)), 'cifar10_eval.py')] + list(given.values()) +
-                ['--checkpoint_dir=' + FLAGS.train_dir,
-                 '--until_step=%d' % FLAGS.max_steps,
-                 '--undefok=' + ','.join(given)])  # This script's flags.
-    sys.exit(clusters.run_evaluator(task, evaluate, FLAGS.train_dir,
-                                    FLAGS.max_steps))
+    sys.exit(clusters.run_evaluator(task, FLAGS, os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), 'cifar10_eval.py')))
   # Workers compute on their CPUs (clusters.Task.device): float16 never
   # arises. Only the chief writes --train_dir.
   settings = run_flags.from_flags(FLAGS, gpu=False,

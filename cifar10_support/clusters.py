@@ -19,6 +19,7 @@ import tensorflow.compat.v1 as tf
 
 from cifar10_support import checkpoints
 from cifar10_support import data_files
+from cifar10_support import run_flags
 from cifar10_support import signals
 
 CHIEF_JOBS = ('chief', 'master')
@@ -401,13 +402,19 @@ class ChiefWatch(tf.train.SessionRunHook):
                                    self._task.startup_wait_secs))
 
 
-def run_evaluator(task, command, train_dir, max_steps):
-  """Runs `command` (cifar10_eval.py following train_dir to max_steps) in a
-  session of its own, its lines passed on, and SIGINT, SIGTERM and SIGHUP.
-  From TF_CONFIG, while it waits for a checkpoint, once the chief has been
-  away task.startup_wait_secs and none at max_steps is in train_dir, stops
+def run_evaluator(task, flag_values, eval_script):
+  """Runs eval_script (cifar10_eval.py) given the flags set in flag_values,
+  following --train_dir until --max_steps, in a session of its own, its
+  lines passed on, and SIGINT, SIGTERM and SIGHUP. From TF_CONFIG, while it
+  waits for a checkpoint, once the chief has been away
+  task.startup_wait_secs and none at --max_steps is in --train_dir, stops
   it. Returns its exit status (128 + N for signal N), or the line saying
   why it was stopped."""
+  train_dir, max_steps = flag_values.train_dir, flag_values.max_steps
+  given = run_flags.given(flag_values)
+  command = ([sys.executable, eval_script] + list(given.values()) +
+             ['--checkpoint_dir=' + train_dir, '--until_step=%d' % max_steps,
+              '--undefok=' + ','.join(given)])  # This script's own flags.
   evaluator = subprocess.Popen(command, start_new_session=True, text=True,
                                stdout=subprocess.PIPE)
   for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
