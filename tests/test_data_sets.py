@@ -180,12 +180,8 @@ def test_other_classes_than_the_checkpoints_are_refused_naming_both(
     tmp_path, own_data, data_dir):
   own = data_files.describe(own_data)
   cifar = data_files.describe(data_dir)
+  # Another count: test_each_script_refuses_other_classes_in_one_line.
   named = _checkpoint(str(tmp_path / 'named'), 3, OWN_CLASSES)
-  with pytest.raises(checkpoints.ClassesMismatchError,
-                     match=r'has 10 classes \(airplane, .*\), but checkpoint '
-                     r'.*was trained on 3 classes \(red cat, зелёный, '
-                     r'青/blue\)'):
-    checkpoints.check_classes(named, cifar)
   renamed = own._replace(class_names=('red cat', 'green', 'blue'))
   with pytest.raises(checkpoints.ClassesMismatchError,
                      match=r'3 classes \(red cat, green, blue\), but .*3 '

@@ -27,7 +27,6 @@ from absl import flags
 import numpy as np
 import pytest
 
-import cifar10_input
 from cifar10_support import data_files
 from cifar10_support import download
 from cifar10_support import evaluation
@@ -35,7 +34,6 @@ from cifar10_support import run_flags  # pylint: disable=unused-import
 import synthetic
 import testutil
 
-NAMES = synthetic.TRAIN_FILES + [synthetic.TEST_FILE]
 DATASETS = ['cifar10', 'cifar100']
 OTHER = {'cifar10': 'cifar100', 'cifar100': 'cifar10'}
 
@@ -178,9 +176,13 @@ def snapshot(directory):
 
 def test_http_download_verified_extracted_and_done_once(tmp_path, server,
                                                         archive, printed):
-  fetch_source(tmp_path, server.url, archive)
+  layout = data_files.LAYOUTS[archive.dataset]
+  fetch_source(tmp_path, server.url, archive, files=layout.train_files)
   out = printed.take()
   name = archive.official.name
+  assert ('%s does not exist yet (%s are read from it): getting %s.'
+          % (tmp_path / archive.official.directory,
+             ', '.join(layout.train_files), archive.official.title) in out)
   assert '>> Downloading %s 100.0%%' % name in out
   assert ('Successfully downloaded %s %d bytes.' % (name, len(archive.body))
           in out)
@@ -188,7 +190,7 @@ def test_http_download_verified_extracted_and_done_once(tmp_path, server,
   assert download.file_md5(str(tmp_path / name)) == archive.md5
   assert sorted(os.listdir(str(tmp_path))) == sorted([
       download.LOCK_NAME, archive.official.directory, name])
-  # Complete now: a second call neither downloads nor prints.
+  # Complete now: a second call, of every file, neither downloads nor prints.
   fetch_source(tmp_path, server.url, archive)
   assert server.requests == 1
   assert printed.take() == ''
@@ -254,17 +256,6 @@ def test_only_a_missing_file_that_is_read_is_fetched(tmp_path, server, archive,
   else:
     assert out == ''
     assert os.listdir(str(batches)) == [test_file]
-
-
-def test_missing_directory_line_names_the_files_read(tmp_path, server, archive,
-                                                     printed):
-  layout = data_files.LAYOUTS[archive.dataset]
-  fetch_source(tmp_path, server.url, archive, files=layout.train_files)
-  assert ('%s does not exist yet (%s are read from it): getting %s.'
-          % (tmp_path / archive.official.directory,
-             ', '.join(layout.train_files), archive.official.title)
-          in printed.take())
-  assert server.requests == 1
 
 
 @pytest.mark.parametrize('first_failure, reason', [
