@@ -1,12 +1,7 @@
-"""The benchmark script runs end to end and prints its whole table.
-
-A small run on the synthetic data, checking the output's shape, not the
-speeds (speed is the benchmark's business, never a test's): the machine and
-thread lines, every variant's ratios, all against the best matrix product;
-the lines that describe the machine and a session's threads; the ceiling and
-its ratios from hand-set rates; two products free to run side by side in
-the matmul sessions; and the split of a training step's time into input,
-compute and host work.
+"""benchmarks/benchmark.py: a small run on the synthetic data prints its
+whole table (its shape, never the speeds: speed is the benchmark's business,
+not a test's); its lines, ceilings, sessions and the split of a training
+step's time into input, compute and host work, by calls.
 """
 
 import os
