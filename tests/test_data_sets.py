@@ -232,13 +232,6 @@ def test_training_records_the_classes_and_refuses_others_on_resume(
 # --- Eval and classify ---------------------------------------------------------
 
 
-def test_eval_counts_every_record_by_default(own_data):
-  settings = evaluation.EvalSettings(own_data, batch_size=8)
-  assert settings.num_examples is None
-  assert evaluation.check_num_examples(None, testutil.described(settings),
-                                       settings.eval_data) == 30
-
-
 def test_eval_names_a_damaged_names_file_beside_the_checkpoint(tmp_path,
                                                               data_dir):
   train_dir = str(tmp_path / 'train')
@@ -416,7 +409,7 @@ def test_own_pictures_convert_train_evaluate_and_classify_by_name(tmp_path,
       '--log_frequency=40'])
   assert result.returncode == 0, result.stderr[-3000:]
 
-  # cifar10_eval.py --run_once
+  # cifar10_eval.py --run_once: every test record, by default.
   capsys.readouterr()
   evaluated, = testutil.evaluate(
       train_dir, str(tmp_path / 'eval'), evaluation.EvalSettings(

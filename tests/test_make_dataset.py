@@ -84,11 +84,7 @@ def test_rgb_grey_and_palette_pictures_decode_exactly():
       (_encoded(palette, 'PNG'), np.array(palette.convert('RGB'))),
       (_encoded(Image.fromarray(rgb), 'BMP'), rgb),
       (_encoded(palette, 'GIF'), np.array(palette.convert('RGB'))),
-      # libjpeg's default in PIL is the accurate integer DCT.
-      (_encoded(Image.fromarray(rgb), 'JPEG', quality=90),
-       np.array(Image.open(io.BytesIO(_encoded(Image.fromarray(rgb), 'JPEG',
-                                               quality=90))).convert('RGB'))),
-  ]
+  ]  # JPEG: the next test.
   decoded = _decoded([data for data, _ in cases])
   for got, (_, expected) in zip(decoded, cases):
     np.testing.assert_array_equal(got, expected)
