@@ -1,12 +1,7 @@
-"""The benchmark script runs end to end and prints its whole table.
-
-A small run on the synthetic data, checking the output's shape, not the
-speeds (speed is the benchmark's business, never a test's): the machine and
-thread lines, every variant's ratios, all against the best matrix product;
-the lines that describe the machine and a session's threads; the ceiling and
-its ratios from hand-set rates; two products free to run side by side in
-the matmul sessions; and the split of a training step's time into input,
-compute and host work.
+"""benchmarks/benchmark.py: a small run on the synthetic data prints its
+whole table (its shape, never the speeds: speed is the benchmark's business,
+not a test's); its lines, ceilings, sessions and the split of a training
+step's time into input, compute and host work, by calls.
 """
 
 import os
@@ -33,22 +28,10 @@ ROW = re.compile(
     r'^(matmul(?:_bf16)? \d+ x\d+|\w+(?: --seed)?) +([\d.]+|-) +(.*?) {2,}'
     r'([\d.]+)?',
     re.M)
-BF16_CEILING = re.compile(
-    r'^bf16 ceiling: (matmul_bf16 (\d+) x(\d+)) = (\d+) independent '
-    r'(\d+)x(\d+) bfloat16 products? in one session\.run, ([\d.]+) GFLOP/s '
-    r'\(the best median of (\d+) matmul configurations\); (this CPU computes '
-    r'bfloat16 natively \((\w+)\)|emulated: this CPU has neither AVX512_BF16 '
-    r'nor AMX|on the GPU)$', re.M)
-CEILING = re.compile(
-    r'^ceiling: (matmul (\d+) x(\d+)) = (\d+) independent (\d+)x(\d+) '
-    r'float32 products? in one session\.run, ([\d.]+) GFLOP/s \(the best '
-    r'median of (\d+) matmul configurations\)$', re.M)
-MACHINE = re.compile(
-    r'^machine: (.+), (\d+) cores(?: \((\d+) usable by this process\))?; '
-    r'(AVX-512 (?:yes|no), AVX512_BF16 (?:yes|no), AMX (?:yes|no)|CPU flags '
-    r'unknown \(no flags in /proc/cpuinfo\)); '
-    r'TensorFlow (\S+); oneDNN (on|off) \(TF_ENABLE_ONEDNN_OPTS=(\w+)\)$',
-    re.M)
+# A ceiling's line: its prefix ('' or 'bf16 '), products and dtype filled in.
+CEILING = (r'^%sceiling: (%s \d+ x\d+) = \d+ independent \d+x\d+ %s '
+           r'products? in one session\.run, ([\d.]+) GFLOP/s \(the best median '
+           r'of (\d+) matmul configurations\)(.*)$')
 
 
 def _machine_expected():
@@ -76,48 +59,11 @@ def _machine_expected():
                                              ('AMX', 'amx_tile')))
 
 
-def _mixed_rows_expected():
-  """(row suffix, dtype name, line, CPU feature) of --mixed_precision=bf16's
-  rows here, read from /proc/cpuinfo and TensorFlow's GPU details without
-  the benchmark's code: the line is the scripts' (docs/mixed_precision.md),
-  but a CPU without bfloat16 runs the rows emulated (benchmarks/README.md);
-  the feature is the first of amx_bf16 and avx512_bf16 in the CPU's flags,
-  None on a GPU or without either."""
-  import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
-  kept = 'variables, loss, gradients and checkpoints stay float32.'
-  gpus = tf.config.list_physical_devices('GPU')
-  if gpus:
-    found = [tf.config.experimental.get_device_details(gpu).get(
-        'compute_capability') for gpu in gpus]
-    capability = min(tuple(c) for c in found if c) if any(found) else None
-    if capability and capability >= (8, 0):
-      return '_bf16', 'bfloat16', (
-          'Mixed precision: bfloat16 on the GPU (compute capability %d.%d); '
-          '%s' % (capability + (kept,))), None
-    return '_fp16', 'float16', (
-        'Mixed precision: float16 with dynamic loss scaling, since this GPU '
-        '(compute capability %s) has no fast bfloat16; %s' % (
-            '%d.%d' % capability if capability else 'unknown', kept)), None
-  try:
-    with open('/proc/cpuinfo') as f:
-      flags = set(' '.join(re.findall(r'^flags\s*: (.*)$', f.read(),
-                                      re.M)).split())
-  except OSError:
-    flags = set()
-  feature = next((flag for flag in ('amx_bf16', 'avx512_bf16')
-                  if flag in flags), None)
-  if feature:
-    return '_bf16', 'bfloat16', (
-        'Mixed precision: bfloat16 on the CPU (%s); %s' % (feature, kept)), (
-            feature)
-  return '_bf16', 'bfloat16', (
-      'bf16 rows: this CPU has neither AVX512_BF16 nor AMX, so oneDNN '
-      'emulates bfloat16 (the scripts stay float32 here).'), None
-
-
 @pytest.mark.slow  # Starts a process.
 def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
-  import tensorflow.compat.v1 as tf
+  import benchmark
+  from cifar10_support import mixed_precision
+  sessions, tf = benchmark.sessions, benchmark.tf
 
   result = run_script('benchmarks/benchmark.py', [
       '--data_dir=%s' % data_dir, '--rounds=2', '--steps=3',
@@ -131,48 +77,27 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
   # notices (queue runners, count_up_to, initializers).
   assert 'deprecated' not in result.stderr + out, result.stderr[-3000:]
 
-  # The machine, first: this machine's.
-  assert out.startswith('machine: '), out[:2000]
-  machine = MACHINE.search(out)
-  assert machine, out[:2000]
-  model, cores, usable, features, version, onednn, setting = machine.groups()
-  assert (model, features) == _machine_expected()
-  assert int(cores) == os.cpu_count()
-  if hasattr(os, 'sched_getaffinity'):
-    assert int(usable or cores) == len(os.sched_getaffinity(0))
-  assert version == tf.__version__
-  # conftest sets it for the test process (run_script passes it on) unless
-  # the environment already did.
-  assert setting == os.environ['TF_ENABLE_ONEDNN_OPTS']
-  assert onednn == {'1': 'on', '0': 'off'}[setting]
-  # sessions.session_config's rule, for the one-tower train session: one op
-  # at a time only on a CPU-only machine of few cores, else TF's choice.
-  from cifar10_support import sessions  # pylint: disable=g-import-not-at-top
-  usable = (len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity')
-            else os.cpu_count())
-  if (not tf.config.list_physical_devices('GPU') and
-      usable <= sessions.ONE_OP_AT_A_TIME_MAX_CORES):
-    assert re.search(
-        r"^train session threads: intra 0 \(TF's choice\), inter 1 \(one op "
-        r"at a time\) from session_inter_op_thread_pool \[1 thread, global "
-        r"'\w+'\]$", out, re.M), out[:2000]
-  else:
-    assert re.search(r"^train session threads: intra 0 \(TF's choice\), "
-                     r"inter 0 \(TF's choice\)$", out, re.M), out[:2000]
-  # The products' sessions may run them side by side.
-  assert re.search(r"^matmul sessions threads: intra 0 \(TF's choice\), "
-                   r"inter 0 \(TF's choice\)$", out, re.M), out[:2000]
+  # First this machine, the sessions' threads and the mixed rows' type, as
+  # the functions the tests below (and test_threads.py, for the threads'
+  # rule; test_mixed_precision.py, for the CPU's bfloat16) pin give them
+  # here: bf16, or fp16 on a GPU without bfloat16, or emulated.
+  on_gpu = sessions.has_gpu()
+  dtype, line, note = benchmark.mixed_precision_rows(
+      'bf16', on_gpu, mixed_precision.cpu_bf16_feature(),
+      mixed_precision.gpu_capability() if on_gpu else None)
+  assert out.splitlines()[:4] == [
+      benchmark.describe_machine(),
+      'train session ' + benchmark.describe_threads(
+          sessions.training_config()),
+      # The products' sessions may run them side by side.
+      "matmul sessions threads: intra 0 (TF's choice), inter 0 (TF's choice)",
+      line], out[:2000]
 
   assert re.search(r'^round 2/2 done, RSS \d+ MiB$', out, re.M), out
-  # Named for the type this machine's rows compute in: bf16, or fp16 on a
-  # GPU without bfloat16.
-  on_gpu = bool(tf.config.list_physical_devices('GPU'))
-  suffix, dtype_name, line, cpu_feature = _mixed_rows_expected()
-  assert line in out.splitlines(), out[:3000]
-  mixed = {name + suffix: name for name in MIXED}
+  mixed = {benchmark.row_name(name, dtype): name for name in MIXED}
   # bfloat16 rows have a ceiling of their own (float16 ones, on a GPU
   # without bfloat16, are against float32's).
-  bf16 = dtype_name == 'bfloat16'
+  bf16 = dtype == tf.bfloat16
   matmuls = MATMULS + (MATMULS_BF16 if bf16 else [])
   rows = {m.group(1): (m.group(3), m.group(4)) for m in ROW.finditer(out)
           if m.group(1) in VARIANTS + matmuls + list(mixed)}
@@ -197,45 +122,20 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
   assert ratios['input'] == '' and 'input' not in gflops
   assert sorted(gflops) == sorted(set(rows) - {'input'}), out
 
-  # The ceiling: the best of the matrix products, the one row marked so.
-  ceiling = CEILING.search(out)
-  assert ceiling, out
-  name, n, k, products, rows_n, cols_n, value, count = ceiling.groups()
-  assert (products, rows_n, cols_n) == (k, n, n)
-  assert int(count) == len(MATMULS)
-  assert [m for m in MATMULS if ratios[m] == '1.00 (ceiling)'] == [name], out
-  assert float(value) == gflops[name] == max(gflops[m] for m in MATMULS), out
-  tops = {'ceiling': (name, float(value))}
-  if bf16:
-    # The bf16 ceiling: the best of the bfloat16 products, native or not.
-    line = BF16_CEILING.search(out)
-    assert line, out
-    name16, n, k, products, rows_n, cols_n, value16, count = line.groups()[:8]
-    assert (products, rows_n, cols_n) == (k, n, n)
-    assert int(count) == len(MATMULS_BF16)
-    assert [m for m in MATMULS_BF16
-            if ratios[m] == '1.00 (bf16 ceiling)'] == [name16], out
-    assert float(value16) == max(gflops[m] for m in MATMULS_BF16), out
-    assert (line.group(10) or '').lower() == (
-        '' if on_gpu else cpu_feature or ''), line.group(0)
-    tops['bf16 ceiling'] = (name16, float(value16))
-  else:  # float16 rows, on a GPU without bfloat16: no bf16 ceiling.
-    assert not BF16_CEILING.search(out) and 'bf16 ceiling' not in out, out
-  # Every other GFLOP/s is printed as its ratio to its ceiling, and to
-  # nothing else.
-  for row, rate in gflops.items():
-    if row in (top_name for top_name, _ in tops.values()):
-      continue
-    label, printed = re.search(r'([\d.]+) of ((?:bf16 )?ceiling)$',
-                               ratios[row]).group(2, 1)
-    assert label == ('bf16 ceiling' if bf16 and '_bf16' in row
-                     else 'ceiling'), (row, out)
-    top = tops[label][1]
-    # Rounding: the ratio to 2 decimals, both rates to 1.
-    tolerance = 0.005 + rate / top * (0.05 / rate + 0.05 / top) + 1e-9
-    assert float(printed) == pytest.approx(rate / top, abs=tolerance), (
-        row, out)
-  assert 'of matmul' not in out and '(peak)' not in out, out
+  # Each ceiling: the best of its matrix products, the one row marked so
+  # (the ratios to it: the hand-set rates' test below).
+  for prefix, products, type_name, end in (
+      [('', MATMULS, 'float32', ''),
+       ('bf16 ', MATMULS_BF16, 'bfloat16', note)][:1 + bf16]):
+    ceiling = re.search(CEILING % (prefix, products[0].split()[0], type_name),
+                        out, re.M)
+    assert ceiling and ceiling.group(4) == end, out
+    name, value, count = ceiling.group(1, 2, 3)
+    assert int(count) == len(products)
+    assert [m for m in products
+            if ratios[m] == '1.00 (%sceiling)' % prefix] == [name], out
+    assert float(value) == max(gflops[m] for m in products), out
+  assert bf16 or 'bf16 ceiling' not in out, out
   assert re.search(r'^start to first step: [\d.]+ s \(median [\d.]+ s\)$',
                    out, re.M), out
   memory = re.search(r'^memory: RSS per round (\d+), (\d+) MiB; peak (\d+) MiB',
@@ -243,30 +143,25 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
   assert memory and all(int(v) > 100 for v in memory.groups()), out
   # The split of a traced step, for each variant that runs the script's
   # session: its parts, rounded to print, add up to the step.
+  train_mixed = benchmark.row_name('train', dtype)
   splits = re.findall(
       r'^(\w+(?: --seed)?) +step ([\d.]+) ms = input ([\d.]+) ms \(\d+%\) \+ '
       r'compute ([\d.]+) ms \(\d+%\) \+ host ([\d.]+) ms \(\d+%: ', out, re.M)
   assert sorted(name for name, *_ in splits) == sorted(
-      ['towers', 'towers2', 'train', 'train --seed', 'train' + suffix]), out
+      ['towers', 'towers2', 'train', 'train --seed', train_mixed]), out
   for _, step, *parts in splits:
     assert sum(map(float, parts)) == pytest.approx(float(step), abs=0.2), out
-  # The mixed-precision step's ops by type and dtype: its convolutions
-  # compute in the mixed type, and every op type is counted.
-  train_mixed = 'train' + suffix
+  # The mixed-precision step's ops by type and dtype (their lines' form:
+  # test_op_costs_sum_each_op_type_in_each_output_dtype): its convolutions
+  # compute in the mixed type; then its costliest ops by name.
   profile = re.search(r'^%s: op time by type and output dtype \(([\d.]+) ms '
                       r'of ops in all\):\n((?:  .*\n)+)' % train_mixed, out,
                       re.M)
   assert profile, out
-  assert re.search(r'^  \w*Conv2D\w* +%s ' % dtype_name, profile.group(2),
+  assert re.search(r'^  \w*Conv2D\w* +%s ' % dtype.name, profile.group(2),
                    re.M), profile.group(2)
-  # Then its costliest ops by name, each with its time, share and type.
-  named = re.search(r'^%s: the costliest ops by name:\n((?:  .*\n)+)'
-                    % train_mixed, out, re.M)
-  assert named, out
-  lines = named.group(1).splitlines()
-  assert 1 <= len(lines) <= 12, lines
-  for line in lines:
-    assert re.match(r'  +[\d.]+ ms +[\d.]+%  \S* +\S+ \(\w+\)$', line), line
+  assert re.search(r'^%s: the costliest ops by name:\n  ' % train_mixed, out,
+                   re.M), out
 
 
 def test_describe_machine_reports_cpu_cores_features_tf_and_onednn(monkeypatch):
@@ -337,45 +232,54 @@ def test_describe_threads_describes_a_session_config():
           "runs the session's steps)")
 
 
-def test_ceiling_is_the_best_median_and_every_ratio_is_against_it():
-  """Hand-set rates: the ceiling is the matmul configuration of the highest
-  median (not the one with the single fastest round, nor the first), and
-  each ratio is to it."""
+def test_each_ceiling_is_the_best_median_and_ratios_are_against_their_own():
+  """Hand-set rates: a ceiling is the matmul configuration of its type of
+  the highest median (not the one with the single fastest round, nor the
+  first), and each ratio is to it: the bf16 one for the bfloat16 rows."""
   import benchmark
+  tf = benchmark.tf
 
-  small = benchmark.MatmulVariant(8, 1)
-  pair = benchmark.MatmulVariant(8, 2)
-  four = benchmark.MatmulVariant(16, 4)
-  for v in (small, pair, four):
+  matmuls = [benchmark.MatmulVariant(8, 1), benchmark.MatmulVariant(8, 2),
+             benchmark.MatmulVariant(16, 4),
+             benchmark.MatmulVariant(8, 1, dtype=tf.bfloat16),
+             benchmark.MatmulVariant(8, 2, dtype=tf.bfloat16)]
+  variants = [benchmark.Variant(name, 1, 128, benchmark.TRAIN_FLOP_PER_EXAMPLE)
+              for name in ('train', 'bound', 'train_bf16')]
+  variants.insert(2, benchmark.Variant('input', 1, 128))
+  variants += matmuls
+  for v, rates in zip(variants, [
+      [900.0, 950.0, 1000.0], [1000.0], [5000.0], [1900.0],
+      [100e9, 900e9, 110e9],  # one fast round: median 110
+      [210e9, 200e9, 190e9],  # the best median: 200
+      [150e9, 160e9, 170e9], [500e9], [800e9]]):
     v.close()
-  small.rates = [100e9, 900e9, 110e9]  # one fast round: median 110
-  pair.rates = [210e9, 200e9, 190e9]  # the best median: 200
-  four.rates = [150e9, 160e9, 170e9]
-  bound = benchmark.Variant('bound', 1, 128,
-                            benchmark.TRAIN_FLOP_PER_EXAMPLE)
-  bound.rates = [1000.0]  # 105.3 GFLOP/s
-  train = benchmark.Variant('train', 1, 128, benchmark.TRAIN_FLOP_PER_EXAMPLE)
-  train.rates = [900.0, 950.0, 1000.0]
-  feed = benchmark.Variant('input', 1, 128)
-  feed.rates = [5000.0]
-  variants = [train, bound, feed, small, pair, four]
+    v.rates = rates
   median = {v.name: float(benchmark.np.median(v.rates)) for v in variants}
 
-  best, ceiling = benchmark.matmul_ceiling(variants, median)
-  assert best is pair and ceiling == pytest.approx(200.0)
-  lines = benchmark.table_lines(variants, median)
+  assert benchmark.matmul_ceiling(variants, median) == (matmuls[1], 200.0)
+  assert benchmark.matmul_ceiling(variants, median, tf.bfloat16) == (
+      matmuls[4], 800.0)
+  lines = benchmark.table_lines(variants, median, '; emulated')
   rows = {m.group(1): (m.group(3), m.group(4))
           for m in ROW.finditer('\n'.join(lines))}
-  assert rows['train'] == ('0.95 of bound; 0.50 of ceiling', '100.0')
-  assert rows['bound'] == ('0.53 of ceiling', '105.3')
-  assert rows['input'] == ('', None)
-  assert rows['matmul 8 x1'] == ('0.55 of ceiling', '110.0')
-  assert rows['matmul 8 x2'] == ('1.00 (ceiling)', '200.0')
-  assert rows['matmul 16 x4'] == ('0.80 of ceiling', '160.0')
-  assert '(rounds: 100.0-900.0 GFLOP/s)' in lines[4]
-  assert lines[-1] == ('ceiling: matmul 8 x2 = 2 independent 8x8 float32 '
-                       'products in one session.run, 200.0 GFLOP/s (the best '
-                       'median of 3 matmul configurations)')
+  assert rows == {
+      'train': ('0.95 of bound; 0.50 of ceiling', '100.0'),
+      'bound': ('0.53 of ceiling', '105.3'),
+      'input': ('', None),
+      'train_bf16': ('2.00 of train; 0.25 of bf16 ceiling', '200.1'),
+      'matmul 8 x1': ('0.55 of ceiling', '110.0'),
+      'matmul 8 x2': ('1.00 (ceiling)', '200.0'),
+      'matmul 16 x4': ('0.80 of ceiling', '160.0'),
+      'matmul_bf16 8 x1': ('0.62 of bf16 ceiling', '500.0'),
+      'matmul_bf16 8 x2': ('1.00 (bf16 ceiling)', '800.0')}
+  assert '(rounds: 100.0-900.0 GFLOP/s)' in lines[5]
+  assert lines[-2:] == [
+      'ceiling: matmul 8 x2 = 2 independent 8x8 float32 products in one '
+      'session.run, 200.0 GFLOP/s (the best median of 3 matmul '
+      'configurations)',
+      'bf16 ceiling: matmul_bf16 8 x2 = 2 independent 8x8 bfloat16 products '
+      'in one session.run, 800.0 GFLOP/s (the best median of 2 matmul '
+      'configurations); emulated']
 
 
 def _matmul_intervals(sess, fetch):
@@ -566,45 +470,6 @@ def test_op_costs_sum_each_op_type_in_each_output_dtype():
       ('cast_1', 'Cast', 'bfloat16'), ('train_op', 'NoOp', '')]
   assert [node[3] for node in nodes] == pytest.approx(
       [3e-4, 2e-4, 5e-5, 3e-5, 5e-6])
-
-
-def test_a_bf16_ceiling_of_its_own_for_the_bf16_rows():
-  import benchmark
-  tf = benchmark.tf
-
-  f32 = benchmark.MatmulVariant(8, 1)
-  b16 = benchmark.MatmulVariant(8, 1, dtype=tf.bfloat16)
-  b16_pair = benchmark.MatmulVariant(8, 2, dtype=tf.bfloat16)
-  for v in (f32, b16, b16_pair):
-    v.close()
-  f32.rates = [200e9]
-  b16.rates = [500e9]
-  b16_pair.rates = [800e9]
-  train = benchmark.Variant('train', 1, 128, benchmark.TRAIN_FLOP_PER_EXAMPLE)
-  train.rates = [1000.0]  # 105.3 GFLOP/s
-  bound = benchmark.Variant('bound', 1, 128, benchmark.TRAIN_FLOP_PER_EXAMPLE)
-  bound.rates = [1000.0]
-  train16 = benchmark.Variant('train_bf16', 1, 128,
-                              benchmark.TRAIN_FLOP_PER_EXAMPLE)
-  train16.rates = [2000.0]  # 210.6 GFLOP/s
-  variants = [train, bound, train16, f32, b16, b16_pair]
-  median = {v.name: float(benchmark.np.median(v.rates)) for v in variants}
-  assert benchmark.matmul_ceiling(variants, median) == (f32, 200.0)
-  assert benchmark.matmul_ceiling(variants, median, tf.bfloat16) == (
-      b16_pair, 800.0)
-  lines = benchmark.table_lines(variants, median, '; emulated')
-  rows = {m.group(1): (m.group(3), m.group(4))
-          for m in ROW.finditer('\n'.join(lines))}
-  assert rows['train'] == ('1.00 of bound; 0.53 of ceiling', '105.3')
-  assert rows['train_bf16'] == ('2.00 of train; 0.26 of bf16 ceiling',
-                                '210.6')
-  assert rows['matmul 8 x1'] == ('1.00 (ceiling)', '200.0')
-  assert rows['matmul_bf16 8 x1'] == ('0.62 of bf16 ceiling', '500.0')
-  assert rows['matmul_bf16 8 x2'] == ('1.00 (bf16 ceiling)', '800.0')
-  assert lines[-1] == ('bf16 ceiling: matmul_bf16 8 x2 = 2 independent 8x8 '
-                       'bfloat16 products in one session.run, 800.0 GFLOP/s '
-                       '(the best median of 2 matmul configurations); '
-                       'emulated')
 
 
 @pytest.mark.slow  # Trains.

@@ -11,6 +11,7 @@ own _start() call for a slow test's and leave these out of the quick loop.
 
 import collections
 import fcntl
+import functools
 import hashlib
 import http.server
 import io
@@ -26,7 +27,6 @@ from absl import flags
 import numpy as np
 import pytest
 
-import cifar10_input
 from cifar10_support import data_files
 from cifar10_support import download
 from cifar10_support import evaluation
@@ -34,7 +34,6 @@ from cifar10_support import run_flags  # pylint: disable=unused-import
 import synthetic
 import testutil
 
-NAMES = synthetic.TRAIN_FILES + [synthetic.TEST_FILE]
 DATASETS = ['cifar10', 'cifar100']
 OTHER = {'cifar10': 'cifar100', 'cifar100': 'cifar10'}
 
@@ -45,13 +44,13 @@ Source.__doc__ = """A synthetic archive of `dataset` at `path` (its bytes
 holds the data files `names`."""
 
 
-def make_source(dataset, root):
-  """The Source of a synthetic archive of `dataset`, written in root."""
-  layout = data_files.LAYOUTS[dataset]
-  if dataset == 'cifar10':
-    path = synthetic.make_cifar10_archive(root, records_per_file=20, seed=1)
-  else:
-    path = synthetic.make_cifar100_archive(root, records=20, seed=1)
+@pytest.fixture(scope='module', params=DATASETS)
+def archive(request, tmp_path_factory):
+  """A synthetic official archive of each data set: a Source."""
+  dataset, layout = request.param, data_files.LAYOUTS[request.param]
+  root = str(tmp_path_factory.mktemp('archive_source_' + dataset))
+  path = (synthetic.make_cifar10_archive if dataset == 'cifar10'
+          else synthetic.make_cifar100_archive)(root, seed=1)
   with open(path, 'rb') as f:
     body = f.read()
   return Source(dataset, path, body, hashlib.md5(body).hexdigest(), root,
@@ -59,39 +58,21 @@ def make_source(dataset, root):
                 list(layout.train_files + layout.test_files))
 
 
-@pytest.fixture(scope='module', params=DATASETS)
-def archive(request, tmp_path_factory):
-  """A synthetic official archive of each data set: a Source."""
-  return make_source(request.param, str(tmp_path_factory.mktemp(
-      'archive_source_' + request.param)))
-
-
-class Printed:
-  """What the code under test prints, as capsys would take it."""
-
-  def __init__(self):
-    self.buffer = io.StringIO()
-
-  def take(self):
-    """All printed since the last take."""
-    text = self.buffer.getvalue()
-    self.buffer.seek(0)
-    self.buffer.truncate()
-    return text
-
-
 @pytest.fixture
 def printed(monkeypatch):
-  """What download.py prints (every line of the data step is its), taken
-  by a `print` of its own: pytest sets sys.stdout again for each test
-  phase, so a fixture cannot redirect it."""
-  out = Printed()
+  """take(): what download.py printed (every line of the data step is its)
+  since the last take, by a `print` of its own: pytest sets sys.stdout again
+  for each test phase, so a fixture cannot redirect it."""
+  buffer = io.StringIO()
+  monkeypatch.setattr(download, 'print', functools.partial(print, file=buffer),
+                      raising=False)
 
-  def to_buffer(*args, **kwargs):
-    kwargs['file'] = out.buffer
-    print(*args, **kwargs)
-  monkeypatch.setattr(download, 'print', to_buffer, raising=False)
-  return out
+  def take():
+    text = buffer.getvalue()
+    buffer.seek(0)
+    buffer.truncate()
+    return text
+  return types.SimpleNamespace(take=take)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -195,9 +176,13 @@ def snapshot(directory):
 
 def test_http_download_verified_extracted_and_done_once(tmp_path, server,
                                                         archive, printed):
-  fetch_source(tmp_path, server.url, archive)
+  layout = data_files.LAYOUTS[archive.dataset]
+  fetch_source(tmp_path, server.url, archive, files=layout.train_files)
   out = printed.take()
   name = archive.official.name
+  assert ('%s does not exist yet (%s are read from it): getting %s.'
+          % (tmp_path / archive.official.directory,
+             ', '.join(layout.train_files), archive.official.title) in out)
   assert '>> Downloading %s 100.0%%' % name in out
   assert ('Successfully downloaded %s %d bytes.' % (name, len(archive.body))
           in out)
@@ -205,7 +190,7 @@ def test_http_download_verified_extracted_and_done_once(tmp_path, server,
   assert download.file_md5(str(tmp_path / name)) == archive.md5
   assert sorted(os.listdir(str(tmp_path))) == sorted([
       download.LOCK_NAME, archive.official.directory, name])
-  # Complete now: a second call neither downloads nor prints.
+  # Complete now: a second call, of every file, neither downloads nor prints.
   fetch_source(tmp_path, server.url, archive)
   assert server.requests == 1
   assert printed.take() == ''
@@ -273,28 +258,6 @@ def test_only_a_missing_file_that_is_read_is_fetched(tmp_path, server, archive,
     assert os.listdir(str(batches)) == [test_file]
 
 
-def test_missing_directory_line_names_the_files_read(tmp_path, server, archive,
-                                                     printed):
-  layout = data_files.LAYOUTS[archive.dataset]
-  fetch_source(tmp_path, server.url, archive, files=layout.train_files)
-  assert ('%s does not exist yet (%s are read from it): getting %s.'
-          % (tmp_path / archive.official.directory,
-             ', '.join(layout.train_files), archive.official.title)
-          in printed.take())
-  assert server.requests == 1
-
-
-def test_cifar10_missing_directory_line(tmp_path, printed):
-  # The line of old, word for word, with the files named by default.
-  source = make_source('cifar10', str(tmp_path / 'source'))
-  fetch_source(tmp_path / 'data', source.path, source,
-               files=data_files.TRAIN_FILES)
-  assert ('%s does not exist yet (data_batch_1.bin, data_batch_2.bin, '
-          'data_batch_3.bin, data_batch_4.bin, data_batch_5.bin are read from '
-          'it): getting CIFAR-10.'
-          % (tmp_path / 'data' / 'cifar-10-batches-bin') in printed.take())
-
-
 @pytest.mark.parametrize('first_failure, reason', [
     ('truncate', 'got %d of the %d bytes announced'),
     ('503', 'HTTP 503 Service Unavailable'),
@@ -313,25 +276,14 @@ def test_transient_failure_is_retried(tmp_path, server, archive, printed,
   assert leftovers(tmp_path) == []
 
 
-def test_client_error_is_not_retried(tmp_path, server, archive, printed):
-  server.plan = ['404']
-  with pytest.raises(data_files.DataError) as e:
-    fetch_source(tmp_path, server.url, archive)
-  assert str(e.value).startswith('Could not download %s: HTTP 404 Not Found. '
-                                 'To use a copy you already have, put %s '
-                                 % (server.url, archive.official.name))
-  assert server.requests == 1
-  assert 'Download attempt' not in printed.take()
-  assert sorted(os.listdir(str(tmp_path))) == [download.LOCK_NAME]
-
-
-@pytest.mark.parametrize('how,reason', [
-    ('truncate', 'got %d of the %d bytes announced'),
-    ('corrupt', 'the download has MD5 '),
-    ('500', 'HTTP 500 Internal Server Error'),
+@pytest.mark.parametrize('how, reason, attempts', [
+    ('truncate', 'got %d of the %d bytes announced', 2),
+    ('corrupt', 'the download has MD5 ', 2),
+    ('500', 'HTTP 500 Internal Server Error', 2),
+    ('404', 'HTTP 404 Not Found', 1),  # A client error: not retried.
 ])
-def test_bad_download_is_never_taken_for_the_archive(tmp_path, server, archive,
-                                                     monkeypatch, how, reason):
+def test_bad_download_is_never_taken_for_the_archive(
+    tmp_path, server, archive, printed, monkeypatch, how, reason, attempts):
   monkeypatch.setattr(download, 'DOWNLOAD_ATTEMPTS', 2)
   body = archive.body
   server.plan = [how, how]
@@ -341,9 +293,12 @@ def test_bad_download_is_never_taken_for_the_archive(tmp_path, server, archive,
     fetch_source(tmp_path, server.url, archive)
   message = str(e.value)
   assert message.startswith('Could not download %s: %s' % (server.url, reason))
-  assert '(2 attempts)' in message
-  assert 'put %s' % archive.official.name in message
-  assert server.requests == 2
+  assert ('(2 attempts)' in message) == (attempts == 2)
+  assert '. To use a copy you already have, put %s ' % (
+      archive.official.name) in message
+  assert ('Download attempt 1 of 2 failed' in printed.take()) == (
+      attempts == 2)
+  assert server.requests == attempts
   assert sorted(os.listdir(str(tmp_path))) == [download.LOCK_NAME]
 
 
@@ -472,72 +427,37 @@ def test_archive_with_wrong_md5_is_moved_aside(tmp_path, server, archive,
   assert_extracted_like(tmp_path, archive)
 
 
-def _tar_with(path, add_member):
-  with tarfile.open(path, 'w:gz') as tar:
-    add_member(tar)
-
-
-def _add_file(name):
-  def add(tar):
-    info = tarfile.TarInfo(name)
-    info.size = 3
-    tar.addfile(info, io.BytesIO(b'bad'))
-  return add
-
-
-def _add_symlink(tar, name):
-  info = tarfile.TarInfo(name)
-  info.type = tarfile.SYMTYPE
-  info.linkname = '/etc/passwd'
-  tar.addfile(info)
-
-
-def _add_hard_link(tar, name):
-  info = tarfile.TarInfo(name)
-  info.type = tarfile.LNKTYPE
-  info.linkname = 'elsewhere.bin'
-  tar.addfile(info)
-
-
-def _add_fifo(tar, name):
-  info = tarfile.TarInfo(name)
-  info.type = tarfile.FIFOTYPE
-  tar.addfile(info)
+OUTSIDE = ' would be written outside the directory it is extracted into.'
 
 
 @pytest.mark.parametrize('dataset', DATASETS)
-@pytest.mark.parametrize('member,expected', [
-    ('../escaped.bin',
-     "member '../escaped.bin' would be written outside the directory it is "
-     'extracted into.'),
-    ('{dir}/../../../escaped.bin',
-     "member '{dir}/../../../escaped.bin' would be written outside the "
-     'directory it is extracted into.'),
-    ('/tmp/escaped.bin',
-     "member '/tmp/escaped.bin' would be written outside the directory it is "
-     'extracted into.'),
-    (_add_symlink,
-     "member '{dir}/{file}' is a link (to '/etc/passwd'); the {title} archive "
-     'has none.'),
-    (_add_hard_link,
-     "member '{dir}/{file}' is a link (to 'elsewhere.bin'); the {title} "
-     'archive has none.'),
-    (_add_fifo, "member '{dir}/{file}' is not a regular file or directory."),
+@pytest.mark.parametrize('name, kind, link, expected', [
+    ('../escaped.bin', tarfile.REGTYPE, '', OUTSIDE),
+    ('{dir}/../../../escaped.bin', tarfile.REGTYPE, '', OUTSIDE),
+    ('/tmp/escaped.bin', tarfile.REGTYPE, '', OUTSIDE),
+    ('{dir}/{file}', tarfile.SYMTYPE, '/etc/passwd',
+     " is a link (to '/etc/passwd'); the {title} archive has none."),
+    ('{dir}/{file}', tarfile.LNKTYPE, 'elsewhere.bin',
+     " is a link (to 'elsewhere.bin'); the {title} archive has none."),
+    ('{dir}/{file}', tarfile.FIFOTYPE, '',
+     ' is not a regular file or directory.'),
 ])
-def test_unsafe_members_are_refused(tmp_path, dataset, member, expected):
+def test_unsafe_members_are_refused(tmp_path, dataset, name, kind, link,
+                                    expected):
   official = download.ARCHIVES[dataset]
   names = dict(dir=official.directory, title=official.title,
                file=data_files.LAYOUTS[dataset].test_files[0])
+  member = tarfile.TarInfo(name.format(**names))
+  member.type, member.linkname = kind, link
+  member.size = 3 if kind == tarfile.REGTYPE else 0
   bad = str(tmp_path / 'bad.tar.gz')
-  if callable(member):
-    _tar_with(bad, lambda tar: member(tar, '{dir}/{file}'.format(**names)))
-  else:
-    _tar_with(bad, _add_file(member.format(**names)))
+  with tarfile.open(bad, 'w:gz') as tar:
+    tar.addfile(member, io.BytesIO(b'bad') if member.size else None)
   data_dir = tmp_path / 'data'
   with pytest.raises(data_files.DataError) as e:
     fetch(data_dir, bad, '', dataset)
-  assert str(e.value) == 'Refusing to extract %s: %s' % (
-      bad, expected.format(**names))
+  assert str(e.value) == "Refusing to extract %s: member '%s'%s" % (
+      bad, member.name, expected.format(**names))
   assert not (tmp_path / 'escaped.bin').exists()
   assert not os.path.exists('/tmp/escaped.bin')
   assert sorted(os.listdir(str(data_dir))) == [download.LOCK_NAME]
@@ -697,20 +617,12 @@ def test_incomplete_dir_without_archive_names_both_problems(tmp_path, dataset):
           'download %s: ' % (batches, url)) in str(e.value)
 
 
-def _converted_set(data_dir, train_files=2, classes=('cat', 'dog', 'seven')):
+def _converted_set(data_dir, train_files):
   """A data set cifar10_make_dataset.py could write: `train_files` training
-  files and the test file of 7 records, its classes in batches.meta.txt."""
-  batches = os.path.join(str(data_dir), 'cifar-10-batches-bin')
-  os.makedirs(batches)
-  rng = np.random.RandomState(3)
-  names = ['data_batch_%d.bin' % i for i in range(1, train_files + 1)]
-  for name in names + ['test_batch.bin']:
-    labels = np.arange(7) % len(classes)
-    synthetic.write_records(os.path.join(batches, name), labels,
-                            synthetic.visible_label_images(labels, rng))
-  with open(os.path.join(batches, 'batches.meta.txt'), 'wb') as f:
-    f.write(data_files.class_names_text(classes))
-  return batches
+  files and the test file of 7 records, of 3 classes; its directory."""
+  synthetic.make_own_data_dir(str(data_dir), ('cat', 'dog', 'seven'),
+                              (7,) * train_files, 7)
+  return os.path.join(str(data_dir), 'cifar-10-batches-bin')
 
 
 @pytest.mark.parametrize('train_files', [1, 2, 7])
@@ -861,9 +773,6 @@ def test_eval_flags_prepare_their_dataset(tmp_path, printed):
       mixed_precision='off', num_intra_threads=None, num_inter_threads=None)
   settings, data_set = evaluation.fetch_data_then_settings(flag_values)
   assert settings.num_examples == 10 and data_set.num_classes == 100
-  assert printed.take().startswith(
-      'Data: %s, 1 file, 10 records (checked).\nClasses: 100 classes ('
-      % (tmp_path / 'cifar-100-binary'))
   with pytest.raises(ValueError, match='more than the 10 records in %s' % (
       tmp_path / 'cifar-100-binary' / 'test.bin')):
     evaluation.fetch_data_then_settings(types.SimpleNamespace(

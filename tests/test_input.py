@@ -30,39 +30,31 @@ def _read_all(filename, count):
 
 
 def test_read_cifar10_returns_exact_records(tmp_path):
-  rng = np.random.RandomState(1)
+  # One record by hand: label 7, red plane all 10, green 20, blue 30, but
+  # pixel (row 1, col 2) whose red is 99; then random pixels, by
+  # synthetic.py: a wrong CHW->HWC transpose cannot go unnoticed.
+  raw = bytearray([7]) + bytearray([10] * 1024 + [20] * 1024 + [30] * 1024)
+  raw[1 + 1 * 32 + 2] = 99
   labels = [9, 3, 0]
-  # Random pixels: a wrong CHW->HWC transpose cannot go unnoticed.
-  images = rng.randint(0, 256, size=(3, 32, 32, 3)).astype(np.uint8)
+  images = np.random.RandomState(1).randint(0, 256, (3, 32, 32, 3))
   filename = str(tmp_path / 'cifar')
-  synthetic.write_records(filename, labels, images)
+  with open(filename, 'wb') as f:
+    f.write(bytes(raw) + synthetic.encode_records(labels, images))
 
-  record, results = _read_all(filename, 3)
+  record, results = _read_all(filename, 4)
 
   assert (record.height, record.width, record.depth) == (32, 32, 3)
   assert record.label.dtype == tf.int32
   assert record.uint8image.dtype == tf.uint8
   assert record.uint8image.shape.as_list() == [32, 32, 3]
-  for i, (key, label, image) in enumerate(results):
-    assert tf.compat.as_text(key) == '%s:%d' % (filename, i)
-    assert label.tolist() == [labels[i]]
-    np.testing.assert_array_equal(image, images[i])
-
-
-def test_record_layout_is_label_then_red_green_blue_planes(tmp_path):
-  # One record written by hand: label 7, red plane all 10, green 20, blue 30,
-  # except pixel (row 1, col 2) whose red is 99.
-  raw = bytearray([7]) + bytearray([10] * 1024 + [20] * 1024 + [30] * 1024)
-  raw[1 + 1 * 32 + 2] = 99
-  filename = str(tmp_path / 'one.bin')
-  with open(filename, 'wb') as f:
-    f.write(bytes(raw))
-
-  _, [(_, label, image)] = _read_all(filename, 1)
-
+  (_, label, image), results = results[0], results[1:]
   assert label.tolist() == [7]
   assert image[1, 2].tolist() == [99, 20, 30]
   assert image[0, 0].tolist() == [10, 20, 30]
+  for i, (key, label, image) in enumerate(results):
+    assert tf.compat.as_text(key) == '%s:%d' % (filename, i + 1)
+    assert label.tolist() == [labels[i]]
+    np.testing.assert_array_equal(image, images[i])
 
 
 def test_read_cifar10_chunk_reads_what_read_cifar10_reads(tmp_path):
@@ -87,15 +79,6 @@ def test_read_cifar10_chunk_reads_what_read_cifar10_reads(tmp_path):
                                  for _, label, _ in one_at_a_time]
   np.testing.assert_array_equal(got_planes.transpose(0, 2, 3, 1),
                                 [image for _, _, image in one_at_a_time])
-
-
-def test_cifar10_input_reads_the_record_layout_of_the_data_files():
-  # data_files, which the download uses too, checks the records it reads.
-  assert (cifar10_input.HEIGHT, cifar10_input.WIDTH, cifar10_input.DEPTH) == (
-      data_files.HEIGHT, data_files.WIDTH, data_files.DEPTH)
-  assert data_files.RECORD_BYTES == 3073
-  assert cifar10_input.NUM_CLASSES == len(data_files.CLASS_NAMES)
-  assert issubclass(data_files.DataError, ValueError)
 
 
 def _position_image():
@@ -243,15 +226,15 @@ CIFAR10_FILES = data_files.describe('')
 @pytest.mark.parametrize('eval_data, files', [
     ('test', ['test_batch.bin']), (True, ['test_batch.bin']),
     ('train_eval', data_files.TRAIN_FILES),
-    (False, data_files.TRAIN_FILES)])
+    (False, data_files.TRAIN_FILES),
+    # A typo is an error, not the training set.
+    ('tset', "eval_data must be 'test' or 'train_eval', got 'tset'")])
 def test_eval_files(eval_data, files):
-  assert CIFAR10_FILES.eval_files(eval_data) == files
-
-
-def test_unknown_eval_data_is_an_error_not_the_training_set():
-  with pytest.raises(ValueError, match="eval_data must be 'test' or "
-                     "'train_eval', got 'tset'"):
-    CIFAR10_FILES.eval_files('tset')
+  if isinstance(files, str):
+    with pytest.raises(ValueError, match=files):
+      CIFAR10_FILES.eval_files(eval_data)
+  else:
+    assert CIFAR10_FILES.eval_files(eval_data) == files
 
 
 @pytest.mark.parametrize('dtype', [np.uint8, np.float32])

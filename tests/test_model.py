@@ -98,19 +98,6 @@ def test_loss_adds_the_weight_decay_terms():
   assert total_value == pytest.approx(sum(loss_values), rel=1e-6)
 
 
-def test_learning_rate_schedule():
-  with tf.Graph().as_default():
-    step = tf.placeholder(tf.int64, [])
-    lr = cifar10.learning_rate(step, batch_size=128)
-    lr2 = cifar10.learning_rate(step, batch_size=128, num_towers=2)
-    with tf.Session(config=session_config()) as sess:
-      # int(50000 / 128 * 350) = 136718 steps per decay; half with 2 towers.
-      assert sess.run(lr, {step: 136717}) == pytest.approx(0.1)
-      assert sess.run(lr, {step: 136718}) == pytest.approx(0.01)
-      assert sess.run(lr2, {step: 68358}) == pytest.approx(0.1)
-      assert sess.run(lr2, {step: 68359}) == pytest.approx(0.01)
-
-
 def test_one_train_step_updates_weights_step_and_averages():
   rng = np.random.RandomState(0)
   with tf.Graph().as_default():

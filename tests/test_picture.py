@@ -53,6 +53,21 @@ def _grid(image, cell, n=10):
   return rows[0], columns[0]
 
 
+def _row_labels_read(image, cell, labels, size):
+  """Whether each row's strip, left of the grid, ends in its label."""
+  dark = _dark(image)
+  top, left = _grid(image, cell, len(labels))
+  for i, label in enumerate(labels):
+    strip = dark[top + i * cell + 1:top + (i + 1) * cell, :left]
+    expected = _text(label, size)
+    right = np.flatnonzero(strip.any(axis=0))[-1]
+    if not np.array_equal(
+        _ink_box(strip[:, right - expected.shape[1] + 1:right + 1]),
+        expected):
+      return False
+  return True
+
+
 def _diagonal_image():
   return evaluation.confusion_image(np.diag(np.arange(1, 11)), NAMES)[0]
 
@@ -84,21 +99,15 @@ def test_confusion_image_colours_each_cell_by_its_row_fraction():
   assert (image[:, left + 10 * cell + 1:] == 255).all()
 
 
-def test_confusion_image_names_rows_left_and_columns_above_only():
+def test_confusion_image_names_rows_left_columns_above_and_its_axes():
   cell = evaluation.CONFUSION_CELL_PIXELS
   image = _diagonal_image()
   dark = _dark(image)
   top, left = _grid(image, cell)
 
   assert not dark[top:, left:].any()  # nothing on or right of/below the grid
-  for i, name in enumerate(NAMES):
-    # Row i's own strip, left of the grid: its name ends at the right.
-    strip = dark[top + i * cell + 1:top + (i + 1) * cell, :left]
-    expected = _text(name)
-    right = np.flatnonzero(strip.any(axis=0))[-1]
-    assert np.array_equal(
-        _ink_box(strip[:, right - expected.shape[1] + 1:right + 1]),
-        expected), name
+  # Row i's own strip, left of the grid: its name ends at the right.
+  assert _row_labels_read(image, cell, NAMES, evaluation.FONT_SIZE)
   for j, name in enumerate(NAMES):
     # Column j's strip, above the grid: its name, turned, starts at the bottom.
     strip = dark[:top, left + j * cell + 1:left + (j + 1) * cell]
@@ -108,34 +117,12 @@ def test_confusion_image_names_rows_left_and_columns_above_only():
         _ink_box(strip[bottom - expected.shape[0] + 1:bottom + 1]),
         expected), name
   assert not dark[:top, :left].any()  # the corner stays empty
-
-
-def test_confusion_image_has_axis_titles():
-  cell = evaluation.CONFUSION_CELL_PIXELS
-  image = _diagonal_image()
-  dark = _dark(image)
-  top, left = _grid(image, cell)
-
+  # The axis titles, each on its own side.
   predicted = _text('predicted')
   true = np.rot90(_text('true'))
   assert _contains(dark[:top, left:], predicted)
   assert _contains(dark[top:, :left], true)
   assert not _contains(dark[:top, left:], true)
-
-
-def _row_labels_read(image, cell, labels, size):
-  """Whether each row's strip, left of the grid, ends in its label."""
-  dark = _dark(image)
-  top, left = _grid(image, cell, len(labels))
-  for i, label in enumerate(labels):
-    strip = dark[top + i * cell + 1:top + (i + 1) * cell, :left]
-    expected = _text(label, size)
-    right = np.flatnonzero(strip.any(axis=0))[-1]
-    if not np.array_equal(
-        _ink_box(strip[:, right - expected.shape[1] + 1:right + 1]),
-        expected):
-      return False
-  return True
 
 
 def test_ten_classes_keep_the_picture_they_had():
