@@ -382,8 +382,8 @@ import runpy, sys
 from cifar10_support import console
 console.before_tensorflow('__main__')
 from cifar10_support import mixed_precision
-mixed_precision.cpu_bf16_feature = lambda cpuinfo=None: sys.argv[1]
-sys.argv = sys.argv[2:]
+feature, sys.argv = sys.argv[1], sys.argv[2:]
+mixed_precision.cpu_bf16_feature = lambda cpuinfo=None: feature
 runpy.run_path(sys.argv[0], run_name='__main__')
 """
 

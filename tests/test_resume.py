@@ -191,17 +191,15 @@ def test_a_checkpoint_of_another_model_is_refused_in_one_line_and_left(
   assert _listing(train_dir) == before
 
 
-def _variables(shapes, averaged=(), own=()):
+def _variables(shapes, averaged=()):
   """In the default graph: the global step, float32 zero variables of the
-  given shapes, the averages of those named and scalar own state."""
+  given shapes and the averages of those named."""
   tf.train.get_or_create_global_step()
   for name, shape in shapes.items():
     tf.get_variable(name, shape, initializer=tf.zeros_initializer())
   for name in averaged:
     tf.get_variable(name + checkpoints.AVERAGE_SUFFIX, shapes[name],
                     initializer=tf.zeros_initializer(), trainable=False)
-  for name in own:
-    tf.get_variable(name, [], trainable=False)
 
 
 def _save(path, shapes, averaged=()):
@@ -213,29 +211,11 @@ def _save(path, shapes, averaged=()):
       return tf.train.Saver().save(sess, path, global_step=7)
 
 
-def _plan(checkpoint, shapes, averaged=(), own=()):
-  """plan_restore in a graph of _variables(shapes, averaged, own)."""
+def _plan(checkpoint, shapes, averaged=()):
+  """plan_restore in a graph of _variables(shapes, averaged)."""
   with tf.Graph().as_default():
-    _variables(shapes, averaged, own)
+    _variables(shapes, averaged)
     return checkpoints.plan_restore(checkpoint)
-
-
-def test_plan_restores_shared_state_and_starts_own_state_fresh(tmp_path):
-  checkpoint = _save(str(tmp_path / 'model.ckpt'),
-                     {'conv1/weights': [5, 5, 3, 64], 'tower_1/loss/avg': []},
-                     averaged=['conv1/weights'])
-
-  plan = _plan(checkpoint, {'conv1/weights': [5, 5, 3, 64]},
-               averaged=['conv1/weights'], own=['loss/avg'])
-
-  assert plan.checkpoint == checkpoint
-  assert sorted(plan.variables) == [
-      'conv1/weights', 'conv1/weights/ExponentialMovingAverage', 'global_step']
-  assert plan.not_in_checkpoint == ['loss/avg']
-  assert checkpoints.not_in_checkpoint_message(plan) == (
-      'Starting fresh (not in model.ckpt-7, which another trainer or '
-      'precision wrote): '
-      'loss/avg.')
 
 
 @pytest.mark.parametrize('shapes, averaged, message', [
