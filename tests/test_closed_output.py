@@ -10,6 +10,7 @@ reading end already closed, so their first write of output finds no reader
 whatever the timing.
 """
 
+import contextlib
 import os
 import select
 import subprocess
@@ -20,7 +21,6 @@ from PIL import Image
 import pytest
 import tensorflow.compat.v1 as tf
 
-import cifar10
 import testutil
 
 # What must not reach stderr: Python's reports of the broken pipe.
@@ -122,10 +122,30 @@ def _checkpoint_step(train_dir):
   return step
 
 
+@contextlib.contextmanager
+def _cluster_args(script, tmp_path):
+  """The flags of a cluster's chief for script, whose ps task runs while
+  the block does; none for another script."""
+  if script != 'cifar10_distributed_train.py':
+    yield []
+    return
+  ps_port, worker_port = testutil.free_ports(2)
+  cluster = ['--ps_hosts=127.0.0.1:%d' % ps_port,
+             '--worker_hosts=127.0.0.1:%d' % worker_port]
+  ps = testutil.start_script(script, ['--job_name=ps', '--task_index=0'] +
+                             cluster, str(tmp_path / 'ps.log'))
+  try:
+    yield ['--job_name=worker', '--task_index=0'] + cluster
+  finally:
+    ps.kill()
+    ps.wait(30)
+
+
 @pytest.mark.slow  # Starts a process.
 @pytest.mark.parametrize('script,extra', [
     ('cifar10_train.py', []),
     ('cifar10_multi_gpu_train.py', ['--num_gpus=2']),
+    ('cifar10_distributed_train.py', []),
 ])
 def test_trainer_stops_with_a_final_checkpoint_when_output_closes(
     data_dir, tmp_path, script, extra):
@@ -136,8 +156,9 @@ def test_trainer_stops_with_a_final_checkpoint_when_output_closes(
   args = ['--data_dir=' + data_dir, '--train_dir=' + train_dir,
           '--batch_size=8', '--max_steps=100000', '--log_frequency=1',
           '--save_checkpoint_secs=3600'] + extra
-  status, lines, stderr = close_output_early(script, args, tmp_path,
-                                             _step_lines(2))
+  with _cluster_args(script, tmp_path) as cluster:
+    status, lines, stderr = close_output_early(script, args + cluster,
+                                               tmp_path, _step_lines(2))
   assert_quiet_141(status, stderr)
   last_read = [int(m['step']) for m in map(testutil.step_line(None).search,
                                            lines) if m][-1]
@@ -145,52 +166,6 @@ def test_trainer_stops_with_a_final_checkpoint_when_output_closes(
   # from the newest checkpoint (test_train.py, test_resume.py).
   stopped_at = _checkpoint_step(train_dir)
   assert last_read < stopped_at < 100000
-
-
-@pytest.mark.slow  # Starts a process.
-def test_distributed_chief_stops_with_a_final_checkpoint_when_output_closes(
-    data_dir, tmp_path):
-  ps_port, worker_port = testutil.free_ports(2)
-  cluster = ['--ps_hosts=127.0.0.1:%d' % ps_port,
-             '--worker_hosts=127.0.0.1:%d' % worker_port]
-  train_dir = str(tmp_path / 'train')
-  ps = testutil.start_script('cifar10_distributed_train.py',
-                             ['--job_name=ps', '--task_index=0'] + cluster,
-                             str(tmp_path / 'ps.log'))
-  try:
-    status, _, stderr = close_output_early(
-        'cifar10_distributed_train.py',
-        ['--job_name=worker', '--task_index=0', '--data_dir=' + data_dir,
-         '--train_dir=' + train_dir, '--batch_size=8', '--max_steps=100000',
-         '--log_frequency=1', '--save_checkpoint_secs=3600'] + cluster,
-        tmp_path, _step_lines(2))
-  finally:
-    ps.kill()
-    ps.wait(30)
-  assert_quiet_141(status, stderr)
-  # Steps 0 and 1 were read: the chief's final save is past them.
-  assert _checkpoint_step(train_dir) >= 2
-
-
-def _save_a_model(train_dir):
-  """An untrained model's checkpoint with its moving averages, as eval and
-  classify read it; saved by a Saver, not trained."""
-  with tf.Graph().as_default():
-    global_step = tf.train.get_or_create_global_step()
-    cifar10.inference(tf.zeros([1, 24, 24, 3]))
-    tf.train.ExponentialMovingAverage(cifar10.MOVING_AVERAGE_DECAY).apply(
-        tf.trainable_variables())
-    with tf.Session(config=testutil.session_config()) as sess:
-      sess.run(tf.global_variables_initializer())
-      tf.train.Saver().save(sess, os.path.join(train_dir, 'model.ckpt'),
-                            global_step=global_step)
-
-
-@pytest.fixture(scope='module')
-def checkpoint_dir(tmp_path_factory):
-  path = str(tmp_path_factory.mktemp('closed_output_train'))
-  _save_a_model(path)
-  return path
 
 
 def _pictures(folder, count):
@@ -202,28 +177,22 @@ def _pictures(folder, count):
 
 
 @pytest.mark.slow  # Starts a process.
-def test_eval_exits_141_when_output_closes(data_dir, checkpoint_dir, tmp_path):
-  status, stderr = run_with_output_closed('cifar10_eval.py', [
-      '--run_once', '--data_dir=' + data_dir,
-      '--checkpoint_dir=' + checkpoint_dir,
-      '--eval_dir=' + str(tmp_path / 'eval')], tmp_path)
-  assert_quiet_141(status, stderr)
-
-
-@pytest.mark.slow  # Starts a process.
-def test_classify_exits_141_when_output_closes(checkpoint_dir, tmp_path):
-  folder = str(tmp_path / 'pictures')
-  _pictures(folder, 2)
-  status, stderr = run_with_output_closed('cifar10_classify.py', [
-      '--checkpoint_dir=' + checkpoint_dir, folder], tmp_path)
-  assert_quiet_141(status, stderr)
-
-
-@pytest.mark.slow  # Starts a process.
-def test_make_dataset_exits_141_when_output_closes(tmp_path):
+@pytest.mark.parametrize('script', ['cifar10_eval.py', 'cifar10_classify.py',
+                                    'cifar10_make_dataset.py'])
+def test_a_script_exits_141_when_output_closes(data_dir, tmp_path, script):
+  # An untrained model's checkpoint, as eval and classify read it.
+  checkpoint_dir = str(tmp_path / 'train')
+  testutil.model_checkpoint(checkpoint_dir)
   for name in ('cat', 'dog'):
     _pictures(str(tmp_path / 'pics' / name), 5)
-  status, stderr = run_with_output_closed('cifar10_make_dataset.py', [
-      str(tmp_path / 'pics'), '--data_dir=' + str(tmp_path / 'data')],
-                                          tmp_path)
-  assert_quiet_141(status, stderr)
+  args = {
+      'cifar10_eval.py': [
+          '--run_once', '--data_dir=' + data_dir,
+          '--checkpoint_dir=' + checkpoint_dir,
+          '--eval_dir=' + str(tmp_path / 'eval')],
+      'cifar10_classify.py': ['--checkpoint_dir=' + checkpoint_dir,
+                              str(tmp_path / 'pics' / 'cat')],
+      'cifar10_make_dataset.py': [str(tmp_path / 'pics'),
+                                  '--data_dir=' + str(tmp_path / 'data')],
+  }[script]
+  assert_quiet_141(*run_with_output_closed(script, args, tmp_path))

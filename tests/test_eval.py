@@ -24,9 +24,7 @@ from testutil import run_script
 from testutil import save_checkpoint
 from testutil import session_config
 
-PRECISION_LINE = re.compile(
-    r'^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}: precision @ 1 = (\d\.\d{3})$',
-    re.M)
+PRECISION_LINE = testutil.PRECISION_LINE
 # conftest's learned_train_dir: a trained model's checkpoints 0 and this.
 TRAIN_STEPS = testutil.LEARNED_TRAIN_STEPS
 
@@ -47,28 +45,20 @@ def colour_reference(data_dir, colour_dir):
                     num_examples=20, batch_size=20)
 
 
-def _test_labels(data_dir):
-  """The labels of test_batch.bin, in file order."""
-  path = os.path.join(data_dir, 'cifar-10-batches-bin', 'test_batch.bin')
-  with open(path, 'rb') as f:
-    return np.frombuffer(f.read(), np.uint8)[::3073].astype(int)
+def _labels(data_dir, eval_data='test'):
+  """The labels of --eval_data's files, in file order."""
+  labels = []
+  for name in (['test_batch.bin'] if eval_data == 'test'
+               else synthetic.TRAIN_FILES):
+    with open(os.path.join(data_dir, 'cifar-10-batches-bin', name), 'rb') as f:
+      labels += list(np.frombuffer(f.read(), np.uint8)[::3073].astype(int))
+  return labels
 
 
 def _eval_once(checkpoint, data_dir, **kwargs):
   kwargs.setdefault('session_config', session_config())
   return testutil.eval_once(
       checkpoint, evaluation.EvalSettings(data_dir, **kwargs))
-
-
-def _text(eval_dir, tag):
-  """The one text summary written under `tag`, as a str."""
-  texts = []
-  for path in glob.glob(os.path.join(eval_dir, 'events.out.tfevents.*')):
-    for event in tf.train.summary_iterator(path):
-      texts += [value.tensor.string_val[0].decode()
-                for value in event.summary.value if value.tag == tag]
-  assert len(texts) == 1, texts
-  return texts[0]
 
 
 def _events(eval_dir):
@@ -97,9 +87,8 @@ def test_script_run_once_after_training(data_dir, learned_train_dir, tmp_path):
   assert result.returncode == 0, result.stderr[-3000:]
   precisions = [float(p) for p in PRECISION_LINE.findall(result.stdout)]
   assert len(precisions) == 1
-  # Well above chance (0.1): the seeded fixture reached 1.0 in every measured
-  # run (testutil.learned_train_dir); 0.5 leaves room for another CPU's
-  # arithmetic.
+  # Well above chance (0.1); the seeded fixture reached 1.0 in every measured
+  # run (testutil.learned_train_dir).
   assert precisions[0] >= 0.5, result.stdout
   assert 'model.ckpt-%d (global step %d' % (TRAIN_STEPS, TRAIN_STEPS) in (
       result.stdout)
@@ -113,12 +102,9 @@ def test_script_run_once_after_training(data_dir, learned_train_dir, tmp_path):
       pytest.approx(precisions[0], abs=5e-4)]
   assert events[TRAIN_STEPS, 'confusion_matrix/image/0'] == ['image']
   assert events[TRAIN_STEPS, 'confusion_matrix_counts'] == ['tensor']
-  # The per-class table as TensorBoard text: the console's numbers.
-  markdown = _text(str(eval_dir), 'precision_by_class').splitlines()
-  assert [c.strip() for c in markdown[0].strip('|').split('|')] == [
-      'class', 'examples', 'correct', 'precision @ 1', 'most confused with']
-  assert [[c.strip() for c in line.strip('|').split('|')]
-          for line in markdown[2:]] == [line.split(None, 4) for line in table]
+  # The per-class table as TensorBoard text (its rows: test_eval_report.py,
+  # test_tensorboard.py).
+  assert events[TRAIN_STEPS, 'precision_by_class'] == ['tensor']
   assert len(events[TRAIN_STEPS, 'Precision @ 1 by class/truck']) == 1
   # The eval graph's own summaries, next to them.
   assert events[TRAIN_STEPS, 'images/image/0'] == ['image']
@@ -180,76 +166,58 @@ def test_untrained_checkpoint_is_near_chance(data_dir, tmp_path):
   assert result['precision'] <= 0.3
 
 
-@pytest.mark.parametrize('num_examples,batch_size', [(13, 5), (20, 8),
-                                                     (20, 32), (7, 1)])
-def test_counts_exactly_num_examples_for_any_batch_size(
-    data_dir, colour_dir, colour_reference, num_examples, batch_size):
+@pytest.mark.parametrize('eval_data,num_examples,batch_size', [
+    ('test', 13, 5), ('test', 20, 8), ('test', 20, 32), ('test', 7, 1),
+    ('train_eval', 100, 16)])
+def test_counts_exactly_num_examples_and_the_classes_add_up(
+    data_dir, colour_dir, colour_reference, eval_data, num_examples,
+    batch_size):
   result = _eval_once(tf.train.latest_checkpoint(colour_dir), data_dir,
-                      num_examples=num_examples, batch_size=batch_size)
+                      eval_data=eval_data, num_examples=num_examples,
+                      batch_size=batch_size)
 
-  # The first num_examples records of the file, each once: their labels
+  # The first num_examples records of the files, each once: their labels
   # are the rows of the confusion matrix.
-  labels = _test_labels(data_dir)[:num_examples]
-  assert result['num_examples'] == num_examples
-  assert result['confusion'].sum() == num_examples
-  assert list(result['confusion'].sum(axis=1)) == list(
-      np.bincount(labels, minlength=10))
-  assert [row['examples'] for row in result['per_class']] == list(
-      np.bincount(labels, minlength=10))
+  counts = list(np.bincount(_labels(data_dir, eval_data)[:num_examples],
+                            minlength=10))
+  assert result['num_examples'] == result['confusion'].sum() == num_examples
+  assert list(result['confusion'].sum(axis=1)) == counts
   assert result['precision'] == result['true_count'] / num_examples
-  if num_examples == 20:
+  if (eval_data, num_examples) == ('test', 20):
     np.testing.assert_array_equal(result['confusion'],
                                   colour_reference['confusion'])
-
-
-def test_per_class_numbers_add_up(data_dir, colour_dir):
-  result = _eval_once(tf.train.latest_checkpoint(colour_dir), data_dir,
-                      eval_data='train_eval', num_examples=100, batch_size=16)
-
   per_class = result['per_class']
-  assert [row['name'] for row in per_class] == [
-      'airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse',
-      'ship', 'truck']
-  assert sum(row['correct'] for row in per_class) == result['true_count']
-  assert sum(row['examples'] for row in per_class) == 100
-  weighted = sum(row['precision'] * row['examples'] for row in per_class) / 100
-  assert weighted == pytest.approx(result['precision'])
+  assert [row['name'] for row in per_class] == list(data_files.CLASS_NAMES)
+  assert [row['examples'] for row in per_class] == counts
   assert list(np.diag(result['confusion'])) == [
       row['correct'] for row in per_class]
+  weighted = sum(row['precision'] * row['examples'] for row in per_class
+                 if row['examples'])  # None: no examples.
+  assert weighted / num_examples == pytest.approx(result['precision'])
   # Well above chance (0.1): a model that tells the colours apart.
   assert result['precision'] >= 0.5
 
 
-@pytest.mark.parametrize('dtype', [tf.float32, tf.float16])
+# one_hot(-1) is all zeros: every logit is equal. in_top_k alone would call
+# every example right (precision 1.0); the argmax, class 0, is right for the
+# two airplanes only.
+@pytest.mark.parametrize('dtype,shadow_class,predicted', [
+    (tf.float32, 7, 7), (tf.float16, 7, 7), (tf.float32, -1, 0)],
+                         ids=['float32', 'float16', 'tied_logits'])
 def test_restores_the_moving_averages_not_the_raw_weights(
-    data_dir, tmp_path, dtype):
+    data_dir, tmp_path, dtype, shadow_class, predicted):
   save_checkpoint(str(tmp_path / 'model.ckpt'), 5, raw_class=3,
-                   shadow_class=7, dtype=dtype)
+                  shadow_class=shadow_class, dtype=dtype)
 
   result = _eval_once(str(tmp_path / 'model.ckpt-5'), data_dir,
                       num_examples=20, batch_size=8)
 
-  # Every image is predicted as the averages' class 7, none as the raw 3.
+  # Every image is predicted as the averages' class, none as the raw 3.
   assert result['global_step'] == 5
-  assert list(result['confusion'][:, 7]) == [2] * 10
+  assert list(result['confusion'][:, predicted]) == [2] * 10
   assert result['confusion'][:, 3].sum() == 0
   assert result['true_count'] == 2
   assert result['precision'] == pytest.approx(0.1)
-
-
-def test_tied_logits_count_as_one_prediction_not_a_hit_for_each(
-    data_dir, tmp_path):
-  # one_hot(-1) is all zeros: every logit is equal. in_top_k alone would call
-  # every example right (precision 1.0); the argmax, class 0, is right for
-  # the two airplanes only.
-  save_checkpoint(str(tmp_path / 'model.ckpt'), 5, raw_class=3,
-                   shadow_class=-1)
-
-  result = _eval_once(str(tmp_path / 'model.ckpt-5'), data_dir,
-                      num_examples=20, batch_size=8)
-
-  assert list(result['confusion'][:, 0]) == [2] * 10
-  assert result['true_count'] == 2
 
 
 def test_precision_at_5_counts_a_label_tied_with_the_fifth_logit(
@@ -266,7 +234,7 @@ def test_precision_at_5_counts_a_label_tied_with_the_fifth_logit(
 
   # By hand: of these labels, 6, 1, 5, 4, 3, 3, 2, 2, 4 are in classes 0-6
   # (4, 5 and 6 by the tie), 7, 7, 8, 9 not: 9 of 13. None is the argmax, 0.
-  assert list(_test_labels(data_dir)[:13]) == [7, 6, 1, 5, 4, 3, 3, 7, 8, 9,
+  assert list(_labels(data_dir)[:13]) == [7, 6, 1, 5, 4, 3, 3, 7, 8, 9,
                                                2, 2, 4]
   assert result['precision_at_5'] == 9 / 13
   assert result['true_count'] == 0
@@ -290,8 +258,8 @@ def test_precision_at_5_is_printed_above_ten_classes_only(
   # CIFAR-100's: the line, in the same format, right after precision @ 1.
   first = [i for i, line in enumerate(lines) if PRECISION_LINE.match(line)]
   assert len(first) == 1
-  at_5 = re.match(r'^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}: precision @ 5 = '
-                  r'(\d\.\d{3})$', lines[first[0] + 1])
+  at_5 = re.fullmatch(testutil.DATE + r': precision @ 5 = (\d\.\d{3})',
+                      lines[first[0] + 1])
   assert at_5.group(1) == '%.3f' % result['precision_at_5']
   assert sum('precision @ 5' in line for line in lines) == 1
 
@@ -387,20 +355,29 @@ def test_scripts_refuse_a_checkpoint_they_cannot_use_each_in_its_line(
 def test_run_once_on_a_damaged_checkpoint_exits_with_its_skipping_line(
     data_dir, tmp_path, capsys):
   checkpoint_dir = str(tmp_path / 'train')
+
+  def last_line():
+    # What the script's main runs with these flags (the one line and exit
+    # status 1 of its errors: its process test,
+    # test_scripts_refuse_a_checkpoint_they_cannot_use_each_in_its_line).
+    return testutil.exit_line(
+        lambda: cifar10_eval.evaluate_as_flagged(cifar10_eval.FLAGS,
+                                                 checkpoint_dir),
+        'cifar10_eval.py', [
+            '--run_once', '--data_dir=%s' % data_dir,
+            '--eval_dir=%s' % (tmp_path / 'eval'), '--num_examples=20'],
+        cifar10_eval.FLAGS)
+
+  # No checkpoint yet: the line names checkpoint_dir.
+  os.makedirs(checkpoint_dir)
+  assert last_line().startswith(
+      'cifar10_eval.py: error: No checkpoint file found in checkpoint_dir %s'
+      % checkpoint_dir)
   damaged = testutil.model_checkpoint(checkpoint_dir, step=(0, 5))
   data_file = damaged + '.data-00000-of-00001'
   os.truncate(data_file, os.path.getsize(data_file) // 2)
-
-  # What the script's main runs with these flags (the one line and exit
-  # status 1 of its errors: its process test,
-  # test_scripts_refuse_a_checkpoint_they_cannot_use_each_in_its_line).
-  last = testutil.exit_line(
-      lambda: cifar10_eval.evaluate_as_flagged(cifar10_eval.FLAGS,
-                                               checkpoint_dir),
-      'cifar10_eval.py', [
-          '--run_once', '--data_dir=%s' % data_dir,
-          '--eval_dir=%s' % (tmp_path / 'eval'), '--num_examples=20'],
-      cifar10_eval.FLAGS)
+  capsys.readouterr()
+  last = last_line()
 
   # The line that skips it when following training, here the error, with
   # TensorFlow's reason after the colon.
@@ -474,24 +451,6 @@ def test_follows_training_each_checkpoint_once(data_dir, tmp_path, capsys):
   assert events[1, 'Precision @ 1'] == [pytest.approx(0.1)]
   assert events[12, 'Precision @ 1'] == [pytest.approx(0.1)]
   assert len([key for key in events if key[1] == 'Precision @ 1']) == 2
-
-
-def test_run_once_without_checkpoint_exits_naming_checkpoint_dir(
-    data_dir, tmp_path):
-  checkpoint_dir = tmp_path / 'empty'
-  checkpoint_dir.mkdir()
-
-  # What the script's main runs with these flags.
-  line = testutil.exit_line(
-      lambda: cifar10_eval.evaluate_as_flagged(cifar10_eval.FLAGS,
-                                               str(checkpoint_dir)),
-      'cifar10_eval.py', [
-          '--run_once', '--data_dir=%s' % data_dir, '--num_examples=20',
-          '--eval_dir=%s' % (tmp_path / 'eval')], cifar10_eval.FLAGS)
-
-  assert line.startswith('cifar10_eval.py: error: '), line
-  assert 'No checkpoint file found in checkpoint_dir %s' % checkpoint_dir in (
-      line)
 
 
 def test_bad_eval_data_flag_is_rejected_when_parsed():

@@ -75,23 +75,17 @@ def test_help_shows_each_range(script):
     assert words in entries[name], entries[name]
 
 
-def _dirs_never_made(tmp_path):
-  """--train_dir, --data_dir and --data_url in tmp_path, which stays empty
-  when the flags are refused; a run that went on would fail on the missing
-  local archive, never reaching the network."""
-  return ['--train_dir=%s' % (tmp_path / 'train'),
-          '--data_dir=%s' % (tmp_path / 'data'),
-          '--data_url=%s' % (tmp_path / 'no_archive.tar.gz')]
-
-
 # The one process test of a flag refused as it is parsed (a range, or a
 # rule between flags); each message is tested by a call.
 @pytest.mark.slow  # Starts a process.
 def test_a_value_out_of_range_stops_the_script_before_anything_is_made(
     tmp_path):
-  result = testutil.run_script(
-      'cifar10_train.py', ['--max_steps=0'] + _dirs_never_made(tmp_path),
-      timeout=120)
+  # tmp_path stays empty when the flags are refused; a run that went on
+  # would fail on the missing local archive, never reaching the network.
+  result = testutil.run_script('cifar10_train.py', [
+      '--max_steps=0', '--train_dir=%s' % (tmp_path / 'train'),
+      '--data_dir=%s' % (tmp_path / 'data'),
+      '--data_url=%s' % (tmp_path / 'no_archive.tar.gz')], timeout=120)
   assert result.returncode == 1
   assert 'Traceback' not in result.stderr
   assert ('FATAL Flags parsing error: flag --max_steps=0: 0 is not a positive '

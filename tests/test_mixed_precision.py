@@ -1,23 +1,11 @@
-"""--mixed_precision=bf16: the model computes in bfloat16, the rest is float32.
-
-The CPU's support is detected from /proc/cpuinfo text (cifar10_support.precision);
-the graph is checked op by op; a checkpoint trained with the flag is an
-ordinary float32 one that evaluation reads with or without it; float16's loss
-scale skips overflowing steps. The CPU's answer is forced both ways (a
-driver patches the detection for the one script run, a monkeypatch for the
-call), so every machine checks both the bfloat16 run and the line that a CPU
-without it prints; a call on this machine's own detection checks its answer.
-"""
+"""--mixed_precision=bf16: the model computes in bfloat16, the rest is float32;
+float16's loss scale. The CPU's answer is forced both ways (a driver for the
+script run, a monkeypatch for a call), so every machine checks both."""
 
 import os
 import re
-import subprocess
-import sys
-import textwrap
 
 from absl import app
-from absl import flags
-from absl.testing import flagsaver
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
@@ -31,9 +19,7 @@ from cifar10_support import mixed_precision
 from cifar10_support import run_flags
 from cifar10_support import train_dirs
 import synthetic
-from testutil import ROOT
 from testutil import save_checkpoint
-from testutil import script_env
 from testutil import session_config
 from testutil import step_line
 import testutil
@@ -52,17 +38,13 @@ def _cpuinfo(flags, processors=2):
                  for i in range(processors))
 
 
-@pytest.mark.parametrize('flags, expected', [
-    (ZEN3, None), (ICE_LAKE, None), (ZEN4, 'avx512_bf16'),
-    (SAPPHIRE_RAPIDS, 'amx_bf16'), ('', None)])
-def test_cpu_support_is_read_from_the_flags_line(flags, expected):
-  assert mixed_precision.cpu_bf16_feature(_cpuinfo(flags)) == expected
-
-
-def test_cpu_support_of_text_without_flags_is_none():
-  assert mixed_precision.cpu_bf16_feature('') is None
-  assert mixed_precision.cpu_bf16_feature(
-      'Features\t: fp asimd bf16 i8mm\n') is None  # an ARM CPU: not tested
+@pytest.mark.parametrize('cpuinfo, expected', [
+    (_cpuinfo(ZEN3), None), (_cpuinfo(ICE_LAKE), None),
+    (_cpuinfo(ZEN4), 'avx512_bf16'), (_cpuinfo(SAPPHIRE_RAPIDS), 'amx_bf16'),
+    (_cpuinfo(''), None), ('', None),
+    ('Features\t: fp asimd bf16 i8mm\n', None)])  # an ARM CPU: not tested
+def test_cpu_support_is_read_from_the_flags_line(cpuinfo, expected):
+  assert mixed_precision.cpu_bf16_feature(cpuinfo) == expected
 
 
 def test_choice_and_its_line_for_each_machine():
@@ -350,11 +332,16 @@ def test_float16_saves_its_loss_scale_and_resumes_from_float32_and_back(
           'loss_scale/good_steps, loss_scale/scale.') in capsys.readouterr().out
 
 
-def test_float16_step_scales_the_loss_and_moves_the_weights_as_float32():
-  rng = np.random.RandomState(0)
+def _colour_batch():
+  """32 cropped, normalized synthetic colour images and their labels."""
   labels = np.arange(32) % 10
-  images = synthetic.visible_label_images(labels, rng)[:, 4:28, 4:28]
-  images = (images - images.mean()) / images.std()
+  images = synthetic.visible_label_images(labels, np.random.RandomState(0))
+  images = images[:, 4:28, 4:28]
+  return (images - images.mean()) / images.std(), labels
+
+
+def test_float16_step_scales_the_loss_and_moves_the_weights_as_float32():
+  images, labels = _colour_batch()
   start, moved = None, {}
   for dtype in (None, tf.float16):
     with tf.Graph().as_default():
@@ -389,26 +376,16 @@ def test_float16_step_scales_the_loss_and_moves_the_weights_as_float32():
   assert scale == [mixed_precision.LOSS_SCALE_START, 1]
 
 
-def _forced_driver(script, feature):
-  """Runs `script`'s own main with the CPU's bfloat16 support forced."""
-  return textwrap.dedent('''
-      import runpy, sys
-      sys.path.insert(0, %r)
-      from cifar10_support import console
-      console.before_tensorflow('__main__')
-      from cifar10_support import mixed_precision
-      mixed_precision.cpu_bf16_feature = lambda cpuinfo=None: %r
-      sys.argv[0] = %r
-      runpy.run_path(sys.argv[0], run_name='__main__')
-      ''' % (ROOT, feature, os.path.join(ROOT, script)))
-
-
-def _run_forced(script, feature, args):
-  return subprocess.run(
-      [sys.executable, '-c', _forced_driver(script, feature)] + args,
-      # The CPU's answer decides only where no GPU is visible.
-      cwd=ROOT, env=script_env(CUDA_VISIBLE_DEVICES=''), capture_output=True,
-      text=True, timeout=300)
+# Runs a script (argv[2:]) with the CPU's bfloat16 support forced to argv[1].
+_FORCED_CPU = """
+import runpy, sys
+from cifar10_support import console
+console.before_tensorflow('__main__')
+from cifar10_support import mixed_precision
+feature, sys.argv = sys.argv[1], sys.argv[2:]
+mixed_precision.cpu_bf16_feature = lambda cpuinfo=None: feature
+runpy.run_path(sys.argv[0], run_name='__main__')
+"""
 
 
 def _losses(stdout):
@@ -419,10 +396,7 @@ def test_bfloat16_training_learns_a_batch_as_float32_does():
   # One fixed batch of the synthetic colour images, 60 plain SGD steps at
   # the original's learning rate (which makes the loss jump about); the
   # cross-entropy starts at ln(10) = 2.30.
-  rng = np.random.RandomState(0)
-  labels = np.arange(32) % 10
-  images = synthetic.visible_label_images(labels, rng)[:, 4:28, 4:28]
-  images = (images - images.mean()) / images.std()
+  images, labels = _colour_batch()
   late = {}
   for dtype in (None, tf.bfloat16):
     with tf.Graph().as_default() as graph:
@@ -447,10 +421,12 @@ def test_training_script_with_the_flag_says_how_first_and_trains(data_dir,
   # The console: the line before anything else, nothing on stderr. That the
   # checkpoint is float32: test_bfloat16_checkpoint_is_float32_and_... above.
   train_dir = str(tmp_path / 'train')
-  result = _run_forced('cifar10_train.py', 'avx512_bf16', [
+  # The CPU's answer decides only where no GPU is visible.
+  result = testutil.run_script('cifar10_train.py', [
       '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
       '--batch_size=8', '--log_frequency=5', '--max_steps=10',
-      '--mixed_precision=bf16'])
+      '--mixed_precision=bf16'], wrapper=['-c', _FORCED_CPU, 'avx512_bf16'],
+      CUDA_VISIBLE_DEVICES='')
   assert result.returncode == 0, result.stderr[-3000:]
   assert result.stdout.splitlines()[0] == (
       'Mixed precision: bfloat16 on the CPU (avx512_bf16); variables, loss, '
@@ -462,7 +438,7 @@ def test_training_script_with_the_flag_says_how_first_and_trains(data_dir,
 
 def test_cpu_without_bfloat16_says_so_and_computes_in_float32(monkeypatch,
                                                               capsys):
-  # The CPU's answer forced, as _forced_driver does for a script.
+  # The CPU's answer forced, as _FORCED_CPU does for a script.
   monkeypatch.setattr(mixed_precision, 'cpu_bf16_feature',
                       lambda cpuinfo=None: None)
   assert mixed_precision.compute_dtype_for_this_machine('bf16', False) is None
@@ -472,57 +448,40 @@ def test_cpu_without_bfloat16_says_so_and_computes_in_float32(monkeypatch,
       'float32.\n')
 
 
-def _with_flags(argv, run):
-  """run() with the scripts' flags parsed from argv, then as they were."""
-  was_parsed = flags.FLAGS.is_parsed()
-  try:
-    with flagsaver.flagsaver():
-      flags.FLAGS(argv)
-      return run()
-  finally:
-    if not was_parsed:  # Leave the flags as other tests expect them.
-      flags.FLAGS.unparse_flags()
-
-
 def test_this_machine_prints_its_own_answer(data_dir, tmp_path, capsys):
   # cifar10_eval.py's flags as a user gives them, on this machine's real
   # detection; no checkpoint there: the usual error, after the line.
-  with pytest.raises(SystemExit) as ended:
-    _with_flags(['cifar10_eval.py', '--data_dir=%s' % data_dir, '--run_once',
-                 '--eval_dir=%s' % (tmp_path / 'eval'), '--num_examples=20',
-                 '--mixed_precision=bf16'],
-                lambda: cifar10_eval.evaluate_as_flagged(
-                    cifar10_eval.FLAGS, str(tmp_path)))
-  assert 'No checkpoint file found' in str(ended.value.code)
+  line = testutil.exit_line(
+      lambda: cifar10_eval.evaluate_as_flagged(cifar10_eval.FLAGS,
+                                               str(tmp_path)),
+      'cifar10_eval.py', ['--data_dir=%s' % data_dir, '--run_once',
+                          '--eval_dir=%s' % (tmp_path / 'eval'),
+                          '--num_examples=20', '--mixed_precision=bf16'],
+      cifar10_eval.FLAGS)
+  assert 'No checkpoint file found' in line
   out = capsys.readouterr().out
   if tf.config.list_physical_devices('GPU'):
     # A GPU's line depends on its compute capability (tested above).
     assert 'Mixed precision: ' in out, out
-  else:
-    # Read here from /proc/cpuinfo, not by the code under test.
-    with open('/proc/cpuinfo') as f:
-      flag_set = set(re.findall(r'^flags\s*: (.*)$', f.read(), re.M)[0].split())
-    feature = 'amx_bf16' if 'amx_bf16' in flag_set else (
-        'avx512_bf16' if 'avx512_bf16' in flag_set else None)
-    if feature:
-      line = ('Mixed precision: bfloat16 on the CPU (%s); variables, loss, '
-              'gradients and checkpoints stay float32.' % feature)
-    else:
-      line = ('--mixed_precision=bf16: this CPU has neither AVX512_BF16 nor '
-              'AMX, so bfloat16 would be emulated and slower than float32: '
-              'running in float32.')
-    assert line in out.splitlines(), out
+    return
+  # Read here from /proc/cpuinfo, not by the code under test.
+  with open('/proc/cpuinfo') as f:
+    flag_set = set(re.findall(r'^flags\s*: (.*)$', f.read(), re.M)[0].split())
+  feature = ([f for f in ('amx_bf16', 'avx512_bf16') if f in flag_set] +
+             [None])[0]
+  assert mixed_precision.choose('bf16', False, feature, None)[1] in (
+      out.splitlines()), out
 
 
 def test_use_fp16_and_mixed_precision_together_is_a_usage_error(data_dir,
                                                                 tmp_path):
   # The script's main, by a call: a UsageError is its one line and exit
   # status 1 (test_flag_rules.py's process test of --train_dir).
-  with pytest.raises(app.UsageError) as e:
-    _with_flags(['cifar10_train.py', '--data_dir=%s' % data_dir,
-                 '--train_dir=%s' % tmp_path, '--use_fp16',
-                 '--mixed_precision=bf16'],
-                lambda: cifar10_train.main(['cifar10_train.py']))
+  with testutil.as_script('cifar10_train.py', [
+      '--data_dir=%s' % data_dir, '--train_dir=%s' % tmp_path, '--use_fp16',
+      '--mixed_precision=bf16'], cifar10_train.FLAGS):
+    with pytest.raises(app.UsageError) as e:
+      cifar10_train.main(['cifar10_train.py'])
   assert str(e.value) == ('--use_fp16 stores the variables in float16, '
                           '--mixed_precision=bf16 keeps them float32: drop one '
                           'of the two')

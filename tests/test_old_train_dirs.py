@@ -1,42 +1,19 @@
-"""A train_dir written at db22c74 by each trainer resumes in each trainer.
+"""A train_dir written at db22c74 (before issue #53's refactor) by each
+trainer resumes in each trainer.
 
-db22c74 is the code before issue #53's refactor. What its trainers left in a
-train_dir after a few steps (each run for 3 steps on tests/synthetic.py's
-data, batch 8, checkpoints listed with tf.train.list_variables) is written
-here from the literal lists below, not from today's model code, so that a
-change to today's names fails this test instead of moving it along:
+What db22c74's trainers left after a few steps (checked against real runs
+with tf.train.list_variables) is written from the literal lists below, not
+from today's model code, so that a renamed variable fails here: checkpoints
+0 and N with the `checkpoint` index (relative paths), the model's 21
+variables and 4 loss averages (`cross_entropy/avg`, ...; the multi-GPU
+trainer's under its last tower, `tower_0/` or `tower_1/`; the cluster's
+chief's as the single trainer's), class_names.txt, the left-behind lock
+file, graph.pbtxt and an events file. Random values, model.ckpt-0's other
+than model.ckpt-N's: the run must restore the newest.
 
-* the checkpoints model.ckpt-0 and model.ckpt-N (.index, .data-00000-of-00001,
-  .meta), and the `checkpoint` index naming both by relative path;
-* the 21 variables of the model (10 weights and biases, float32, their 10
-  moving averages, the int64 global step) and 4 float32 loss averages. The
-  averages are the trainer's own: cifar10_train.py and
-  cifar10_distributed_train.py (with or without --sync_replicas, whose
-  accumulators and local step are not saved) name them `cross_entropy/avg`,
-  ...; cifar10_multi_gpu_train.py names them after its last tower,
-  `tower_0/...` with one tower, `tower_1/...` with two. The single and the
-  distributed trainers' train_dirs are alike in every file, so the `single`
-  layout stands for both;
-* class_names.txt (CIFAR-10's ten names, one a line), the lock file
-  .cifar10_train.lock (left behind, naming the process that held it),
-  graph.pbtxt and an events file (here of the small graph that writes the
-  checkpoints, as are the .meta files: no trainer reads them).
-
-The checkpoints' values are random (the model has none of its own here) and
-model.ckpt-0's differ from model.ckpt-N's: the run must restore the newest.
-Nothing binary is committed: each test writes its train_dir.
-
-Each layout is resumed for two steps by each trainer in this process
-(testutil's `run_trainer`: the single trainer, one tower, two towers: nine
-pairings, bounded by pytest.ini's timeout), and the two-tower layout once by
-a cluster's chief (testutil's `run_chief`: one ps and one worker, the
-only processes this file starts, the worker bounded by run_script's
-timeout). The chief gets the layout whose loss averages it lacks: it
-restores the model onto the ps and starts its own averages fresh, which no
-other test makes it do (test_resume's chief resumes checkpoints of its own
-names only). The chief's resume of its own names is test_resume's (single
--> chief); every resumed run's checkpoint is checked here to be db22c74's
-layout of its trainer, so that test holds for db22c74's train_dirs too.
+Each layout resumes in each trainer in this process (testutil.run_trainer),
+and the two-tower one in a cluster's chief (testutil.run_chief), which then
+starts its own loss averages fresh, as no other test makes it do.
 """
 
 import os

@@ -35,8 +35,8 @@ OWN_STATE = {
     'single': ['%s/avg' % term for term in LOSS_TERMS],
     'towers1': ['tower_0/%s/avg' % term for term in LOSS_TERMS],
     'towers2': ['tower_1/%s/avg' % term for term in LOSS_TERMS],
-    'distributed': ['%s/avg' % term for term in LOSS_TERMS],
 }
+OWN_STATE['async chief'] = OWN_STATE['sync chief'] = OWN_STATE['single']
 
 
 def _check_resumed(stdout, train_dir, saved, step, max_steps, writer, reader):
@@ -77,32 +77,22 @@ def _check_resumed(stdout, train_dir, saved, step, max_steps, writer, reader):
   assert not np.array_equal(final['local4/weights'], saved['local4/weights'])
 
 
-@pytest.mark.slow  # Trains.
+@pytest.mark.slow  # Trains, and starts a cluster.
 def test_each_trainer_resumes_the_others_checkpoints(data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
-  chain = ['single', 'towers2', 'towers1', 'towers2', 'single']
+  chain = ['single', 'towers2', 'towers1', 'towers2', 'single', 'async chief',
+           'sync chief', 'towers2']
   run_trainer(chain[0], data_dir, train_dir, 4)
   for i, (writer, reader) in enumerate(zip(chain, chain[1:])):
     step = 4 * (i + 1)
     saved = checkpoint_values(tf.train.latest_checkpoint(train_dir))
     assert saved['global_step'] == step
-    stdout = run_trainer(reader, data_dir, train_dir, step + 4)
+    if reader.endswith('chief'):
+      stdout = run_chief(data_dir, train_dir, step + 4,
+                         reader == 'sync chief', tmp_path)
+    else:
+      stdout = run_trainer(reader, data_dir, train_dir, step + 4)
     _check_resumed(stdout, train_dir, saved, step, step + 4, writer, reader)
-
-
-@pytest.mark.slow  # Trains.
-def test_distributed_chief_resumes_and_is_resumed(data_dir, tmp_path):
-  train_dir = str(tmp_path / 'train')
-  run_trainer('single', data_dir, train_dir, 4)
-  for step, sync in ((4, False), (8, True)):
-    saved = checkpoint_values(tf.train.latest_checkpoint(train_dir))
-    stdout = run_chief(data_dir, train_dir, step + 4, sync, tmp_path)
-    writer = 'single' if step == 4 else 'distributed'
-    _check_resumed(stdout, train_dir, saved, step, step + 4, writer,
-                   'distributed')
-  saved = checkpoint_values(tf.train.latest_checkpoint(train_dir))
-  stdout = run_trainer('towers2', data_dir, train_dir, 16)
-  _check_resumed(stdout, train_dir, saved, 12, 16, 'distributed', 'towers2')
 
 
 def _listing(directory):
@@ -201,50 +191,31 @@ def test_a_checkpoint_of_another_model_is_refused_in_one_line_and_left(
   assert _listing(train_dir) == before
 
 
+def _variables(shapes, averaged=()):
+  """In the default graph: the global step, float32 zero variables of the
+  given shapes and the averages of those named."""
+  tf.train.get_or_create_global_step()
+  for name, shape in shapes.items():
+    tf.get_variable(name, shape, initializer=tf.zeros_initializer())
+  for name in averaged:
+    tf.get_variable(name + checkpoints.AVERAGE_SUFFIX, shapes[name],
+                    initializer=tf.zeros_initializer(), trainable=False)
+
+
 def _save(path, shapes, averaged=()):
-  """Writes a checkpoint of float32 zero variables of the given shapes."""
+  """Writes a checkpoint at step 7 of _variables(shapes, averaged)."""
   with tf.Graph().as_default():
-    tf.train.get_or_create_global_step()
-    for name, shape in shapes.items():
-      tf.get_variable(name, shape, initializer=tf.zeros_initializer())
-    for name in averaged:
-      tf.get_variable(name + checkpoints.AVERAGE_SUFFIX, shapes[name],
-                      initializer=tf.zeros_initializer(), trainable=False)
+    _variables(shapes, averaged)
     with tf.Session(config=testutil.session_config()) as sess:
       sess.run(tf.global_variables_initializer())
       return tf.train.Saver().save(sess, path, global_step=7)
 
 
-def _plan(checkpoint, shapes, averaged=(), own=()):
-  """plan_restore in a graph with those weights, averages and own state."""
+def _plan(checkpoint, shapes, averaged=()):
+  """plan_restore in a graph of _variables(shapes, averaged)."""
   with tf.Graph().as_default():
-    tf.train.get_or_create_global_step()
-    for name, shape in shapes.items():
-      tf.get_variable(name, shape)
-    for name in averaged:
-      tf.get_variable(name + checkpoints.AVERAGE_SUFFIX, shapes[name],
-                      trainable=False)
-    for name in own:
-      tf.get_variable(name, [], trainable=False)
+    _variables(shapes, averaged)
     return checkpoints.plan_restore(checkpoint)
-
-
-def test_plan_restores_shared_state_and_starts_own_state_fresh(tmp_path):
-  checkpoint = _save(str(tmp_path / 'model.ckpt'),
-                     {'conv1/weights': [5, 5, 3, 64], 'tower_1/loss/avg': []},
-                     averaged=['conv1/weights'])
-
-  plan = _plan(checkpoint, {'conv1/weights': [5, 5, 3, 64]},
-               averaged=['conv1/weights'], own=['loss/avg'])
-
-  assert plan.checkpoint == checkpoint
-  assert sorted(plan.variables) == [
-      'conv1/weights', 'conv1/weights/ExponentialMovingAverage', 'global_step']
-  assert plan.not_in_checkpoint == ['loss/avg']
-  assert checkpoints.not_in_checkpoint_message(plan) == (
-      'Starting fresh (not in model.ckpt-7, which another trainer or '
-      'precision wrote): '
-      'loss/avg.')
 
 
 @pytest.mark.parametrize('shapes, averaged, message', [

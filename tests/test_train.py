@@ -120,7 +120,6 @@ def test_each_checkpoint_line_has_the_time_left_at_the_recent_speed(
     announcer.after_save(None, step)
   lines = capsys.readouterr().out.splitlines()
   assert len(lines) == 3
-  date = r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}'
   # The first line knows no speed yet; then 12,000 steps in 10 min, and
   # 1,000 in 100 s: the most recent speed counts.
   for line, tail in zip(lines, [
@@ -128,7 +127,7 @@ def test_each_checkpoint_line_has_the_time_left_at_the_recent_speed(
       'model.ckpt-22000; step 22,000 of 100,000; about 1 h 5 min left',
       'model.ckpt-23000; step 23,000 of 100,000; about 2 h 8 min left']):
     assert re.fullmatch('Chief: %s: saved checkpoint /runs/a/%s' % (
-        date, re.escape(tail)), line), line
+        testutil.DATE, re.escape(tail)), line), line
 
 
 class _SessionAsked(Exception):

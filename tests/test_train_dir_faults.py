@@ -36,11 +36,6 @@ def _args(data_dir, train_dir, *extra):
           '--batch_size=%d' % BATCH, '--log_frequency=1'] + list(extra)
 
 
-def _last_line(result):
-  assert 'Traceback' not in result.stderr, result.stderr[-3000:]
-  return result.stderr.strip().splitlines()[-1]
-
-
 # --- One trainer per train_dir ------------------------------------------------
 
 def test_lock_names_its_holder_and_is_free_again_after(tmp_path):
@@ -125,7 +120,8 @@ def test_distributed_chief_stops_on_a_busy_train_dir(data_dir, tmp_path):
         '--worker_hosts=127.0.0.1:%d' % worker_port, '--startup_wait_secs=30',
         '--max_steps=4'] + _args(data_dir, train_dir), timeout=120)
   assert result.returncode == 1
-  assert _last_line(result).startswith(
+  assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+  assert result.stderr.strip().splitlines()[-1].startswith(
       'Worker 0: --train_dir=%s is in use by another trainer: pid %d on host '
       '%s' % (train_dir, os.getpid(), socket.gethostname()))
 
@@ -257,10 +253,9 @@ DAMAGE = {
 
 @pytest.fixture(scope='module')
 def two_checkpoints(tmp_path_factory):
-  """A train_dir as cifar10_train.py leaves it at step 4, written directly
-  (no training): checkpoints 0 and 4 of the model, its moving averages and
-  the trainer's loss averages, listed in the index relative to it. Built
-  once per test run (testutil.shared_dir); the tests copy it."""
+  """A train_dir as cifar10_train.py leaves it at step 4, written directly:
+  checkpoints 0 and 4 of the model and its trainer's state. Built once per
+  run (testutil.shared_dir); the tests copy it."""
   return testutil.shared_dir(
       tmp_path_factory, 'two_checkpoints',
       lambda train_dir: testutil.model_checkpoint(train_dir, (0, 4),
@@ -290,23 +285,22 @@ def _written_checkpoints(train_dir, steps=(0, 4)):
   return train_dir
 
 
-def _copy(train_dir, to):
-  """A copy of a train_dir (its index names checkpoints relative to it)."""
-  shutil.copytree(train_dir, to)
-  return to
-
-
 def _damaged_copy(two_checkpoints, to, damage):
   """A copy of two_checkpoints with model.ckpt-4 damaged; returns (the copy,
   the damaged checkpoint, {path: bytes} of its files)."""
-  train_dir = _copy(two_checkpoints, to)
+  train_dir = shutil.copytree(two_checkpoints, to)
   damaged = os.path.join(train_dir, 'model.ckpt-4')
   DAMAGE[damage](damaged)
+  return train_dir, damaged, _contents(damaged + '.*')
+
+
+def _contents(pattern):
+  """{path: bytes} of the files that match pattern."""
   files = {}
-  for path in glob.glob(damaged + '.*'):
+  for path in glob.glob(pattern):
     with open(path, 'rb') as f:
       files[path] = f.read()
-  return train_dir, damaged, files
+  return files
 
 
 def _unchanged(files):
@@ -371,10 +365,7 @@ def test_only_damaged_checkpoints_stop_with_one_line(data_dir, tmp_path,
   train_dir = _written_checkpoints(str(tmp_path / 'train'))
   for step in (0, 4):
     DAMAGE['truncated .data'](os.path.join(train_dir, 'model.ckpt-%d' % step))
-  files = {}
-  for path in glob.glob(os.path.join(train_dir, 'model.ckpt-*')):
-    with open(path, 'rb') as f:
-      files[path] = f.read()
+  files = _contents(os.path.join(train_dir, 'model.ckpt-*'))
 
   line = testutil.trainer_line(
       'cifar10_train.py', cifar10_train.train,
@@ -396,20 +387,7 @@ def test_only_damaged_checkpoints_stop_with_one_line(data_dir, tmp_path,
 
 def test_a_listed_checkpoint_whose_files_are_gone_is_skipped(data_dir, tmp_path,
                                                              capsys):
-  train_dir = str(tmp_path / 'train')
-  os.makedirs(train_dir)
-  # Two checkpoints of a global step and the last layer (of the data's
-  # classes): which one restores is all that counts here.
-  with tf.Graph().as_default():
-    step = tf.train.get_or_create_global_step()
-    tf.get_variable(checkpoints.CLASSES_PROBE, [10])
-    saver = tf.train.Saver(save_relative_paths=True)
-    with tf.Session(config=testutil.session_config()) as sess:
-      sess.run(tf.global_variables_initializer())
-      for value in (0, 4):
-        sess.run(step.assign(value))
-        saver.save(sess, os.path.join(train_dir, 'model.ckpt'),
-                   global_step=value)
+  train_dir = _written_checkpoints(str(tmp_path / 'train'))
   first, gone = (os.path.join(train_dir, 'model.ckpt-%d' % value)
                  for value in (0, 4))
   for path in glob.glob(gone + '.*'):
@@ -417,9 +395,9 @@ def test_a_listed_checkpoint_whose_files_are_gone_is_skipped(data_dir, tmp_path,
   assert tf.train.get_checkpoint_state(
       train_dir).all_model_checkpoint_paths == [first, gone]
 
-  data_set = data_files.describe(data_dir)
   capsys.readouterr()
-  with train_dirs.claim(train_dir, False, data_set) as start:
+  with train_dirs.claim(train_dir, False, data_files.describe(data_dir)) as (
+      start):
     assert (start.checkpoint, start.step) == (first, 0)
   assert capsys.readouterr().out == (
       'Checkpoint %s is listed but its files are missing: trying the one '
