@@ -81,13 +81,10 @@ def make_rows(results, expected):
   rows = []
   for result in results:
     recorded, tolerance = expected.get(result['step'], (None, None))
-    if recorded is None:
-      outcome = NOT_RECORDED
     # Rounded: a precision on the band's edge is inside, whatever the float.
-    elif round(abs(result['precision'] - recorded), 9) <= tolerance:
-      outcome = OK
-    else:
-      outcome = REGRESSION
+    outcome = (NOT_RECORDED if recorded is None else
+               OK if round(abs(result['precision'] - recorded), 9) <= tolerance
+               else REGRESSION)
     rows.append(dict(result, recorded=recorded, tolerance=tolerance,
                      result=outcome))
   return rows
@@ -133,17 +130,11 @@ def checked_steps(steps, eval_every):
   return sorted(set(range(eval_every, steps + 1, eval_every)) | {steps})
 
 
-def _saved_at(checkpoint):
-  return os.stat(checkpoint + '.index').st_mtime
-
-
 def train_and_evaluate(settings, steps, eval_settings, data_set):
-  """Trains to each of `steps` in turn from an empty train_dir, each leg
-  resuming from the last one's checkpoint, evaluated before the next (the
-  trainer keeps five). Returns (a dict per step: 'step', 'wall_s' (training
-  time as the README defines it), 'precision', 'true_count', 'num_examples';
-  the training seconds in all). Raises what cifar10_train.train and
-  cifar10_eval.eval_once raise, SystemExit after a signal's final save."""
+  """Trains to each of `steps` in turn, each leg resuming from the last one's
+  checkpoint, evaluated before the next (the trainer keeps five). Returns (a
+  dict per step: 'step', 'wall_s' (the README's training time), 'precision',
+  'true_count', 'num_examples'; the training seconds in all)."""
   results, trained, previous = [], 0.0, None
   for step in steps:
     began = time.time()
@@ -154,8 +145,9 @@ def train_and_evaluate(settings, steps, eval_settings, data_set):
     path = checkpoints.newest(settings.train_dir)
     # A resumed leg's clock starts when its session, built and restored,
     # saves the checkpoint it resumed from again (if it did not, at the call).
-    start = max(began, _saved_at(previous)) if previous else began
-    wall_s = trained + _saved_at(path) - start
+    start = (max(began, os.path.getmtime(previous + '.index')) if previous
+             else began)
+    wall_s = trained + os.path.getmtime(path + '.index') - start
     trained += ended - start
     previous = path
     evaluating = time.time()
@@ -165,10 +157,9 @@ def train_and_evaluate(settings, steps, eval_settings, data_set):
     print('%s: step %d evaluated: precision @ 1 = %.3f (%.1f s)' % (
         datetime.now(), step, result['precision'], time.time() - evaluating),
           flush=True)
-    results.append({'step': step, 'wall_s': wall_s,
-                    'precision': result['precision'],
-                    'true_count': result['true_count'],
-                    'num_examples': result['num_examples']})
+    results.append(dict(step=step, wall_s=wall_s, **{
+        key: result[key] for key in ('precision', 'true_count',
+                                     'num_examples')}))
   return results, trained
 
 

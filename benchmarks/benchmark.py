@@ -81,45 +81,33 @@ def describe_machine(cpuinfo=None, cpu_count=None, usable_cores=None,
   if usable_cores != cpu_count:
     cores += ' (%d usable by this process)' % usable_cores
   flags = mixed_precision.cpu_flags(cpuinfo)
-  if flags is None:
-    features = 'CPU flags unknown (no flags in /proc/cpuinfo)'
-  else:
-    features = ', '.join('%s %s' % (name, 'yes' if flag in flags else 'no')
-                         for name, flag in CPU_FEATURES)
+  features = ('CPU flags unknown (no flags in /proc/cpuinfo)' if flags is None
+              else ', '.join('%s %s' % (name, 'yes' if flag in flags else 'no')
+                             for name, flag in CPU_FEATURES))
   # TensorFlow reads the variable as a boolean: 1/true or 0/false.
   setting = environ.get('TF_ENABLE_ONEDNN_OPTS')
   state = {'1': 'on', 'true': 'on', '0': 'off', 'false': 'off'}.get(
       (setting or '').strip().lower())
-  if setting is None:
-    onednn = "TF's default (TF_ENABLE_ONEDNN_OPTS unset)"
-  elif state:
-    onednn = '%s (TF_ENABLE_ONEDNN_OPTS=%s)' % (state, setting)
-  else:
-    onednn = 'TF_ENABLE_ONEDNN_OPTS=%r, not a boolean' % setting
+  onednn = ("TF's default (TF_ENABLE_ONEDNN_OPTS unset)" if setting is None
+            else '%s (TF_ENABLE_ONEDNN_OPTS=%s)' % (state, setting) if state
+            else 'TF_ENABLE_ONEDNN_OPTS=%r, not a boolean' % setting)
   return 'machine: %s, %s; %s; TensorFlow %s; oneDNN %s' % (
       model, cores, features, tf_version or tf.__version__, onednn)
 
 
 def describe_threads(config):
-  """A tf.ConfigProto's thread settings, in one line."""
+  """The thread settings of a tf.ConfigProto as sessions.set_threads makes
+  them (at most one pool, TF's own, or the session's), in one line."""
   intra, inter = testutil.config_threads(config)
   notes = {0: " (TF's choice)", 1: ' (one op at a time)'}
   if inter < 0:
     notes[inter] = " (ops run in the caller's thread)"
   text = 'threads: intra %d%s, inter %d%s' % (
       intra, notes[0] if intra == 0 else '', inter, notes.get(inter, ''))
-  pools = config.session_inter_op_thread_pool
-  if pools:
-    text += ' from session_inter_op_thread_pool [%s]' % '; '.join(
-        '%d thread%s%s%s' % (
-            pool.num_threads, '' if pool.num_threads == 1 else 's',
-            notes[0] if pool.num_threads == 0 else '',
-            ", global '%s'" % pool.global_name if pool.global_name else '')
-        for pool in pools)
-    if len(pools) > 1:
-      text += ' (the first runs the session\'s steps)'
-  if config.use_per_session_threads:
-    text += ', use_per_session_threads'
+  for pool in config.session_inter_op_thread_pool:
+    text += " from session_inter_op_thread_pool [%d thread%s, global '%s']" % (
+        pool.num_threads, '' if pool.num_threads == 1 else 's',
+        pool.global_name)
   return text
 
 
@@ -129,7 +117,7 @@ def row_name(name, compute_dtype):
       compute_dtype]
 
 
-def _train_op(images, labels, global_step, batch_size, compute_dtype=None):
+def train_op(images, labels, global_step, batch_size, compute_dtype=None):
   """(train op, loss) as cifar10_train.train builds them, for both rows."""
   loss = cifar10.loss(cifar10.inference(images, compute_dtype), labels)
   return cifar10.train(loss, global_step, batch_size,
@@ -207,7 +195,7 @@ def bound_variant(steps, batch_size, config, compute_dtype=None,
     images = tf.constant(rng.normal(size=(batch_size, 24, 24, 3)), tf.float32)
     labels = tf.constant(rng.randint(0, 10, batch_size), tf.int32)
     if not forward:
-      return _train_op(images, labels, tf.train.get_or_create_global_step(),
+      return train_op(images, labels, tf.train.get_or_create_global_step(),
                        batch_size, compute_dtype)[0]
     top_1 = tf.nn.in_top_k(cifar10.inference(images, compute_dtype), labels, 1)
     return tf.reduce_sum(tf.cast(top_1, tf.int32))
@@ -227,12 +215,10 @@ def input_variant(data_dir, batch_size, config):
 
 
 class TrainScriptVariant(Variant):
-  """`train`: what cifar10_train.train builds (graph, hooks, its logger's
-  lines to /dev/null, MonitoredTrainingSession) in a fresh train_dir with no
-  stop step; the loop is the benchmark's. `train --seed`: with a seed.
-  `towers`, `towers2`, given num_towers: what cifar10_multi_gpu_train.py
-  builds (prefetch queue, num_towers towers of batch_size on as many virtual
-  CPU devices); each step fetches the mean loss too, as its loop does."""
+  """`train`: cifar10_train.train's graph, hooks (the logger's lines to
+  /dev/null) and MonitoredTrainingSession in a fresh train_dir, no stop step.
+  `train --seed`: with a seed. `towers`, `towers2`: cifar10_multi_gpu_train's
+  num_towers towers on as many virtual CPUs; a step fetches its loss too."""
 
   def __init__(self, steps, data_dir, train_dir, batch_size, config,
                compute_dtype=None, seed=None, num_towers=0):
@@ -258,7 +244,7 @@ class TrainScriptVariant(Variant):
       else:
         images, labels = cifar10.distorted_inputs(data_dir, batch_size,
                                                   seed=seed)
-        self.train_op, loss = _train_op(images, labels, global_step,
+        self.train_op, loss = train_op(images, labels, global_step,
                                         batch_size, compute_dtype)
     self._log = open(os.devnull, 'w')
     with self._quiet():
@@ -404,44 +390,36 @@ class MatmulVariant(SessionVariant):
 def mixed_precision_rows(requested, on_gpu, cpu_feature, capability):
   """(compute dtype, line, the bf16 ceiling line's end) of the mixed rows:
   mixed_precision.choose's, but bfloat16 also where a CPU emulates it."""
-  dtype, line = mixed_precision.choose(requested, on_gpu, cpu_feature, capability)
+  dtype, line = mixed_precision.choose(requested, on_gpu, cpu_feature,
+                                       capability)
   if requested != 'off' and dtype is None:
     dtype, line = tf.bfloat16, (
         'bf16 rows: this CPU has neither AVX512_BF16 nor AMX, so oneDNN '
         'emulates bfloat16 (the scripts stay float32 here).')
   if dtype != tf.bfloat16:
-    note = ''
-  elif on_gpu:
-    note = '; on the GPU'
-  elif cpu_feature:
-    note = '; this CPU computes bfloat16 natively (%s)' % cpu_feature.upper()
-  else:
-    note = '; emulated: this CPU has neither AVX512_BF16 nor AMX'
-  return dtype, line, note
-
-
-def matmul_ceiling(variants, median, dtype=None):
-  """(the MatmulVariant of dtype, None for float32, of the highest
-  median[name], its rate in GFLOP/s), or (None, None) when none ran."""
-  matmuls = [v for v in variants if isinstance(v, MatmulVariant)
-             and v.dtype == (dtype or tf.float32)]
-  if not matmuls:
-    return None, None
-  best = max(matmuls, key=lambda v: median[v.name])
-  return best, median[best.name] / 1e9
+    return dtype, line, ''
+  return dtype, line, (
+      '; on the GPU' if on_gpu else
+      '; this CPU computes bfloat16 natively (%s)' % cpu_feature.upper()
+      if cpu_feature else '; emulated: this CPU has neither AVX512_BF16 nor AMX')
 
 
 def table_lines(variants, median, bf16_note=''):
-  """The table's lines: a row per variant, then the ceilings'. A GFLOP/s is
-  a ratio of its own ceiling: the bf16 one for bfloat16 products and rows."""
-  tops = {tf.float32: matmul_ceiling(variants, median) + ('ceiling',),
-          tf.bfloat16: matmul_ceiling(variants, median, tf.bfloat16)
-                       + ('bf16 ceiling',)}
+  """The table's lines: a row per variant, then the ceilings': of each type,
+  its matrix product of the highest median. A GFLOP/s is a ratio of its own
+  ceiling: the bf16 one for bfloat16 products and rows."""
+  tops = {}  # dtype: (best, its GFLOP/s, label, how many ran)
+  for dtype, label in ((tf.float32, 'ceiling'), (tf.bfloat16, 'bf16 ceiling')):
+    matmuls = [v for v in variants
+               if isinstance(v, MatmulVariant) and v.dtype == dtype]
+    best = max(matmuls, key=lambda v: median[v.name], default=None)
+    tops[dtype] = (best, best and median[best.name] / 1e9, label,
+                   len(matmuls))
   row = '%-18s %12s %38s %10s   %s'
   lines = [(row % ('variant', 'examples/s', 'ratio', 'GFLOP/s', '')).rstrip()]
   for v in variants:
     if isinstance(v, MatmulVariant):
-      best, ceiling, label = tops[v.dtype]
+      best, ceiling, label, _ = tops[v.dtype]
       gflops = median[v.name] / 1e9
       ratio = ('1.00 (%s)' % label if v is best
                else '%.2f of %s' % (gflops / ceiling, label))
@@ -457,15 +435,13 @@ def table_lines(variants, median, bf16_note=''):
       rate = median[v.name] * v.flop_per_example / 1e9
       model_gflops = '%.1f' % rate
       bf16 = tops[tf.bfloat16][0] is not None and v.name.endswith('_bf16')
-      _, ceiling, label = tops[tf.bfloat16 if bf16 else tf.float32]
+      _, ceiling, label, _ = tops[tf.bfloat16 if bf16 else tf.float32]
       ratios.append('%.2f of %s' % (rate / ceiling, label))
     lines.append(row % (v.name, '%.1f' % median[v.name], '; '.join(ratios),
                         model_gflops,
                         '(rounds: %.0f-%.0f)' % (min(v.rates), max(v.rates))))
-  for dtype, (best, ceiling, label) in tops.items():
+  for dtype, (best, ceiling, label, count) in tops.items():
     if best is not None:
-      count = sum(1 for v in variants
-                  if isinstance(v, MatmulVariant) and v.dtype == dtype)
       lines.append(
           '%s: %s = %d independent %dx%d %s product%s in one session.run, '
           '%.1f GFLOP/s (the best median of %d matmul configuration%s)%s' % (
@@ -486,18 +462,14 @@ def _sizes(text):
 def _startup_seconds(data_dir, train_dir, threads):
   """Wall time from starting cifar10_train.py to its first step line."""
   start = time.time()
-  proc = subprocess.Popen(
-      [sys.executable, os.path.join(ROOT, 'cifar10_train.py'),
-       '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
-       '--max_steps=1', '--fresh_start'] + [
-           '--num_%s_threads=%d' % item for item in threads._asdict().items()
-           if item[1] is not None],
-      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
-  seconds = None
-  for line in proc.stdout:
-    if ': step 0, loss = ' in line and seconds is None:
-      seconds = time.time() - start
-  proc.wait(timeout=300)
+  proc = testutil.start_script('cifar10_train.py', [
+      '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
+      '--max_steps=1', '--fresh_start'] + [
+          '--num_%s_threads=%d' % item for item in threads._asdict().items()
+          if item[1] is not None], stderr=subprocess.DEVNULL)
+  seconds = next((time.time() - start for line in proc.stdout
+                  if ': step 0, loss = ' in line), None)
+  proc.communicate(timeout=300)
   return seconds
 
 

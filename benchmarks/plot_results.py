@@ -2,9 +2,9 @@
 
     python benchmarks/plot_results.py
 
-writes docs/results.png and docs/results_thumb.png (docs/results.md) from
-benchmarks/accuracy_curve.json, results_*.json (accuracy.py --log files)
-and results_transcribed.json.
+writes docs/results.png and results_thumb.png (docs/results.md) from
+accuracy_curve.json, results_*.json (accuracy.py --log) and
+results_transcribed.json.
 """
 
 import argparse

@@ -13,21 +13,23 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BENCHMARKS = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.dirname(BENCHMARKS), BENCHMARKS]
 from cifar10_support import console  # pylint: disable=g-import-not-at-top
 console.before_tensorflow('__main__')
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow.compat.v1 as tf
 
+import benchmark
 import cifar10
 from cifar10_support import data_files
 from cifar10_support import fast_ops
 from cifar10_support import sessions
 
 OURS = fast_ops.lrn, fast_ops.distort
+STEPS = 30  # A window's, and the warm-up's.
 
 
 def tf_distort(planes, offsets, flips, deltas, factors, image_size):
@@ -51,22 +53,19 @@ VARIANTS = {'ours': OURS, 'tf.nn.lrn': (tf.nn.lrn, OURS[1]),
             'tf.image distortions': (OURS[0], tf_distort)}
 
 
-def start(name, data_dir, batch_size):
-  """A session training variant `name`, warmed up; (session, train op)."""
-  fast_ops.lrn, fast_ops.distort = VARIANTS[name]
-  with tf.Graph().as_default():
-    global_step = tf.train.get_or_create_global_step()
+def variant(name, data_dir, batch_size):
+  """A benchmark.SessionVariant training with VARIANTS[name]'s ops."""
+  def build():
+    fast_ops.lrn, fast_ops.distort = VARIANTS[name]
     images, labels = cifar10.distorted_inputs(
         data_dir, batch_size, data_set=data_files.describe(data_dir))
-    loss = cifar10.loss(cifar10.inference(images), labels)
-    train_op = cifar10.train(loss, global_step, batch_size)
+    train_op = benchmark.train_op(images, labels,
+                                  tf.train.get_or_create_global_step(),
+                                  batch_size)[0]
     fast_ops.lrn, fast_ops.distort = OURS
-    sess = tf.Session(config=sessions.training_config())
-    sess.run(tf.global_variables_initializer())
-    tf.train.start_queue_runners(sess=sess, coord=tf.train.Coordinator())
-  for _ in range(30):
-    sess.run(train_op)
-  return sess, train_op
+    return train_op
+  return benchmark.SessionVariant(name, STEPS, batch_size, build, None,
+                                  sessions.training_config())
 
 
 def main():
@@ -75,15 +74,13 @@ def main():
   parser.add_argument('--rounds', type=int, default=9)
   parser.add_argument('--batch_size', type=int, default=128)
   args = parser.parse_args()
-  running = {name: start(name, args.data_dir, args.batch_size)
-             for name in VARIANTS}
-  times = {name: [] for name in VARIANTS}
-  for _ in range(args.rounds):
-    for name, (sess, train_op) in running.items():
-      began = time.time()
-      for _ in range(30):
-        sess.run(train_op)
-      times[name].append((time.time() - began) / 30 * 1000)
+  variants = [variant(name, args.data_dir, args.batch_size)
+              for name in VARIANTS]
+  for _ in range(args.rounds + 1):  # The first round warms up.
+    for v in variants:
+      v.measure()
+  times = {v.name: [1000 * args.batch_size / rate for rate in v.rates[1:]]
+           for v in variants}
   ours = statistics.median(times['ours'])
   for name, ms in times.items():
     median = statistics.median(ms)

@@ -26,8 +26,7 @@ def op_type(node_stats):
 
 
 def union(intervals):
-  """(sorted, disjoint [start, end] pairs covering the same points, the
-  length they cover)."""
+  """(sorted, disjoint [start, end] pairs covering intervals, their length)."""
   merged = []
   for start, end in sorted(intervals):
     if merged and start <= merged[-1][1]:
@@ -39,8 +38,7 @@ def union(intervals):
 
 def split_step(step_stats, start, end):
   """The Breakdown of a traced run's StepStats (every device and stream);
-  start, end: time.time() just before and after the run call, the trace's
-  clock (before or after is negative only if the trace lies outside)."""
+  start, end: time.time() just before and after the run call."""
   ops, inputs = [], []
   for device in step_stats.dev_stats:
     for node in device.node_stats:
@@ -69,8 +67,7 @@ def _ms(seconds):
 
 
 def describe(name, split, untraced_step):
-  """One line: 'train    step 95.1 ms = input 1.20 ms (1%) + ...; untraced
-  94.0 ms' (untraced_step, seconds)."""
+  """One line: 'train    step 95.1 ms = input 1.20 ms (1%) + ...'."""
   share = [100 * part / split.step
            for part in (split.input, split.compute, split.host)]
   return ('%-8s step %s = input %s (%.0f%%) + compute %s (%.0f%%) + host %s '
@@ -83,8 +80,7 @@ def describe(name, split, untraced_step):
 
 def node_costs(step_stats):
   """(node name, op type, first output's dtype name or '', seconds) of each
-  op, the costliest first; a GPU's stream entries (its ops' kernels again)
-  and labels without an op type are left out."""
+  op, the costliest first; not a GPU's stream entries (its ops again)."""
   nodes = []
   for device in step_stats.dev_stats:
     if '/stream:' in device.device or '/memcpy' in device.device:

@@ -16,10 +16,6 @@ from testutil import run_script
 # benchmark.py and step_time.py, imported by the step-split tests.
 sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
 
-VARIANTS = ['train', 'train --seed', 'towers', 'towers2', 'bound', 'input',
-            'eval', 'forward', 'classify']
-# --mixed_precision=bf16's rows, each against its float32 row.
-MIXED = ['train', 'bound', 'eval', 'forward']
 # The test's matrix products: small, so that a round stays short.
 MATMULS = ['matmul %d x%d' % (n, k) for n in (256, 512) for k in (1, 2)]
 # The same in bfloat16, with --mixed_precision=bf16: the bf16 ceiling.
@@ -34,31 +30,6 @@ CEILING = (r'^%sceiling: (%s \d+ x\d+) = \d+ independent \d+x\d+ %s '
            r'of (\d+) matmul configurations\)(.*)$')
 
 
-def _machine_expected():
-  """(model, features) the machine line must show here, read from
-  /proc/cpuinfo without the benchmark's code: the first model name, else
-  the platform's processor name; the three features, or that the flags are
-  unknown. Every form is also built from a made-up cpuinfo in
-  test_describe_machine_reports_cpu_cores_features_tf_and_onednn."""
-  import platform  # pylint: disable=g-import-not-at-top
-  try:
-    with open('/proc/cpuinfo') as f:
-      text = f.read()
-  except OSError:
-    text = ''
-  model = re.search(r'^model name\s*: (.*)$', text, re.M)
-  model = (model and model.group(1).strip()) or (
-      platform.processor() or 'unknown CPU')
-  flags = re.search(r'^flags\s*: (.*)$', text, re.M)
-  if not flags:
-    return model, 'CPU flags unknown (no flags in /proc/cpuinfo)'
-  flags = set(flags.group(1).split())
-  return model, ', '.join('%s %s' % (name, 'yes' if flag in flags else 'no')
-                          for name, flag in (('AVX-512', 'avx512f'),
-                                             ('AVX512_BF16', 'avx512_bf16'),
-                                             ('AMX', 'amx_tile')))
-
-
 @pytest.mark.slow  # Starts a process.
 def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
   import benchmark
@@ -68,8 +39,8 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
   result = run_script('benchmarks/benchmark.py', [
       '--data_dir=%s' % data_dir, '--rounds=2', '--steps=3',
       '--batch_size=8', '--startup_runs=1', '--traced_steps=2',
-      '--matmul_sizes=256,512',
-      '--matmul_products=1,2', '--mixed_precision=bf16'], timeout=600)
+      '--matmul_sizes=256,512', '--matmul_products=1,2',
+      '--mixed_precision=bf16'], timeout=600)
 
   assert result.returncode == 0, result.stderr[-3000:]
   out = result.stdout
@@ -92,34 +63,31 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
       # The products' sessions may run them side by side.
       "matmul sessions threads: intra 0 (TF's choice), inter 0 (TF's choice)",
       line], out[:2000]
-
   assert re.search(r'^round 2/2 done, RSS \d+ MiB$', out, re.M), out
-  mixed = {benchmark.row_name(name, dtype): name for name in MIXED}
-  # bfloat16 rows have a ceiling of their own (float16 ones, on a GPU
-  # without bfloat16, are against float32's).
+
+  # Each row's ratio: to its own ceiling measured in the same run (the
+  # seeded train to the unseeded one; a mixed-precision row, native or
+  # emulated, to its float32 row), and to the matrix products' ceiling of
+  # its type: bfloat16 rows have their own (float16 ones, on a GPU without
+  # bfloat16, are against float32's). The input pipeline has neither.
   bf16 = dtype == tf.bfloat16
-  matmuls = MATMULS + (MATMULS_BF16 if bf16 else [])
+  of = r'\d\.\d\d of %s; [\d.]+ of %sceiling$'
+  expected = {'train': of % ('bound', ''), 'towers': of % ('bound', ''),
+              'towers2': of % ('bound', ''), 'train --seed': of % ('train', ''),
+              'eval': of % ('forward', ''), 'classify': of % ('forward', ''),
+              'bound': r'[\d.]+ of ceiling$',
+              'forward': r'[\d.]+ of ceiling$', 'input': '$'}
+  for name in ('train', 'bound', 'eval', 'forward'):
+    expected[benchmark.row_name(name, dtype)] = of % (
+        name, 'bf16 ' if bf16 else '')
+  names = list(expected) + MATMULS + (MATMULS_BF16 if bf16 else [])
   rows = {m.group(1): (m.group(3), m.group(4)) for m in ROW.finditer(out)
-          if m.group(1) in VARIANTS + matmuls + list(mixed)}
-  assert sorted(rows) == sorted(VARIANTS + matmuls + list(mixed)), out
+          if m.group(1) in names}
+  assert sorted(rows) == sorted(names), out
+  for name, pattern in expected.items():
+    assert re.match(pattern, rows[name][0]), (name, rows[name])
   ratios = {name: ratio for name, (ratio, _) in rows.items()}
   gflops = {name: float(g) for name, (_, g) in rows.items() if g}
-  for name in ('train', 'towers', 'towers2'):
-    assert re.match(r'\d\.\d\d of bound; [\d.]+ of ceiling$', ratios[name])
-  # Seeded against unseeded, in the same run.
-  assert re.match(r'\d\.\d\d of train; [\d.]+ of ceiling$',
-                  ratios['train --seed'])
-  for name in ('eval', 'classify'):
-    assert re.match(r'\d\.\d\d of forward; [\d.]+ of ceiling$',
-                    ratios[name])
-  # Each mixed-precision row against its float32 row, native or emulated,
-  # and against the ceiling of its own type.
-  for row, name in mixed.items():
-    assert re.match(r'\d\.\d\d of %s; [\d.]+ of %sceiling$' % (
-        name, 'bf16 ' if bf16 else ''), ratios[row]), ratios[row]
-  assert re.match(r'[\d.]+ of ceiling$', ratios['bound'])
-  assert re.match(r'[\d.]+ of ceiling$', ratios['forward'])
-  assert ratios['input'] == '' and 'input' not in gflops
   assert sorted(gflops) == sorted(set(rows) - {'input'}), out
 
   # Each ceiling: the best of its matrix products, the one row marked so
@@ -191,13 +159,10 @@ def test_describe_machine_reports_cpu_cores_features_tf_and_onednn(monkeypatch):
                   "/proc/cpuinfo); TensorFlow 2.21.0; oneDNN TF's default "
                   "(TF_ENABLE_ONEDNN_OPTS unset)")
 
-  # This machine, read by the function itself.
-  line = benchmark.describe_machine()
-  assert '; TensorFlow %s; ' % benchmark.tf.__version__ in line
-  assert ', %d cores' % os.cpu_count() in line
-  model, features = _machine_expected()
-  assert line.startswith('machine: %s, ' % model)
-  assert '; %s; ' % features in line
+  # Each argument None: this machine's.
+  assert benchmark.describe_machine() == benchmark.describe_machine(
+      benchmark.mixed_precision.read_cpuinfo(), os.cpu_count(),
+      benchmark.sessions.usable_cores(), os.environ, benchmark.tf.__version__)
 
 
 def test_describe_threads_describes_a_session_config():
@@ -213,23 +178,18 @@ def test_describe_threads_describes_a_session_config():
       inter_op_parallelism_threads=-1)) ==
           "threads: intra 0 (TF's choice), inter -1 (ops run in the caller's "
           "thread)")
-
-  one = tf.ConfigProto(inter_op_parallelism_threads=8)
-  pool = one.session_inter_op_thread_pool.add()
-  pool.num_threads = 1
-  pool.global_name = 'serial'
-  assert (benchmark.describe_threads(one) ==
-          "threads: intra 0 (TF's choice), inter 1 (one op at a time) from "
-          "session_inter_op_thread_pool [1 thread, global 'serial']")
-
-  two = tf.ConfigProto(intra_op_parallelism_threads=2,
-                       use_per_session_threads=False)
-  two.session_inter_op_thread_pool.add(num_threads=3)
-  two.session_inter_op_thread_pool.add(num_threads=0, global_name='spare')
-  assert (benchmark.describe_threads(two) ==
-          "threads: intra 2, inter 3 from session_inter_op_thread_pool "
-          "[3 threads; 0 threads (TF's choice), global 'spare'] (the first "
-          "runs the session's steps)")
+  # The session's own pool, as sessions.set_threads adds it.
+  config = benchmark.sessions.session_config(
+      threads=benchmark.sessions.ThreadCounts(2, 1))
+  assert (benchmark.describe_threads(config) ==
+          "threads: intra 2, inter 1 (one op at a time) from "
+          "session_inter_op_thread_pool [1 thread, global "
+          "'cifar10_inter_op_1']")
+  assert (benchmark.describe_threads(benchmark.sessions.session_config(
+      threads=benchmark.sessions.ThreadCounts(None, 3))) ==
+          "threads: intra 0 (TF's choice), inter 3 from "
+          "session_inter_op_thread_pool [3 threads, global "
+          "'cifar10_inter_op_3']")
 
 
 def test_each_ceiling_is_the_best_median_and_ratios_are_against_their_own():
@@ -256,9 +216,6 @@ def test_each_ceiling_is_the_best_median_and_ratios_are_against_their_own():
     v.rates = rates
   median = {v.name: float(benchmark.np.median(v.rates)) for v in variants}
 
-  assert benchmark.matmul_ceiling(variants, median) == (matmuls[1], 200.0)
-  assert benchmark.matmul_ceiling(variants, median, tf.bfloat16) == (
-      matmuls[4], 800.0)
   lines = benchmark.table_lines(variants, median, '; emulated')
   rows = {m.group(1): (m.group(3), m.group(4))
           for m in ROW.finditer('\n'.join(lines))}
@@ -282,90 +239,42 @@ def test_each_ceiling_is_the_best_median_and_ratios_are_against_their_own():
       'configurations); emulated']
 
 
-def _matmul_intervals(sess, fetch):
-  """(start, end) in us of each matrix-product op of a traced run."""
+def test_matmul_products_run_side_by_side():
+  """What the benchmark does to let two products overlap: its session runs
+  on TF's inter-op pool of one thread a core (the model's sessions on a CPU
+  with few cores run one op at a time), and in the graph that runs (after
+  Grappler) neither product waits for the other."""
   import benchmark
   tf = benchmark.tf
-  sess.run(fetch)
-  options = tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE)
-  metadata = tf.RunMetadata()
-  sess.run(fetch, options=options, run_metadata=metadata)
-  intervals = []
-  for device in metadata.step_stats.dev_stats:
-    for node in device.node_stats:
-      if re.search(r'= \w*MatMul\w*\(', node.timeline_label):
-        intervals.append((node.all_start_micros,
-                          node.all_start_micros + node.all_end_rel_micros))
-  return intervals
 
+  variant = benchmark.MatmulVariant(512, 2)
+  try:
+    metadata = tf.RunMetadata()
+    variant.sess.run(variant.fetch, run_metadata=metadata,
+                     options=tf.RunOptions(output_partition_graphs=True))
+  finally:
+    variant.close()
 
-def _overlap(intervals):
-  (start_a, end_a), (start_b, end_b) = sorted(intervals)
-  return start_b < end_a
-
-
-def _matmul_inputs(sess, fetch):
-  """{name: every node it waits for} of each matrix product in the graph a
-  run really executes (after Grappler), data and control inputs alike."""
-  import benchmark
-  tf = benchmark.tf
-  metadata = tf.RunMetadata()
-  sess.run(fetch, options=tf.RunOptions(output_partition_graphs=True),
-           run_metadata=metadata)
+  assert benchmark.describe_threads(variant.config) == (
+      "threads: intra 0 (TF's choice), inter 0 (TF's choice)")
+  assert not variant.config.use_per_session_threads
   inputs, products = {}, []
-  for graph in metadata.partition_graphs:
-    for node in graph.node:
-      inputs[node.name] = [name.lstrip('^').split(':')[0]
-                           for name in node.input]
-      if re.match(r'\w*MatMul\w*$', node.op):
-        products.append(node.name)
-  ancestors = {}
-  for name in products:
+  for node in (n for graph in metadata.partition_graphs for n in graph.node):
+    inputs[node.name] = [name.lstrip('^').split(':')[0] for name in node.input]
+    if re.match(r'\w*MatMul\w*$', node.op):
+      products.append(node.name)
+  assert len(products) == 2, products
+
+  def waits_for(name):  # every node it waits for, data and control inputs
     seen, todo = set(), list(inputs[name])
     while todo:
       node = todo.pop()
       if node not in seen:
         seen.add(node)
         todo.extend(inputs.get(node, []))
-    ancestors[name] = seen
-  return ancestors
-
-
-@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason='needs 2 cores')
-def test_matmul_products_run_side_by_side():
-  """In the matmul session two products can overlap: they do not wait for
-  each other, and the session runs on TF's inter-op pool of one thread a
-  core. One op at a time (the model's sessions on a CPU with few cores)
-  they never do."""
-  import benchmark
-  tf = benchmark.tf
-
-  variant = benchmark.MatmulVariant(512, 2)
-  try:
-    # Whether two ready ops start together is up to the scheduler; what the
-    # benchmark does to let them is its session's threads and its graph.
-    config = variant.config
-    side_by_side = [_matmul_intervals(variant.sess, variant.fetch)
-                    for _ in range(3)]
-    ancestors = _matmul_inputs(variant.sess, variant.fetch)
-    with variant.graph.as_default(), tf.Session(
-        config=benchmark.sessions.session_config(threads=(None, 1))) as sess:
-      sess.run(tf.global_variables_initializer())
-      serial = [_matmul_intervals(sess, variant.fetch) for _ in range(5)]
-  finally:
-    variant.close()
-
-  assert all(len(run) == 2 for run in side_by_side + serial)
-  # The process's pool, one thread a core (>= 2 here), not a one-thread one.
-  assert benchmark.describe_threads(config) == (
-      "threads: intra 0 (TF's choice), inter 0 (TF's choice)")
-  assert not config.session_inter_op_thread_pool
-  assert not config.use_per_session_threads
-  # Two products, neither waiting for the other: both ready at once.
-  assert len(ancestors) == 2, ancestors
-  (a, before_a), (b, before_b) = sorted(ancestors.items())
-  assert a not in before_b and b not in before_a, ancestors
-  assert not any(_overlap(run) for run in serial), serial
+    return seen
+  a, b = products
+  assert a not in waits_for(b) and b not in waits_for(a), inputs
 
 
 def _node(device, name, op, start, duration, nanos=False):
@@ -474,9 +383,9 @@ def test_op_costs_sum_each_op_type_in_each_output_dtype():
 
 @pytest.mark.slow  # Trains.
 def test_step_split_of_a_real_cpu_training_step_adds_up(data_dir, tmp_path):
-  """cifar10_train's own session, traced: three parts >= 0, sum = step."""
+  """cifar10_train's own session, traced: three parts >= 0, sum = step (the
+  lines that print them: test_benchmark_prints_every_variant_with_its_ratio)."""
   import benchmark
-  import step_time
   import testutil
 
   # The script's session configuration, with a bound on a starved dequeue.
@@ -492,20 +401,14 @@ def test_step_split_of_a_real_cpu_training_step_adds_up(data_dir, tmp_path):
     variant.close()
 
   for split in splits:
-    assert split.step > 0, splits
     # before and after < 0 would mean the trace's clock is not time.time().
-    for part in ('input', 'compute', 'host', 'before', 'between', 'after'):
-      assert getattr(split, part) >= 0, (part, split)
-    total = split.input + split.compute + split.host
-    assert total == pytest.approx(split.step, abs=1e-6), split
-    # The dequeue was found, and the model, not it, filled the step.
-    assert 0 < split.input < split.compute, split
+    assert split.step > 0 and min(split) >= 0, split
+    assert split.input + split.compute + split.host == pytest.approx(
+        split.step, abs=1e-6), split
     assert split.host == pytest.approx(
         split.before + split.between + split.after, abs=1e-6)
-    line = step_time.describe('train', split, split.step)
-    assert re.match(r'train +step [\d.]+ ms = input [\d.]+ ms \(\d+%\) \+ '
-                    r'compute [\d.]+ ms \(\d+%\) \+ host [\d.]+ ms \(\d+%: ',
-                    line), line
+    # The dequeue was found, and the model, not it, filled the step.
+    assert 0 < split.input < split.compute, split
 
 
 def test_mixed_precision_rows_follow_the_scripts_except_emulation():
