@@ -398,10 +398,12 @@ def mixed_precision_rows(requested, on_gpu, cpu_feature, capability):
         'emulates bfloat16 (the scripts stay float32 here).')
   if dtype != tf.bfloat16:
     return dtype, line, ''
-  return dtype, line, (
-      '; on the GPU' if on_gpu else
-      '; this CPU computes bfloat16 natively (%s)' % cpu_feature.upper()
-      if cpu_feature else '; emulated: this CPU has neither AVX512_BF16 nor AMX')
+  if on_gpu:
+    return dtype, line, '; on the GPU'
+  if cpu_feature:
+    return dtype, line, ('; this CPU computes bfloat16 natively (%s)'
+                         % cpu_feature.upper())
+  return dtype, line, '; emulated: this CPU has neither AVX512_BF16 nor AMX'
 
 
 def table_lines(variants, median, bf16_note=''):

@@ -65,16 +65,15 @@ def dodges(all_series):
 def draw_series(axes, series, dodge=1.0):
   """Draws a series on both panels (steps axes, time axes), its steps times
   `dodge`; points without a wall time (null) on the step panel only."""
-  theirs = series.get('theirs', False)
+  theirs, points = series.get('theirs', False), series['points']
   style = dict(
       color='black' if theirs else COLORS[series['dtype']],
       marker='*' if theirs else MARKERS.get(series['machine'], 'o'),
-      markersize=13 if theirs else 6, linestyle='-' if len(
-          series['points']) > 1 else 'none', linewidth=1.4,
+      markersize=13 if theirs else 6,
+      linestyle='-' if len(points) > 1 else 'none', linewidth=1.4,
       label=series['label'])
   if series.get('emulated'):
     style['markerfacecolor'] = 'white'
-  points = series['points']
   axes[0].plot([p['step'] * dodge for p in points],
                [p['precision'] for p in points], **style)
   timed = [p for p in points if p['wall_s'] is not None]
@@ -135,15 +134,13 @@ def draw(transcribed, curve, logs):
     draw_series(axes, series, factors.get(index, 1.0))
 
   for ax, name in zip(axes, ('against training steps', 'against wall time')):
-    ax.set_xscale('log')
-    ax.set_title(name)
+    ax.set(xscale='log', title=name)
     ax.grid(True, which='major', color='0.9')
-  axes[0].set_xlabel('training steps (batch of 128; log scale)')
-  axes[0].set_ylabel('precision @ 1 (test set)')
+  axes[0].set(xlabel='training steps (batch of 128; log scale)',
+              ylabel='precision @ 1 (test set)')
   axes[0].xaxis.set_major_formatter('{x:,.0f}')
   axes[1].set_xlabel('wall time from the start of training (log scale)')
-  axes[1].set_xticks([t for t, _ in TIME_TICKS],
-                     [label for _, label in TIME_TICKS])
+  axes[1].set_xticks(*zip(*TIME_TICKS))
   axes[1].minorticks_off()
   # sharey hides the right panel's tick labels; the left one keeps them.
   axes[1].yaxis.set_tick_params(labelleft=True)

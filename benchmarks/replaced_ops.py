@@ -1,7 +1,6 @@
 """The faster replacements against the TensorFlow ops they replace, in one
-training step: the LRN (fast_ops.lrn against tf.nn.lrn) and the training
-distortions (fast_ops.distort against tf.image's per-image ops, one image at
-a time, as the original distorted them).
+training step: fast_ops.lrn against tf.nn.lrn, fast_ops.distort against
+tf.image's per-image ops, one image at a time as the original distorted.
 
     python benchmarks/replaced_ops.py --data_dir=/tmp/cifar10_data --rounds=9
 
@@ -29,7 +28,7 @@ from cifar10_support import fast_ops
 from cifar10_support import sessions
 
 OURS = fast_ops.lrn, fast_ops.distort
-STEPS = 30  # A window's, and the warm-up's.
+STEPS = 30  # Of a window, and of the warm-up.
 
 
 def tf_distort(planes, offsets, flips, deltas, factors, image_size):
@@ -54,7 +53,7 @@ VARIANTS = {'ours': OURS, 'tf.nn.lrn': (tf.nn.lrn, OURS[1]),
 
 
 def variant(name, data_dir, batch_size):
-  """A benchmark.SessionVariant training with VARIANTS[name]'s ops."""
+  """A warmed-up benchmark.SessionVariant training with VARIANTS[name]'s."""
   def build():
     fast_ops.lrn, fast_ops.distort = VARIANTS[name]
     images, labels = cifar10.distorted_inputs(
@@ -64,8 +63,11 @@ def variant(name, data_dir, batch_size):
                                   batch_size)[0]
     fast_ops.lrn, fast_ops.distort = OURS
     return train_op
-  return benchmark.SessionVariant(name, STEPS, batch_size, build, None,
-                                  sessions.training_config())
+  training = benchmark.SessionVariant(name, STEPS, batch_size, build, None,
+                                      sessions.training_config())
+  for _ in range(STEPS):
+    training.step()
+  return training
 
 
 def main():
@@ -76,10 +78,10 @@ def main():
   args = parser.parse_args()
   variants = [variant(name, args.data_dir, args.batch_size)
               for name in VARIANTS]
-  for _ in range(args.rounds + 1):  # The first round warms up.
+  for _ in range(args.rounds):
     for v in variants:
       v.measure()
-  times = {v.name: [1000 * args.batch_size / rate for rate in v.rates[1:]]
+  times = {v.name: [1000 * args.batch_size / rate for rate in v.rates]
            for v in variants}
   ours = statistics.median(times['ours'])
   for name, ms in times.items():
