@@ -274,8 +274,7 @@ def record(args):
       args.curve, len(logs),
       pooled_sd([p['precision'] for p in curve['points']])))
   for step in sorted(expected):
-    print('step %d: recorded %.4f, tolerance %.4f' % ((step,) +
-                                                       expected[step]))
+    print('step %d: recorded %.4f, tolerance %.4f' % (step, *expected[step]))
   return 0
 
 

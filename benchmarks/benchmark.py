@@ -196,7 +196,7 @@ def bound_variant(steps, batch_size, config, compute_dtype=None,
     labels = tf.constant(rng.randint(0, 10, batch_size), tf.int32)
     if not forward:
       return train_op(images, labels, tf.train.get_or_create_global_step(),
-                       batch_size, compute_dtype)[0]
+                      batch_size, compute_dtype)[0]
     top_1 = tf.nn.in_top_k(cifar10.inference(images, compute_dtype), labels, 1)
     return tf.reduce_sum(tf.cast(top_1, tf.int32))
   return SessionVariant(
@@ -245,7 +245,7 @@ class TrainScriptVariant(Variant):
         images, labels = cifar10.distorted_inputs(data_dir, batch_size,
                                                   seed=seed)
         self.train_op, loss = train_op(images, labels, global_step,
-                                        batch_size, compute_dtype)
+                                       batch_size, compute_dtype)
     self._log = open(os.devnull, 'w')
     with self._quiet():
       settings = run_flags.TrainSettings(None, train_dir, max_steps=10 ** 9)
