@@ -17,7 +17,6 @@ sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
 import accuracy  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
-
 def _log(steps, precisions, **fields):
   """A --log of a float32 run, as accuracy.py writes it."""
   log = {'machine': 'M', 'cpu': 'cpu', 'cpu_family_model': None,
