@@ -1,12 +1,8 @@
 """cifar10_distributed_train.py where a cluster manager starts it: TF_CONFIG
 with a chief job ("chief", or "master"), and an evaluator task, listed in
-the cluster (Kubeflow) or not (Vertex AI).
-
-Every task runs the same command, as Kubeflow's TFJob and Vertex AI start
-it, and learns its role from TF_CONFIG, set exactly as each platform sets
-it; real processes on 127.0.0.1. The script reads TF_CONFIG through
-TensorFlow's own TFConfigClusterResolver; the tests' oracle is each
-platform's TF_CONFIG as written.
+the cluster (Kubeflow) or not (Vertex AI). Every task runs the same command
+and learns its role from TF_CONFIG, set exactly as each platform sets it
+(the tests' oracle); real processes on 127.0.0.1.
 """
 
 import glob
@@ -27,8 +23,6 @@ import testutil
 from testutil import LEARNED_TRAIN_STEPS as TRAIN_STEPS
 from testutil import LEARNING_RATE
 
-DONE_LINE = re.compile(r'^(Chief|Master|Worker \d): stopped at global step '
-                       r'(\d+) after (\d+) steps of its own\.$', re.M)
 EVALUATOR_LINE = re.compile(
     r'^Evaluator: (\S+) \(global step (\d+), --max_steps=(\d+)\): '
     r'precision @ 1 = (\d\.\d{3})\.$')
@@ -36,43 +30,28 @@ PRECISION_LINE = testutil.PRECISION_LINE
 
 
 class _ManagedCluster(testutil.Tasks):
-  """One process per task, each with the same command and its TF_CONFIG.
-
-  Args:
-    jobs: dict from each job of the cluster ('chief', 'master', 'ps',
-      'worker', and 'evaluator' where the platform lists it) to its number
-      of tasks.
-    evaluator: bool, also an evaluator task not listed in the cluster.
-    flags: the command's flags, the same for every task.
-    extra: dict of keys TF_CONFIG carries beside cluster and task on the
-      platform ('environment', 'job', ...); task_extra, beside type and
-      index.
-    learning_rate: every task's initial learning rate (the fault tests',
-      which must not diverge on 100 records); None for the script's own.
-  """
+  """One process per task, each with the same command, `flags`, and its
+  TF_CONFIG: `jobs`, {job: its number of tasks}, the cluster (an
+  'evaluator' job where the platform lists it); evaluator, an evaluator
+  task outside it too; extra, the keys TF_CONFIG carries beside cluster and
+  task ('environment', ...); task_extra, beside type and index."""
 
   def __init__(self, tmp_path, jobs, flags, evaluator=False, extra=None,
-               task_extra=None, learning_rate=LEARNING_RATE):
-    self.jobs = jobs
-    self.flags = flags
-    self._pick_ports()
+               task_extra=None):
+    self.jobs, self.flags = jobs, flags
+    self.extra, self.task_extra = extra or {}, task_extra or {}
     self.tasks = ['%s%d' % (job, i) for job, n in jobs.items()
                   for i in range(n)] + (['evaluator0'] if evaluator else [])
-    self.learning_rate = learning_rate
-    self.extra = extra or {}
-    self.task_extra = task_extra or {}
     super().__init__({task: str(tmp_path / (task + '.log'))
                       for task in self.tasks})
+    self.afresh()
 
-  def _pick_ports(self):
+  def afresh(self):
+    """Every task's address picked anew; nothing left of an attempt on the
+    old ones."""
     ports = iter(testutil.free_ports(sum(self.jobs.values())))
     self.cluster = {job: ['127.0.0.1:%d' % next(ports) for _ in range(n)]
                     for job, n in self.jobs.items()}
-
-  def afresh(self):
-    """Every task's address picked anew, and nothing left of an attempt on
-    the old ones."""
-    self._pick_ports()
     for flag in self.flags:
       if flag.startswith(('--train_dir=', '--eval_dir=')):
         shutil.rmtree(flag.split('=', 1)[1], ignore_errors=True)
@@ -94,7 +73,7 @@ class _ManagedCluster(testutil.Tasks):
   def start(self, task):
     self.processes[task] = testutil.start_script(
         'cifar10_distributed_train.py', self.flags, self.logs[task],
-        testutil.with_learning_rate(self.learning_rate),
+        testutil.with_learning_rate(LEARNING_RATE),
         dict(TF_CONFIG=self.tf_config(task)))
 
 
@@ -136,13 +115,16 @@ PLATFORMS = {
 }
 
 
-def _flags(data_dir, train_dir, tmp_path, max_steps, *extra):
-  return ['--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
-          '--max_steps=%d' % max_steps, '--batch_size=8',
-          '--log_frequency=4', '--save_checkpoint_steps=10',
-          '--startup_wait_secs=120', '--operation_timeout_secs=120',
-          '--eval_dir=%s' % (tmp_path / 'eval'), '--eval_interval_secs=1',
-          '--num_examples=20'] + list(extra)
+def _platform_cluster(platform, data_dir, tmp_path, max_steps, *extra):
+  """The platform's _ManagedCluster of a run to max_steps; its train_dir."""
+  train_dir = str(tmp_path / 'train')
+  return _ManagedCluster(tmp_path, flags=[
+      '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
+      '--max_steps=%d' % max_steps, '--batch_size=8', '--log_frequency=4',
+      '--save_checkpoint_steps=10', '--startup_wait_secs=120',
+      '--operation_timeout_secs=120', '--eval_dir=%s' % (tmp_path / 'eval'),
+      '--eval_interval_secs=1', '--num_examples=20'] + list(extra),
+                         **PLATFORMS[platform]()), train_dir
 
 
 def _run(cluster, order, meanwhile=lambda: None):
@@ -171,23 +153,19 @@ def _check_trained(outputs, train_dir, chief, max_steps):
   """The chief reached max_steps under its own name; every checkpoint of
   train_dir restores; returns the final global step."""
   done = dict((label, int(step)) for output in outputs.values()
-              for label, step, _ in DONE_LINE.findall(output))
+              for label, step, _ in testutil.DONE_LINE.findall(output))
   assert done[chief] >= max_steps, done
   # Some task logged its steps (which one ran them is the machine's call).
   assert any(testutil.step_line(r'Chief|Master|Worker \d').search(output)
              for output in outputs.values())
-  indexes = glob.glob(os.path.join(train_dir, 'model.ckpt-*.index'))
-  assert len(indexes) >= 2
-  for index in indexes:
-    assert checkpoints.verified_reader(index[:-len('.index')])[1] is None
+  testutil.check_checkpoints_restore(train_dir, at_least=2)
   return done[chief]
 
 
-@pytest.fixture(scope='module')
-def finished_run(data_dir, tmp_path_factory):
-  """A finished run at TRAIN_STEPS: testutil.learned_train_dir, test_eval's
-  too, built once per test run."""
-  return testutil.learned_train_dir(data_dir, tmp_path_factory)
+@pytest.fixture
+def finished_run(learned_train_dir):
+  """A finished run at TRAIN_STEPS (conftest's learned_train_dir)."""
+  return learned_train_dir
 
 
 # --- TF_CONFIG of each platform, read -----------------------------------------
@@ -394,11 +372,9 @@ def test_kubeflow_tfjob_trains_its_restarted_chief_resumes_its_evaluator_follows
   # the cluster, the evaluator included. Its chief, the chief job's, is
   # killed (SIGKILL) and started again with the same command, as the
   # operator restarts a pod: it resumes from its newest checkpoint.
-  train_dir = str(tmp_path / 'train')
   max_steps = 200
-  cluster = _ManagedCluster(
-      tmp_path, flags=_flags(data_dir, train_dir, tmp_path, max_steps),
-      **PLATFORMS['kubeflow']())
+  cluster, train_dir = _platform_cluster('kubeflow', data_dir, tmp_path,
+                                         max_steps)
   assert 'evaluator' in json.loads(cluster.tf_config('chief0'))['cluster']
 
   def restart_the_chief():
@@ -429,12 +405,9 @@ def test_vertex_ai_chief_ps_workers_train_synchronously(data_dir, tmp_path):
   # TF_CONFIG also carries the job and a trial. (That synchronous training
   # learns is test_distributed_train.py's
   # test_sync_cluster_trains_to_the_global_step_and_learns.)
-  train_dir = str(tmp_path / 'train')
   max_steps = 24
-  cluster = _ManagedCluster(
-      tmp_path, flags=_flags(data_dir, train_dir, tmp_path, max_steps,
-                             '--sync_replicas'),
-      **PLATFORMS['vertex_ai']())
+  cluster, train_dir = _platform_cluster('vertex_ai', data_dir, tmp_path,
+                                         max_steps, '--sync_replicas')
   outputs = _run(cluster, ['ps0', 'evaluator0', 'worker0', 'chief0'])
   for task in ('chief0', 'worker0'):
     assert ('SyncReplicas enabled: replicas_to_aggregate=2; '
@@ -452,12 +425,9 @@ def test_a_master_cluster_trains_and_every_task_reads_the_data_set_flag(
   # --dataset through TF_CONFIG as in cifar10_train.py: every task reads it.
   data_dir = synthetic.make_cifar100_dir(str(tmp_path / 'data'), records=64,
                                          test_records=16)
-  train_dir = str(tmp_path / 'train')
   max_steps = 24
-  cluster = _ManagedCluster(
-      tmp_path, flags=_flags(data_dir, train_dir, tmp_path, max_steps,
-                             '--dataset=cifar100'),
-      **PLATFORMS['master']())
+  cluster, train_dir = _platform_cluster('master', data_dir, tmp_path,
+                                         max_steps, '--dataset=cifar100')
   outputs = _run(cluster, ['ps0', 'worker0', 'master0'])
   _check_trained(outputs, train_dir, 'Master', max_steps)
   assert 'This task: /job:master/task:0' in outputs['master0']
@@ -592,20 +562,15 @@ def test_the_tfjob_manifest_runs_this_script_on_a_shared_train_dir():
 
 NETWORK_POLICY = os.path.join(testutil.ROOT, 'docs', 'managed',
                               'kubeflow_networkpolicy.json')
-# The label the Training Operator (v1.x) puts on every pod of a TFJob, the
-# job's name its value: JobNameLabel in pkg/apis/kubeflow.org/v1/
-# common_types.go, set by GenLabels in pkg/controller.v1/common/
-# job_controller.go (kubeflow/training-operator, tag v1.9.0 and branch
-# release-1.9; the same key since v1.4.0).
+# The Training Operator's (kubeflow/training-operator, v1.4.0 to v1.9.0)
+# labels of every pod of a TFJob: the job's name (JobNameLabel in
+# pkg/apis/kubeflow.org/v1/common_types.go), its replica type, lower-cased
+# (ReplicaTypeLabel, same file).
 TFJOB_NAME_LABEL = 'training.kubeflow.org/job-name'
-# The replica type, lower-cased (ReplicaTypeLabel in the same file, set in
-# pkg/controller.v1/common/pod.go, same tag).
 TFJOB_REPLICA_LABEL = 'training.kubeflow.org/replica-type'
-# The servers' port: the containerPort of the port named "tfjob-port" of the
-# container named "tensorflow", 2222 where it names none (TFJobDefaultPort,
-# TFJobDefaultPortName, TFJobDefaultContainerName in pkg/apis/kubeflow.org/
-# v1/tensorflow_types.go; GetPortFromTFJob in pkg/controller.v1/tensorflow/
-# util.go writes it into TF_CONFIG; same tag).
+# The servers' port: the containerPort named "tfjob-port" of the container
+# "tensorflow", else 2222 (pkg/apis/kubeflow.org/v1/tensorflow_types.go;
+# GetPortFromTFJob writes it into TF_CONFIG).
 TFJOB_CONTAINER, TFJOB_PORT_NAME, TFJOB_DEFAULT_PORT = (
     'tensorflow', 'tfjob-port', 2222)
 
