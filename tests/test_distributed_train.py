@@ -228,9 +228,7 @@ class _StandIns(testutil.Tasks):
   def start(self, task):
     if task in self.taken:
       self.taken.remove(task)
-      self.others.append(socket.socket())
-      self.others[-1].bind(('127.0.0.1', self.ports[task]))
-      self.others[-1].listen()
+      self.others.append(socket.create_server(('127.0.0.1', self.ports[task])))
     self.starts.append((task, self.ports[task]))
     with open(self.logs[task], 'a') as log:
       self.processes[task] = subprocess.Popen(
@@ -311,9 +309,7 @@ class _Clock(object):
 
 
 def test_wait_for_addresses_is_bounded_and_names_the_address(monkeypatch):
-  listening = socket.socket()
-  listening.bind(('127.0.0.1', 0))
-  listening.listen()
+  listening = socket.create_server(('127.0.0.1', 0))
   clock = _Clock(limit=10)
   monkeypatch.setattr(clusters, 'time', clock)
   try:
@@ -337,16 +333,22 @@ def test_wait_for_addresses_is_bounded_and_names_the_address(monkeypatch):
 # --- The worker graph --------------------------------------------------------
 
 
-@pytest.mark.parametrize('compute_dtype', [None, tf.bfloat16],
-                         ids=['float32', 'mixed_bf16'])
-def test_worker_graph_placement_and_checkpoint_names(data_dir, compute_dtype):
+@pytest.mark.parametrize('job,index,compute_dtype', [
+    ('worker', 1, None), ('worker', 1, tf.bfloat16), ('chief', 0, None)],
+                         ids=['float32', 'mixed_bf16', 'chief_job'])
+def test_worker_graph_placement_and_checkpoint_names(data_dir, job, index,
+                                                     compute_dtype):
+  # A chief job's graph runs on the chief.
   cluster = {'ps': ['h0:1', 'h1:1'], 'worker': ['h2:1', 'h3:1']}
+  if job == 'chief':
+    cluster['chief'] = ['h4:1']
   with tf.Graph().as_default() as graph:
     settings = run_flags.TrainSettings(data_dir, None, batch_size=8,
                                        input_threads=1,
                                        compute_dtype=compute_dtype)
     built = dist.build_worker_graph(
-        settings, testutil.described(settings), clusters.Task(cluster, 'worker', 1), replicas=2)
+        settings, testutil.described(settings),
+        clusters.Task(cluster, job, index), replicas=2)
     variables = tf.global_variables()
     # Run by the session hooks in training; unused here, which TF would
     # report at exit.
@@ -357,14 +359,17 @@ def test_worker_graph_placement_and_checkpoint_names(data_dir, compute_dtype):
   # against, live on the ps tasks and in no checkpoint.
   chief_classes = built['chief_classes'].op.name
   assert chief_classes in set(v.op.name for v in variables) - saved
-  # Variables round-robin over both ps tasks; everything else on worker 1.
+  replicas = built['sync_optimizer']._total_num_replicas  # pylint: disable=protected-access
+  assert replicas == (3 if job == 'chief' else 2)  # One per training task.
+  # Variables round-robin over both ps tasks; everything else on the task.
   tasks = set(v.device[:len('/job:ps/task:0')] for v in variables)
   assert tasks == {'/job:ps/task:0', '/job:ps/task:1'}
   assert built['global_step'].device.startswith('/job:ps/task:')
   for op in graph.get_operations():
     if op.type in ('RandomShuffleQueueV2', 'FixedLengthRecordReaderV2',
                    'Conv2D', 'SaveV2', 'RestoreV2'):
-      assert op.device == '/job:worker/task:1/device:CPU:0', op.name
+      assert op.device == '/job:%s/task:%d/device:CPU:0' % (job, index), (
+          op.name)
   # --mixed_precision: the worker's convolutions in bfloat16, the variables
   # on the ps tasks float32.
   convs = [op for op in graph.get_operations() if op.type == 'Conv2D']
@@ -388,21 +393,12 @@ def test_worker_graph_placement_and_checkpoint_names(data_dir, compute_dtype):
 
 @pytest.mark.slow  # A process.
 def test_worker_gives_up_on_an_unreachable_ps_naming_it(data_dir, tmp_path):
-
-  def run():
-    worker_port, = testutil.free_ports(1)
-    result = testutil.run_script('cifar10_distributed_train.py', [
-        '--job_name=worker', '--task_index=0',
-        '--ps_hosts=127.0.0.1:%d' % ps_port,
-        '--worker_hosts=127.0.0.1:%d' % worker_port,
-        '--startup_wait_secs=2', '--data_dir=%s' % data_dir,
-        '--train_dir=%s' % tmp_path])
-    if result.returncode == 1 and testutil.PORT_TAKEN in result.stderr:
-      raise testutil.PortTaken()
-    return result
-
   with testutil.refused_ports(1) as (ps_port,):
-    result = testutil.retry_port_taken(run)
+    result = testutil.retry_port_taken(lambda: _run_task([
+        '--job_name=worker', '--ps_hosts=127.0.0.1:%d' % ps_port,
+        '--worker_hosts=127.0.0.1:%d' % testutil.free_ports(1)[0],
+        '--startup_wait_secs=2', '--data_dir=%s' % data_dir,
+        '--train_dir=%s' % tmp_path]))
   assert result.returncode == 1
   assert ('Worker 0: No answer after 2 s from /job:ps/task:0 at 127.0.0.1:%d'
           % ps_port) in result.stderr
@@ -459,12 +455,13 @@ def _run_cluster(tmp_path, worker_args, tf_config_worker_1=False,
   return [p.returncode for p in workers], outputs[1:], result
 
 
-def _run_on_port(port, args):
-  """testutil.run_script of a task whose server listens on `port`, the
-  address of one that has ended: once the port can be bound, and
-  testutil.PortTaken if another process bound it first."""
-  testutil.wait_for('port %d to be free' % port,
-                    lambda: testutil.port_bindable(port), [], secs=60)
+def _run_task(args, port=None):
+  """testutil.run_script of a task; testutil.PortTaken if another process
+  bound its port first. port: its server's, a task's that has ended, once
+  it can be bound."""
+  if port:
+    testutil.wait_for('port %d to be free' % port,
+                      lambda: testutil.port_bindable(port), [], secs=60)
   result = testutil.run_script('cifar10_distributed_train.py', args)
   if result.returncode and testutil.PORT_TAKEN in result.stderr:
     raise testutil.PortTaken()
@@ -491,11 +488,7 @@ def _finished(outputs):
 
 
 def _check_chief_checkpoint(train_dir, min_step, max_step):
-  """The chief's newest checkpoint restores into the single-device eval graph.
-
-  Returns:
-    Its path.
-  """
+  """The chief's newest checkpoint restores into the one-device eval graph."""
   checkpoint = tf.train.latest_checkpoint(train_dir)
   step = int(checkpoint.rsplit('-', 1)[1])
   assert min_step <= step <= max_step
@@ -523,7 +516,6 @@ def _check_chief_checkpoint(train_dir, min_step, max_step):
   with open(os.path.join(train_dir, 'checkpoint')) as f:
     assert ('model_checkpoint_path: "%s"' % os.path.basename(checkpoint)
             in f.read())
-  return checkpoint
 
 
 def _listening(pid='self'):
@@ -632,16 +624,16 @@ def test_sync_cluster_trains_to_the_global_step_and_learns(
               '--operation_timeout_secs=60', '--startup_wait_secs=120']
   train_dir, train_2 = str(tmp_path / 'train'), str(tmp_path / 'train_2')
 
-  def rerun(ports, chief_args):
+  def new_chief(ports, chief_args):
     # A new chief, with a new --train_dir, on the same ps.
     shutil.rmtree(train_2, ignore_errors=True)
-    return testutil.retry_port_taken(lambda: _run_on_port(ports[1], [
+    return testutil.retry_port_taken(lambda: _run_task([
         a for a in chief_args if not a.startswith('--train_dir=')] + [
-            '--train_dir=' + train_2]))
+            '--train_dir=' + train_2], ports[1]))
 
   codes, outputs, rerun = testutil.retry_port_taken(lambda: _run_cluster(
       tmp_path, [settings + ['--train_dir=' + train_dir], settings],
-      tf_config_worker_1=True, after=rerun))
+      tf_config_worker_1=True, after=new_chief))
   assert codes == [0, 0], '\n'.join(o[-3000:] for o in outputs)
   for output in outputs:
     assert ('SyncReplicas enabled: replicas_to_aggregate=2; '
@@ -759,7 +751,8 @@ def test_a_worker_reads_the_step_it_logs_before_its_own_update(sync,
   with tf.Graph().as_default() as g:
     settings = run_flags.TrainSettings(data_dir, None, batch_size=2)
     graph = dist.build_worker_graph(
-        settings, testutil.described(settings), clusters.Task(cluster, 'worker', 1), replicas=2 if sync else None)
+        settings, testutil.described(settings),
+        clusters.Task(cluster, 'worker', 1), replicas=2 if sync else None)
     read = graph['step_before_update'].op
     handle = graph['global_step'].handle
     # Asynchronously the worker's run increments the global step itself;
@@ -780,11 +773,8 @@ def test_a_worker_reads_the_step_it_logs_before_its_own_update(sync,
 def test_a_lost_session_names_the_ps_task_tf_names():
   # Two ps tasks, both answering (each back already); TF's log line for the
   # error names task 1, which must not be read as task 10 or the reverse.
-  listening = [socket.socket() for _ in range(2)]
+  listening = [socket.create_server(('127.0.0.1', 0)) for _ in range(2)]
   try:
-    for s in listening:
-      s.bind(('127.0.0.1', 0))
-      s.listen()
     tasks = {'/job:ps/task:%d' % i: '127.0.0.1:%d' % s.getsockname()[1]
              for i, s in enumerate(listening)}
     assert clusters.wait_for_lost_ps_tasks(

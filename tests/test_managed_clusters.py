@@ -14,10 +14,8 @@ import shutil
 import pytest
 import tensorflow.compat.v1 as tf
 
-import cifar10_distributed_train as dist
 from cifar10_support import checkpoints
 from cifar10_support import clusters
-from cifar10_support import run_flags
 import synthetic
 import testutil
 from testutil import LEARNED_TRAIN_STEPS as TRAIN_STEPS
@@ -329,21 +327,6 @@ def test_a_task_given_bad_tf_config_prints_one_line_and_exits_1():
                                TF_CONFIG=json.dumps(tf_config))
   assert (result.returncode, result.stdout, result.stderr) == (1, '',
                                                                line + '\n')
-
-
-def test_the_chief_jobs_graph_runs_on_the_chief(data_dir):
-  cluster = {'chief': ['h0:1'], 'ps': ['h1:1'], 'worker': ['h2:1']}
-  with tf.Graph().as_default() as graph:
-    settings = run_flags.TrainSettings(data_dir, None, batch_size=8,
-                                       input_threads=1)
-    built = dist.build_worker_graph(
-        settings, testutil.described(settings), clusters.Task(cluster, 'chief', 0), replicas=2)
-    built['sync_optimizer'].ready_for_local_init_op.mark_used()
-  for op in graph.get_operations():
-    if op.type in ('RandomShuffleQueueV2', 'Conv2D', 'SaveV2'):
-      assert op.device == '/job:chief/task:0/device:CPU:0', op.name
-  # One replica per training task: the chief and the worker.
-  assert built['sync_optimizer']._total_num_replicas == 2  # pylint: disable=protected-access
 
 
 # --- Each platform's cluster, for real ------------------------------------------
