@@ -242,52 +242,42 @@ class _StandIns(testutil.Tasks):
 
 
 @pytest.mark.slow  # Processes (of the stand-in).
-def test_a_task_whose_port_was_taken_starts_again_once_it_is_free(
-    tmp_path, monkeypatch):
-  # Another process takes the port as the task starts again after a kill,
-  # and lets it go once it was found taken.
-  tasks = _StandIns(tmp_path, ['ps'], taken=['ps'])
+def test_tasks_whose_port_was_taken_start_again(tmp_path, monkeypatch):
+  tasks = _StandIns(tmp_path, ['ps', 'w0', 'w1'], taken=['w0'])
+  first = dict(tasks.ports)
   port_bindable = testutil.port_bindable
 
-  def bindable(port):
+  def bindable(port):  # The other process lets the port go once refused.
     free = port_bindable(port)
     if not free and tasks.others:
       tasks.others.pop().close()
     return free
 
   monkeypatch.setattr(testutil, 'port_bindable', bindable)
-  open(tasks.logs['ps'], 'w').close()  # The killed task's.
+  order = ('ps', 'w1', 'w0')
   try:
+    # At the start: every task again, on the new ports afresh() gave.
+    tasks.start_all(order)
+    assert tasks.afreshes == 1
+    assert tasks.starts == ([(task, first[task]) for task in order] +
+                            [(task, tasks.ports[task]) for task in order])
+    for task in tasks.logs:  # The logs are the second attempt's.
+      assert tasks.log(task) == (
+          'This task listens on port %d of every network interface; ...\n'
+          % tasks.ports[task])
+    # After a kill, another process takes the port as the task starts
+    # again: again on its own port, once that is free.
+    tasks.kill('ps')
+    tasks.taken.add('ps')
+    offset = len(tasks.log('ps'))
     tasks.restart('ps')
-    assert tasks.processes['ps'].poll() is None
-  finally:
-    tasks.stop()
-  output = tasks.log('ps')
-  port = tasks.port('ps')
-  assert tasks.starts == [('ps', port), ('ps', port)]
-  assert output.count(testutil.PORT_TAKEN) == 1, output
-  assert testutil.LISTENING.search(output), output
-
-
-@pytest.mark.slow  # Processes (of the stand-in).
-def test_tasks_whose_port_was_taken_start_again_on_new_ports(tmp_path):
-  tasks = _StandIns(tmp_path, ['ps', 'w0', 'w1'], taken=['w0'])
-  first = dict(tasks.ports)
-  try:
-    tasks.start_all(['ps', 'w1', 'w0'])
     assert all(p.poll() is None for p in tasks.processes.values())
   finally:
     tasks.stop()
-  # Every task started on its first port, then on the one afresh() gave.
-  assert tasks.afreshes == 1
-  order = ('ps', 'w1', 'w0')
-  assert tasks.starts == ([(task, first[task]) for task in order] +
-                          [(task, tasks.ports[task]) for task in order])
-  # The logs are the second attempt's.
-  for task in tasks.logs:
-    assert tasks.log(task) == (
-        'This task listens on port %d of every network interface; ...\n'
-        % tasks.ports[task])
+  assert tasks.starts[-2:] == [('ps', tasks.port('ps'))] * 2
+  output = tasks.log('ps', offset)
+  assert output.count(testutil.PORT_TAKEN) == 1, output
+  assert testutil.LISTENING.search(output), output
 
 
 class _Clock(object):
