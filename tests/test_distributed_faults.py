@@ -82,10 +82,7 @@ class _Proxy(object):
     self.reopen()
 
   def reopen(self):
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(('127.0.0.1', self.port))
-    listener.listen(16)
+    listener = socket.create_server(('127.0.0.1', self.port), backlog=16)
     with self._lock:
       self._listener = listener
       self._sockets.add(listener)

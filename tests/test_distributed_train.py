@@ -103,35 +103,6 @@ def test_cluster_flags_no_task_could_run_with_are_usage_errors(
     resolve(job, index, ps, 'h1:1,h2:1')
 
 
-@pytest.mark.parametrize('tf_config,message', [
-    ('{"cluster": ', r'TF_CONFIG is not valid JSON'),
-    ('{"task": {"type": "ps"}}', r'TF_CONFIG needs a "cluster" and a "task"'),
-    ('[1]', r'TF_CONFIG needs a "cluster" and a "task"'),
-    ('5', r"^TF_CONFIG is not a cluster TensorFlow can read \(.+\): '5'$"),
-    ('{"cluster": {"ps": ["h0:1"], "worker": [1]}, "task": {"type": "ps"}}',
-     r'TensorFlow can read \(Task address 1 must be bytes or unicode\)'),
-    ('{"cluster": {"ps": ["h0:1"], "worker": ["h1:1"]}, '
-     '"task": {"type": "ps", "index": "first"}}',
-     r"TensorFlow can read \(invalid literal for int\(\) with base 10: "
-     r"'first'\)"),
-    ('{"cluster": {"ps": ["h0:1"], "worker": ["h1:1"], "boss": ["h2:1"]}, '
-     '"task": {"type": "boss", "index": 0}}', r'job\(s\) boss'),
-    ('{"cluster": {"worker": ["h1:1"]}, "task": {"type": "worker"}}',
-     r'needs a "ps" list'),
-    ('{"cluster": {"ps": ["h0"], "worker": ["h1:1"]}, "task": {"type": "ps"}}',
-     r'TF_CONFIG cluster "ps" entry \'h0\' is not host:port'),
-    ('{"cluster": {"ps": ["h0:1"], "worker": ["h1:1"]}, '
-     '"task": {"type": "chief", "index": 0}}',
-     r'task \{"type": "chief", "index": 0\} is not a task of the cluster'),
-    ('{"cluster": {"ps": ["h0:1"], "worker": ["h1:1"]}, '
-     '"task": {"type": "worker", "index": 1}}',
-     r'TF_CONFIG task index=1 is out of range for job "worker"'),
-])
-def test_bad_tf_config_is_named(tf_config, message):
-  with pytest.raises(ValueError, match=message):
-    resolve(None, 0, '', '', tf_config)
-
-
 @pytest.mark.parametrize('args,error,message', [
     # Refused by main, as usage errors.
     (['--job_name=worker', '--ps_hosts=localhost', '--worker_hosts=h:2'],

@@ -170,9 +170,11 @@ def finished_run(learned_train_dir):
 
 
 def resolve(tf_config):
-  """The clusters.Task that TF_CONFIG, a dict, gives with no cluster flag."""
+  """The clusters.Task that TF_CONFIG (a dict, or its text) gives with no
+  cluster flag."""
   with pytest.MonkeyPatch.context() as patch:
-    patch.setenv('TF_CONFIG', json.dumps(tf_config))
+    patch.setenv('TF_CONFIG', tf_config if isinstance(tf_config, str) else
+                 json.dumps(tf_config))
     return clusters.resolve(None, 0, '', '', startup_wait_secs=300,
                             operation_timeout_secs=300)
 
@@ -312,8 +314,32 @@ BAD_TF_CONFIG_LINES = [
       'task': {'type': 'master', 'index': 1}},
      r'TF_CONFIG task index=1 is out of range for job "master"'),
 ] + [(tf_config, '^%s$' % re.escape(line))  # Whole.
-     for tf_config, line in BAD_TF_CONFIG_LINES])
-def test_bad_tf_config_of_a_managed_cluster_is_one_line(tf_config, message):
+     for tf_config, line in BAD_TF_CONFIG_LINES] + [
+    # As text.
+    ('{"cluster": ', r'TF_CONFIG is not valid JSON'),
+    ('{"task": {"type": "ps"}}', r'TF_CONFIG needs a "cluster" and a "task"'),
+    ('[1]', r'TF_CONFIG needs a "cluster" and a "task"'),
+    ('5', r"^TF_CONFIG is not a cluster TensorFlow can read \(.+\): '5'$"),
+    ('{"cluster": {"ps": ["h0:1"], "worker": [1]}, "task": {"type": "ps"}}',
+     r'TensorFlow can read \(Task address 1 must be bytes or unicode\)'),
+    ('{"cluster": {"ps": ["h0:1"], "worker": ["h1:1"]}, '
+     '"task": {"type": "ps", "index": "first"}}',
+     r"TensorFlow can read \(invalid literal for int\(\) with base 10: "
+     r"'first'\)"),
+    ('{"cluster": {"ps": ["h0:1"], "worker": ["h1:1"], "boss": ["h2:1"]}, '
+     '"task": {"type": "boss", "index": 0}}', r'job\(s\) boss'),
+    ('{"cluster": {"worker": ["h1:1"]}, "task": {"type": "worker"}}',
+     r'needs a "ps" list'),
+    ('{"cluster": {"ps": ["h0"], "worker": ["h1:1"]}, "task": {"type": "ps"}}',
+     r'TF_CONFIG cluster "ps" entry \'h0\' is not host:port'),
+    ('{"cluster": {"ps": ["h0:1"], "worker": ["h1:1"]}, '
+     '"task": {"type": "chief", "index": 0}}',
+     r'task \{"type": "chief", "index": 0\} is not a task of the cluster'),
+    ('{"cluster": {"ps": ["h0:1"], "worker": ["h1:1"]}, '
+     '"task": {"type": "worker", "index": 1}}',
+     r'TF_CONFIG task index=1 is out of range for job "worker"'),
+])
+def test_bad_tf_config_is_named(tf_config, message):
   with pytest.raises(ValueError, match=message):
     resolve(tf_config)
 
@@ -321,7 +347,7 @@ def test_bad_tf_config_of_a_managed_cluster_is_one_line(tf_config, message):
 @pytest.mark.slow  # A process.
 def test_a_task_given_bad_tf_config_prints_one_line_and_exits_1():
   # A bad TF_CONFIG ends the task with its line alone, no usage text; each
-  # line is test_bad_tf_config_of_a_managed_cluster_is_one_line's.
+  # line is test_bad_tf_config_is_named's.
   tf_config, line = BAD_TF_CONFIG_LINES[0]
   result = testutil.run_script('cifar10_distributed_train.py', [],
                                TF_CONFIG=json.dumps(tf_config))
@@ -369,7 +395,7 @@ def test_kubeflow_tfjob_trains_its_restarted_chief_resumes_its_evaluator_follows
     cluster.restart('chief0')
     resumed = cluster.wait_for('the chief to resume', lambda: re.search(
         r'^Resuming from checkpoint \S+model\.ckpt-(\d+) at step',
-        cluster.log('chief0')[offset:], re.M))
+        cluster.log('chief0', offset), re.M))
     assert int(resumed.group(1)) >= before
 
   outputs = _run(cluster, ['ps0', 'evaluator0', 'worker0', 'worker1',
