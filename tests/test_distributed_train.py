@@ -110,8 +110,7 @@ def test_cluster_flags_no_task_could_run_with_are_usage_errors(
     (['--job_name=worker', '--ps_hosts=h:1', '--worker_hosts=h:2',
       '--task_index=3'], app.UsageError, r'--task_index=3 is out of range'),
     # Refused as the flags are parsed.
-    (['--replicas_to_aggregate=2'], flags.IllegalFlagValueError,
-     r'--replicas_to_aggregate only applies with --sync_replicas'),
+    # (--replicas_to_aggregate without --sync_replicas: test_flag_rules.py.)
     (['--sync_replicas', '--replicas_to_aggregate=0'],
      flags.IllegalFlagValueError, r'--replicas_to_aggregate must be -1 \(the '
      r'number of workers\) or at least 1'),
@@ -269,26 +268,32 @@ class _Clock(object):
     assert self.now < self._limit, 'still waiting at %s s' % self.now
 
 
-def test_wait_for_addresses_is_bounded_and_names_the_address(monkeypatch):
-  listening = socket.create_server(('127.0.0.1', 0))
+def test_waits_for_a_ps_task_are_bounded_and_name_it(monkeypatch):
+  # At the start (wait_for_addresses) and after a lost session.
   clock = _Clock(limit=10)
   monkeypatch.setattr(clusters, 'time', clock)
-  try:
+  with socket.create_server(('127.0.0.1', 0)) as listening, (
+      testutil.refused_ports(1)) as (port,):
     good = '127.0.0.1:%d' % listening.getsockname()[1]
+    bad = '127.0.0.1:%d' % port
     clusters.wait_for_addresses({'/job:ps/task:0': good}, wait_secs=5)
     assert clock.now == 0  # It answered at once: no wait.
-    with testutil.refused_ports(1) as (port,):
-      bad = '127.0.0.1:%d' % port
-      with pytest.raises(TimeoutError) as raised:
-        clusters.wait_for_addresses({'/job:ps/task:0': good,
-                                     '/job:ps/task:1': bad}, wait_secs=1)
-  finally:
-    listening.close()
-  # It gave up once the wait was over, polling every 0.5 s until then.
+    with pytest.raises(TimeoutError) as raised:
+      clusters.wait_for_addresses({'/job:ps/task:0': good,
+                                   '/job:ps/task:1': bad}, wait_secs=1)
+    # It gave up once the wait was over, polling every 0.5 s until then.
+    assert 1 <= clock.now < 1.5
+    message = str(raised.value)
+    assert 'No answer after 1 s from /job:ps/task:1 at %s' % bad in message
+    assert '/job:ps/task:0' not in message
+    clock.now = 0
+    with pytest.raises(TimeoutError) as raised:
+      clusters.wait_for_lost_ps_tasks('Worker 1', {'/job:ps/task:0': bad}, 1,
+                                      '')
   assert 1 <= clock.now < 1.5
-  message = str(raised.value)
-  assert 'No answer after 1 s from /job:ps/task:1 at %s' % bad in message
-  assert '/job:ps/task:0' not in message
+  assert str(raised.value).startswith(
+      'ps task 0 at %s did not come back within 1 s (--startup_wait_secs): '
+      'stopping.' % bad)
 
 
 # --- The worker graph --------------------------------------------------------
@@ -749,21 +754,6 @@ def test_a_lost_session_names_the_ps_task_tf_names():
   finally:
     for s in listening:
       s.close()
-
-
-def test_a_lost_session_whose_ps_task_stays_away_stops_naming_it(
-    monkeypatch):
-  clock = _Clock(limit=10)
-  monkeypatch.setattr(clusters, 'time', clock)
-  with testutil.refused_ports(1) as (port,):
-    address = '127.0.0.1:%d' % port
-    with pytest.raises(TimeoutError) as raised:
-      clusters.wait_for_lost_ps_tasks('Worker 1', {'/job:ps/task:0': address},
-                                      1, '')
-  assert 1 <= clock.now < 1.5  # Its polls every 0.5 s, for the 1 s given.
-  assert str(raised.value).startswith(
-      'ps task 0 at %s did not come back within 1 s (--startup_wait_secs): '
-      'stopping.' % address)
 
 
 @pytest.mark.slow  # Clusters of processes.

@@ -497,23 +497,14 @@ def test_an_evaluator_stops_when_the_chief_stays_away(data_dir, tmp_path,
 IMAGE = 'YOUR_REGISTRY/cifar10-tutorial:tf2.21'
 
 
-def _command(container):
-  return container['command'] + container.get('args', [])
-
-
-def _dockerfile():
-  """The Dockerfile's instructions: [(INSTRUCTION, arguments), ...]."""
+def _check_runs_in_the_image(container, working_dir):
+  """A manifest container's command runs this script as written in the
+  Dockerfile's image: the repository copied to its WORKDIR, the script
+  there, the requirements installed, no data copied in; the command."""
+  command = container['command'] + container.get('args', [])
   with open(os.path.join(testutil.ROOT, 'Dockerfile')) as f:
-    lines = [line.strip() for line in f if line.strip() and
-             not line.lstrip().startswith('#')]
-  return [tuple(line.split(None, 1)) for line in lines]
-
-
-def _check_runs_in_the_image(command, working_dir):
-  """A manifest's command runs as written in the Dockerfile's image: the
-  repository copied to its WORKDIR, the command's script there, the
-  requirements installed, no data copied in."""
-  steps = _dockerfile()
+    steps = [tuple(line.strip().split(None, 1)) for line in f
+             if line.strip() and not line.lstrip().startswith('#')]
   assert steps[0][0] == 'FROM' and steps[0][1].startswith('python:')
   assert steps[0][1].endswith('-slim')  # An official Python slim base.
   workdir, = [args for op, args in steps if op == 'WORKDIR']
@@ -523,13 +514,14 @@ def _check_runs_in_the_image(command, working_dir):
       ('COPY', 'requirements.txt .')) < steps.index(
           ('RUN', 'pip install --no-cache-dir -r requirements.txt')) < (
               steps.index(('COPY', '. .')))
-  assert command[0] == 'python'
+  assert command[:2] == ['python', 'cifar10_distributed_train.py']
   assert os.path.isfile(os.path.join(testutil.ROOT, command[1]))
   with open(os.path.join(testutil.ROOT, '.dockerignore')) as f:
     ignored = f.read().split()
   assert 'cifar10/*' in ignored  # A user's downloaded data stays out.
   assert not any(pattern.startswith(('cifar10_', '*.py')) for pattern in
                  ignored)
+  return command
 
 
 def test_the_tfjob_manifest_runs_this_script_on_a_shared_train_dir():
@@ -554,9 +546,7 @@ def test_the_tfjob_manifest_runs_this_script_on_a_shared_train_dir():
     pod = template['spec']
     container, = pod['containers']
     assert container['image'] == IMAGE
-    command = _command(container)
-    _check_runs_in_the_image(command, container['workingDir'])
-    assert command[1] == 'cifar10_distributed_train.py', kind
+    command = _check_runs_in_the_image(container, container['workingDir'])
     commands.add(tuple(command))
     if kind in ('Chief', 'Evaluator'):
       # The chief writes --train_dir; the evaluator reads it: one volume.
@@ -626,9 +616,7 @@ def test_the_vertex_ai_worker_pools_run_this_script_on_cloud_storage():
   assert len(pools) == 3
   for pool in pools:
     assert pool['containerSpec']['imageUri'] == IMAGE
-    command = _command(pool['containerSpec'])
-    _check_runs_in_the_image(command, None)
-    assert command[1] == 'cifar10_distributed_train.py'
+    command = _check_runs_in_the_image(pool['containerSpec'], None)
     assert '--train_dir=/gcs/' in ' '.join(command)
 
 
