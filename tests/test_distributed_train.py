@@ -453,8 +453,10 @@ def _finished(outputs):
   return done
 
 
-def _check_chief_checkpoint(train_dir, min_step, max_step):
-  """The chief's newest checkpoint restores into the one-device eval graph."""
+def _check_chief_checkpoint(train_dir, min_step, max_step, data_dir,
+                            tmp_path):
+  """The chief's newest checkpoint restores into the one-device eval graph;
+  evaluated on data_dir (learnable_data_dir), the model learned."""
   checkpoint = tf.train.latest_checkpoint(train_dir)
   step = int(checkpoint.rsplit('-', 1)[1])
   assert min_step <= step <= max_step
@@ -482,6 +484,8 @@ def _check_chief_checkpoint(train_dir, min_step, max_step):
   with open(os.path.join(train_dir, 'checkpoint')) as f:
     assert ('model_checkpoint_path: "%s"' % os.path.basename(checkpoint)
             in f.read())
+  assert testutil.eval_precision(data_dir, train_dir, str(
+      tmp_path / 'eval')) >= testutil.LEARNED
 
 
 def _listening(pid='self'):
@@ -554,9 +558,7 @@ def test_async_cluster_trains_to_the_global_step_and_learns(
     testutil.wait_for('the cluster to end', lambda: launcher.poll() is not None,
                       [log])
   finally:
-    if launcher.poll() is None:
-      launcher.terminate()
-      launcher.wait()
+    testutil.stop([launcher])
   output = open(log).read()
   assert launcher.returncode == 0, output[-3000:]
   for pid in listening:  # The launcher stopped its ps task too.
@@ -577,9 +579,8 @@ def test_async_cluster_trains_to_the_global_step_and_learns(
   # Asynchronous: each worker step is one update of the global step, so the
   # steps the two workers ran add up to it exactly.
   assert done[0][1] + done[1][1] == final_step
-  _check_chief_checkpoint(train_dir, LEARN_STEPS, final_step)
-  assert testutil.eval_precision(learnable_data_dir, train_dir, str(
-      tmp_path / 'eval')) >= testutil.LEARNED
+  _check_chief_checkpoint(train_dir, LEARN_STEPS, final_step,
+                          learnable_data_dir, tmp_path)
 
 
 @pytest.mark.slow  # Clusters of processes.
@@ -612,10 +613,9 @@ def test_sync_cluster_trains_to_the_global_step_and_learns(
   # worker), so the workers ran at least 2 steps per update; at the end each
   # may have had one step in flight that the stop cut short.
   assert done[0][1] + done[1][1] >= 2 * done[0][0] - 2
-  _check_chief_checkpoint(train_dir, LEARN_STEPS, done[0][0])
   # The updates applied what the workers computed: the model learned.
-  assert testutil.eval_precision(learnable_data_dir, train_dir, str(
-      tmp_path / 'eval')) >= testutil.LEARNED
+  _check_chief_checkpoint(train_dir, LEARN_STEPS, done[0][0],
+                          learnable_data_dir, tmp_path)
 
   # The ps still held that run's token queue, closed when the chief stopped;
   # a new run on it fails at once and says so, instead of training nothing.
