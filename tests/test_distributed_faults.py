@@ -147,9 +147,10 @@ class _Proxy(object):
 
 class _Cluster(testutil.Tasks):
   """Tasks 'ps', 'w0' (the chief) and 'w1'; the chief reaches the ps through
-  self.proxy, at self.addresses['proxy']. waits: {worker: {'startup' and/or
-  'operation': secs}}, START_WAIT_SECS where not given; self.waits gives each
-  start its flags (a test may change them before a restart)."""
+  self.proxy, at self.addresses['proxy']. waits: {worker: {flag: secs}} of
+  its startup_wait_secs and operation_timeout_secs, START_WAIT_SECS where
+  not given; self.waits gives each start its flags (a test may change them
+  before a restart)."""
 
   def __init__(self, tmp_path, data_dir, extra_flags, waits=None):
     super().__init__({task: str(tmp_path / (task + '.log'))
@@ -159,8 +160,8 @@ class _Cluster(testutil.Tasks):
         '--data_dir=%s' % data_dir, '--max_steps=%d' % MAX_STEPS,
         '--batch_size=32', '--log_frequency=5',
         '--save_checkpoint_steps=%d' % SAVE_STEPS] + extra_flags
-    self.waits = {task: dict(dict(startup=START_WAIT_SECS,
-                                  operation=START_WAIT_SECS),
+    self.waits = {task: dict(dict(startup_wait_secs=START_WAIT_SECS,
+                                  operation_timeout_secs=START_WAIT_SECS),
                              **(waits or {}).get(task, {}))
                   for task in ('w0', 'w1')}
     self.afresh()
@@ -187,9 +188,7 @@ class _Cluster(testutil.Tasks):
                    '--train_dir=' + self.train_dir] + self.settings,
             'w1': ['--job_name=worker', '--task_index=1'] + self.settings}
     if task in self.waits:
-      args[task] += ['--startup_wait_secs=%d' % self.waits[task]['startup'],
-                     '--operation_timeout_secs=%d'
-                     % self.waits[task]['operation']]
+      args[task] += ['--%s=%d' % wait for wait in self.waits[task].items()]
     self.processes[task] = testutil.start_script(
         'cifar10_distributed_train.py', args[task] + cluster, self.logs[task],
         testutil.with_learning_rate(LEARNING_RATE))
@@ -242,22 +241,20 @@ def _index_files(train_dir):
 # The wait a task left stops after (docs/distributed.md): for a ps task,
 # --startup_wait_secs; for the chief, an asynchronous worker's
 # --startup_wait_secs and a synchronous one's --operation_timeout_secs.
-_PS_GONE_WAITS = dict(startup=GONE_WAIT_SECS)
-_CHIEF_GONE_WAITS = {'async': dict(startup=GONE_WAIT_SECS),
-                     'sync': dict(operation=GONE_OPERATION_SECS)}
+_PS_GONE_WAITS = dict(startup_wait_secs=GONE_WAIT_SECS)
+_CHIEF_GONE_WAITS = {'async': dict(startup_wait_secs=GONE_WAIT_SECS),
+                     'sync': dict(operation_timeout_secs=GONE_OPERATION_SECS)}
 
 
 def _check_stopped_naming(cluster, task, named, wait):
   """The task's last line names the task lost for good, and the wait it
-  stopped after (`wait`: {'startup' or 'operation': secs})."""
+  stopped after (`wait`: {its flag: secs})."""
   output = cluster.log(task)
   last = output.rstrip('\n').rsplit('\n', 1)[-1]
   assert last.startswith('Worker %s: ' % task[1]), output[-3000:]
   assert named in last, output[-3000:]
   (flag, secs), = wait.items()
-  assert '%d s (--%s)' % (secs, {'startup': 'startup_wait_secs',
-                                 'operation': 'operation_timeout_secs'}[
-                                     flag]) in last, last
+  assert '%d s (--%s)' % (secs, flag) in last, last
 
 
 def _waits_or_trains(cluster, task, quiet_secs=5):
