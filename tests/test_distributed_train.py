@@ -378,14 +378,8 @@ def _run_cluster(tmp_path, worker_args, tf_config_worker_1=False,
   new ports, worker i with the cluster flags (or, worker 1 if
   tf_config_worker_1, TF_CONFIG) and worker_args[i]; once both workers have
   ended, calls after(ports, the chief's arguments), the ps still serving,
-  then stops the ps by its process id (SIGTERM).
-
-  Returns:
-    The workers' exit statuses, their outputs, and after's result.
-
-  Raises:
-    testutil.PortTaken: a task could not bind its port.
-  """
+  then stops the ps (SIGTERM). The workers' exit statuses, their outputs
+  and after's result; testutil.PortTaken if a task's port was taken."""
   ports = testutil.free_ports(3)
   hosts = ['127.0.0.1:%d' % port for port in ports]
   cluster = ['--ps_hosts=' + hosts[0], '--worker_hosts=' + ','.join(hosts[1:])]

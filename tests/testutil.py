@@ -810,14 +810,12 @@ class Tasks(object):
     self.processes[task].wait(timeout=60)
 
   def restart(self, task):
-    """Starts `task` again on its own port, once that can be bound, until
-    it listens: again if another process bound the port first (which
-    retry_port_taken allows a few times)."""
+    """Starts `task` again on its own port, once that can be bound (a port
+    taken meanwhile may be let go soon), until it listens: again while
+    another process bound the port first (retry_port_taken)."""
     port = self.port(task)
 
     def start():
-      # A killed server's port is free as its process ends; a port taken
-      # meanwhile may be let go soon (a probe like free_ports').
       self.wait_for('port %d to be free' % port,
                     lambda: port_bindable(port), restarting=task, secs=60)
       offset = len(self.log(task))
