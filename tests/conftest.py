@@ -1,13 +1,10 @@
-"""Shared test set-up: import paths, quiet TF, the synthetic data fixture,
-and the `slow` marker.
+"""Shared test set-up: import paths, quiet TF, the data fixtures, and the
+`slow` marker.
 
-`python -m pytest -m "not slow"` is the quick loop. A test is slow when it,
-or a fixture it uses, starts a process (a script, a cluster task,
-TensorBoard) or trains (a MonitoredSession): it says so itself, with
-`@pytest.mark.slow` or its module's `pytestmark`. Every other test is in the
-quick loop, and the guard below holds the quick loop to that: a test without
-the marker that starts a process or a MonitoredSession fails, saying so. The
-README's `python -m pytest` runs everything.
+`python -m pytest -m "not slow"` is the quick loop. A test that, itself or
+in a fixture, starts a process or trains (a MonitoredSession) says so with
+`@pytest.mark.slow` (or its module's `pytestmark`); the guard below fails a
+test without the marker that does either.
 """
 
 import functools
@@ -55,8 +52,7 @@ def _guard_the_quick_loop():
   if not getattr(subprocess.Popen.__init__, 'guarded', False):
     subprocess.Popen.__init__ = _refused_in_quick_tests(
         'starts a process', subprocess.Popen.__init__)
-  # Loaded by the test modules; MonitoredTrainingSession and every trainer
-  # go through this class. A session of a few ops (a hook's test) is quick.
+  # Every trainer's session; one of a few ops (a hook's test) is quick.
   monitored = sys.modules.get('tensorflow.python.training.monitored_session')
   if monitored and not getattr(monitored._MonitoredSession.__init__,  # pylint: disable=protected-access
                                'guarded', False):
@@ -73,8 +69,7 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(items):
-  # tf.test.TestCase has a method named test_session that pytest would collect
-  # and report as skipped (tensorflow#29439).
+  # tf.test.TestCase's test_session, not a test (tensorflow#29439).
   items[:] = [item for item in items if item.name != 'test_session']
 
 
@@ -96,10 +91,8 @@ def pytest_runtest_teardown(item):
 @pytest.fixture(scope='session')
 def data_dir(tmp_path_factory):
   """A synthetic data dir: 5 training files and a test file of 20 records."""
-  # Imported here, not at the top: testutil loads TensorFlow, and the xdist
-  # controller, which loads this file but runs no test, would hold
-  # TensorFlow's start-up lines in its capture and print them after the
-  # summary.
+  # Imported here: testutil loads TensorFlow, whose start-up lines the xdist
+  # controller (which runs no test) would print after the summary.
   import synthetic  # pylint: disable=g-import-not-at-top
   import testutil  # pylint: disable=g-import-not-at-top
   return testutil.shared_dir(tmp_path_factory, 'cifar10_data',
@@ -109,8 +102,7 @@ def data_dir(tmp_path_factory):
 @pytest.fixture(scope='session')
 def learnable_data_dir(tmp_path_factory):
   """Synthetic data a model learns in a few hundred steps at the scripts'
-  own hyper-parameters: 512 records a file (so a batch of 128 is a quarter
-  of one), each image's colour telling its label; chance is 0.1."""
+  own hyper-parameters: 512 records a file, each colour telling its label."""
   import synthetic  # pylint: disable=g-import-not-at-top
   import testutil  # pylint: disable=g-import-not-at-top
   return testutil.shared_dir(
@@ -120,10 +112,8 @@ def learnable_data_dir(tmp_path_factory):
 
 @pytest.fixture(scope='session')
 def learned_train_dir(data_dir, tmp_path_factory):
-  """testutil.learned_train_dir: a model trained on data_dir that learned
-  the colours, built once per run; for the tests whose promise is about a
-  trained model (a process that evaluates or classifies after training).
-  A test that needs only a checkpoint writes one (testutil.model_checkpoint,
-  testutil.colour_checkpoint)."""
+  """testutil.learned_train_dir, for the tests whose promise is about a
+  trained model; a test that needs only a checkpoint writes one
+  (testutil.model_checkpoint, testutil.colour_checkpoint)."""
   import testutil  # pylint: disable=g-import-not-at-top
   return testutil.learned_train_dir(data_dir, tmp_path_factory)

@@ -1,8 +1,6 @@
 """Writes small CIFAR-10 and CIFAR-100 binary files (and archives shaped
-like the official ones) for tests and benchmarks.
-
-The real reader then runs on them exactly as on the download, without one.
-"""
+like the official ones) for tests and benchmarks: the real reader runs on
+them as on the download."""
 
 import os
 import tarfile
@@ -16,13 +14,14 @@ CIFAR100_FILES = ['train.bin', 'test.bin']
 CIFAR100_FINE_CLASSES, CIFAR100_COARSE_CLASSES = 100, 20
 
 
-def encode_records(labels, images):
-  """CIFAR binary bytes for `labels` [N] (CIFAR-10's) or [N, 2] (CIFAR-100's
+def write_records(path, labels, images):
+  """Writes CIFAR records of `labels` [N] (CIFAR-10's) or [N, 2] (CIFAR-100's
   coarse and fine label bytes) and uint8 HWC `images` [N,32,32,3]."""
   images = np.asarray(images, dtype=np.uint8)
   labels = np.asarray(labels, dtype=np.uint8).reshape(len(images), -1)
   planes = images.transpose(0, 3, 1, 2).reshape(len(images), -1)  # HWC -> CHW
-  return np.concatenate([labels, planes], axis=1).tobytes()
+  with open(path, 'wb') as f:
+    f.write(np.concatenate([labels, planes], axis=1).tobytes())
 
 
 def read_records(path, label_bytes=1):
@@ -34,19 +33,9 @@ def read_records(path, label_bytes=1):
       0, 2, 3, 1)
 
 
-def write_records(path, labels, images):
-  with open(path, 'wb') as f:
-    f.write(encode_records(labels, images))
-
-
 def class_colors(num_classes=10):
-  """num_classes RGB colours whose channel profiles survive per-image
-  standardization.
-
-  Standardization removes an image's mean and scale, so grey levels would all
-  look alike; these colours differ in the *shape* of their (R, G, B) profile:
-  num_classes angles around the circle of zero-sum directions.
-  """
+  """num_classes RGB colours that survive per-image standardization (which
+  makes all grey levels alike): angles around the zero-sum directions."""
   e1 = np.array([1.0, -1.0, 0.0]) / np.sqrt(2.0)
   e2 = np.array([1.0, 1.0, -2.0]) / np.sqrt(6.0)
   angles = 2 * np.pi * np.arange(num_classes) / num_classes
@@ -61,64 +50,44 @@ def visible_label_images(labels, rng, noise=12, num_classes=10):
   return np.clip(np.round(images), 0, 255).astype(np.uint8)
 
 
-def make_own_data_dir(root, class_names, train_records=(40, 20),
+def make_own_data_dir(root, class_names=None, train_records=(40, 20),
                       test_records=30, seed=0):
-  """Writes a data set of one's own in CIFAR-10's layout, as
-  cifar10_make_dataset.py does: root/cifar-10-batches-bin/ with one
-  data_batch_N.bin per entry of train_records, test_batch.bin and
-  batches.meta.txt naming class_names (at most 10: each class's images take
-  a colour of class_colors that tells it).
-
-  Returns:
-    root, the data_dir to pass to the scripts.
-  """
+  """Writes root/cifar-10-batches-bin/ (returns root, a data_dir): one
+  data_batch_N.bin per entry of train_records and test_batch.bin, labels
+  cycling through the classes (shuffled per file), each class's images a
+  colour of class_colors that tells it; and, as cifar10_make_dataset.py
+  does, batches.meta.txt naming class_names (at most 10), if given (else
+  CIFAR-10's 10 classes)."""
   rng = np.random.RandomState(seed)
   batches = os.path.join(root, 'cifar-10-batches-bin')
   os.makedirs(batches, exist_ok=True)
-  n = len(class_names)
+  n = len(class_names or range(10))
   files = ['data_batch_%d.bin' % (i + 1) for i in range(len(train_records))]
   for name, records in zip(files + [TEST_FILE],
                            list(train_records) + [test_records]):
     labels = rng.permutation(np.arange(records) % n)
     write_records(os.path.join(batches, name), labels,
                   visible_label_images(labels * (10 // n), rng))
-  with open(os.path.join(batches, 'batches.meta.txt'), 'w',
-            encoding='utf-8') as f:
-    f.write('\n'.join(class_names) + '\n')
+  if class_names:
+    with open(os.path.join(batches, 'batches.meta.txt'), 'w',
+              encoding='utf-8') as f:
+      f.write('\n'.join(class_names) + '\n')
   return root
 
 
 def make_data_dir(root, records_per_file=20, seed=0):
-  """Writes root/cifar-10-batches-bin/{data_batch_1..5,test_batch}.bin.
-
-  Labels cycle through 0..9 (shuffled per file); each image's colour shows its
-  label, so a model can learn them in a few dozen steps.
-
-  Returns:
-    root, the data_dir to pass to the scripts.
-  """
-  rng = np.random.RandomState(seed)
-  batches = os.path.join(root, 'cifar-10-batches-bin')
-  os.makedirs(batches, exist_ok=True)
-  for name in TRAIN_FILES + [TEST_FILE]:
-    labels = rng.permutation(np.arange(records_per_file) % 10)
-    write_records(os.path.join(batches, name), labels,
-                  visible_label_images(labels, rng))
-  return root
+  """Writes CIFAR-10's files, data_batch_1..5.bin and test_batch.bin, of
+  `records_per_file` records each (make_own_data_dir); returns root."""
+  return make_own_data_dir(root, None, (records_per_file,) * 5,
+                           records_per_file, seed)
 
 
 def make_cifar100_dir(root, records=100, seed=0, test_records=None):
-  """Writes root/cifar-100-binary/{train,test}.bin (`records` and
-  `test_records`, default `records`, records of a coarse and a fine label
-  byte) and its fine_label_names.txt and coarse_label_names.txt.
-
-  Fine labels cycle through 0..99 (shuffled per file), the coarse label is
-  fine // 5; each image's colour shows its fine label (one of 100 colours),
-  so a model can learn them.
-
-  Returns:
-    root, the data_dir to pass to the scripts.
-  """
+  """Writes root/cifar-100-binary/{train,test}.bin, of `records` and
+  `test_records` (default `records`) records, and its fine_label_names.txt
+  and coarse_label_names.txt; returns root. Fine labels cycle through 0..99
+  (shuffled per file), each image's colour (of 100) telling it; the coarse
+  label is fine // 5."""
   rng = np.random.RandomState(seed)
   directory = os.path.join(root, CIFAR100_DIR)
   os.makedirs(directory, exist_ok=True)

@@ -1,17 +1,9 @@
-"""cifar10_distributed_train.py survives its faults: real processes of a 1-ps,
-2-worker cluster on 127.0.0.1, killed with SIGKILL and started again, or
-lost for good.
-
-The chief reaches the ps through a TCP proxy of the test process (_Proxy),
-which can cut its connections while the ps runs. Each scenario asserts what
-docs/distributed.md promises: after a fault the global step is at least the
-newest checkpoint's before it (at most one checkpoint interval lost) and
-training goes on; a worker that does not come back stops nothing; a ps task
-or chief that does not come back stops the others, each with one line
-naming it, after the wait that bounds it; no task prints a traceback, and
-every checkpoint on disk restores. Every cluster ends with a task lost for
-good, before --max_steps (MAX_STEPS): no fault has to land before the run's
-end, however loaded the machine.
+"""cifar10_distributed_train.py survives its faults (docs/distributed.md's
+table): real processes of a 1-ps, 2-worker cluster on 127.0.0.1, killed with
+SIGKILL and started again, or lost for good; the chief reaches the ps through
+a TCP proxy of the test (_Proxy), which can cut its connections while the ps
+runs. Every cluster ends with a task lost for good, before --max_steps: no
+fault has to land before the run's end, however loaded the machine.
 """
 
 import glob
@@ -29,41 +21,28 @@ from cifar10_support import checkpoints
 import testutil
 from testutil import LEARNING_RATE
 
-# Clusters of processes (conftest's reading of the source misses _Cluster).
 pytestmark = pytest.mark.slow
 
 SAVE_STEPS = 10
-# Never reached: each cluster ends with a task lost for good (its last fault)
-# long before, so a fault lands mid-run whatever the machine's speed.
-MAX_STEPS = 100000
-# Waits long enough for a task to start, or a killed one to start again, on a
-# loaded machine (10 to 25 s seen on a shared 2-core one): what
-# --startup_wait_secs and --operation_timeout_secs bound while a cluster
-# starts or a task is away for a restart.
+MAX_STEPS = 100000  # Never reached: a task lost for good ends each cluster.
+# --startup_wait_secs and --operation_timeout_secs while a cluster starts or
+# a task is away for a restart: a (re)start on a loaded machine (10 to 25 s
+# seen on a shared 2-core one).
 START_WAIT_SECS = 180
-# The waits a task that stays away is waited out with, given only to the
-# tasks that wait for it (_PS_GONE_WAITS, _CHIEF_GONE_WAITS).
-# --startup_wait_secs: it bounds nothing else such a task does once it
-# starts where the ps listens and the chief has initialised the variables
-# (connections to tasks that listen, which the kernel answers however busy
-# the task; a check of what is done already, whose first try counts), so it
-# is as short as the promise allows: a wait, then the line.
+# The waits for a task that stays away, given only to the tasks that wait
+# for it. --startup_wait_secs bounds nothing else once the ps listens and the
+# chief has initialised the variables, so it is as short as can be.
 GONE_WAIT_SECS = 2
-# --operation_timeout_secs, the wait of a synchronous worker's next update:
-# it also bounds the worker's first run (its session's start, its input
-# queue filling, its first update), up to 4.4 s seen from its session's
-# start to its first step line at a load of 16 on a shared 2-core Xeon.
+# --operation_timeout_secs, a synchronous worker's wait of its next update,
+# bounds its first run too (up to 4.4 s seen at a load of 16).
 GONE_OPERATION_SECS = 15
 
 
 def _lost(ps_address):
   """How a worker says why it lost its session to a ps task restarted at
-  ps_address. It names the task when it can tell which one it lost: TF's
-  error named the task, or the task was still down as the new session was
-  made. Else, as when TF's error named no task and the ps was back already
-  (the order of those is TF's and the machine's), it gives the general
-  reason, which is as true; docs/distributed.md promises either form
-  ("Which ps task"), and each is matched whole here."""
+  ps_address: naming it where it can tell (TF's error named it, or it was
+  still down), else the general reason; docs/distributed.md promises either
+  ("Which ps task"), each matched whole."""
   return (r'session lost \((?:ps task 0 at %s went away and came back|a ps '
           r'task restarted, or a connection to one broke)\)'
           % re.escape(ps_address))
@@ -71,8 +50,7 @@ def _lost(ps_address):
 
 def _restored(ps_address):
   """The chief's line as it restores its newest checkpoint into a session
-  lost to the ps task at ps_address (the checkpoint's step, the global
-  step)."""
+  lost to the ps at ps_address (groups: the checkpoint's step, global step)."""
   return (r'^Worker 0: %s: restored model\.ckpt-(\d+), global step (\d+); '
           r'steps since then are lost\.$' % _lost(ps_address))
 
@@ -104,10 +82,7 @@ class _Proxy(object):
     self.reopen()
 
   def reopen(self):
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(('127.0.0.1', self.port))
-    listener.listen(16)
+    listener = socket.create_server(('127.0.0.1', self.port), backlog=16)
     with self._lock:
       self._listener = listener
       self._sockets.add(listener)
@@ -171,15 +146,11 @@ class _Proxy(object):
 
 
 class _Cluster(testutil.Tasks):
-  """The processes of one cluster: tasks 'ps', 'w0' (the chief) and 'w1';
-  the chief reaches the ps through self.proxy, at self.addresses['proxy'].
-
-  Args:
-    waits: dict from a worker ('w0', 'w1') to its --startup_wait_secs and
-      --operation_timeout_secs, each START_WAIT_SECS where not given; kept
-      in self.waits, which gives each start of the task its flags (a test
-      may change them before it starts a task again).
-  """
+  """Tasks 'ps', 'w0' (the chief) and 'w1'; the chief reaches the ps through
+  self.proxy, at self.addresses['proxy']. waits: {worker: {flag: secs}} of
+  its startup_wait_secs and operation_timeout_secs, START_WAIT_SECS where
+  not given; self.waits gives each start its flags (a test may change them
+  before a restart)."""
 
   def __init__(self, tmp_path, data_dir, extra_flags, waits=None):
     super().__init__({task: str(tmp_path / (task + '.log'))
@@ -189,8 +160,8 @@ class _Cluster(testutil.Tasks):
         '--data_dir=%s' % data_dir, '--max_steps=%d' % MAX_STEPS,
         '--batch_size=32', '--log_frequency=5',
         '--save_checkpoint_steps=%d' % SAVE_STEPS] + extra_flags
-    self.waits = {task: dict(dict(startup=START_WAIT_SECS,
-                                  operation=START_WAIT_SECS),
+    self.waits = {task: dict(dict(startup_wait_secs=START_WAIT_SECS,
+                                  operation_timeout_secs=START_WAIT_SECS),
                              **(waits or {}).get(task, {}))
                   for task in ('w0', 'w1')}
     self.afresh()
@@ -206,9 +177,8 @@ class _Cluster(testutil.Tasks):
     shutil.rmtree(self.train_dir, ignore_errors=True)
 
   def start(self, task):
-    """Starts the script for `task`, with LEARNING_RATE, as a user would;
-    the chief is given the proxy's address for the ps (a task's own entry
-    only says which port it listens on)."""
+    """Starts `task` with LEARNING_RATE, as a user would; the chief is given
+    the proxy's address for the ps."""
     cluster = ['--ps_hosts=' + self.addresses['proxy' if task == 'w0'
                                               else 'ps'],
                '--worker_hosts=%s,%s' % (self.addresses['w0'],
@@ -218,47 +188,21 @@ class _Cluster(testutil.Tasks):
                    '--train_dir=' + self.train_dir] + self.settings,
             'w1': ['--job_name=worker', '--task_index=1'] + self.settings}
     if task in self.waits:
-      args[task] += ['--startup_wait_secs=%d' % self.waits[task]['startup'],
-                     '--operation_timeout_secs=%d'
-                     % self.waits[task]['operation']]
-    self.processes[task] = testutil.start_script(  # A user's console.
+      args[task] += ['--%s=%d' % wait for wait in self.waits[task].items()]
+    self.processes[task] = testutil.start_script(
         'cifar10_distributed_train.py', args[task] + cluster, self.logs[task],
         testutil.with_learning_rate(LEARNING_RATE))
 
   def start_in_stages(self, stages, paused=()):
-    """Starts the tasks of each stage once the stage before is ready:
-    stages is [(tasks, what, ready)], a stage ready once its tasks listen
-    and ready() (if not None) is true, `what` having come. The tasks in
-    `paused` are stopped (SIGSTOP) once their stage is ready, and continued
-    (SIGCONT) once the next stage's tasks listen. While a task finds its
-    port taken, stops them all and starts again on new ports, as start_all
-    does."""
+    """Starts each stage, [(tasks, what, ready)], once the one before is
+    ready: its tasks listen and ready() (if not None) is true. The tasks in
+    `paused` are stopped (SIGSTOP) once their stage is ready, continued once
+    the next stage's listen. Again afresh while a port was taken."""
 
     def attempt():
       stopped = []
       for tasks, what, ready in stages:
-        for task in tasks:
-          self.start(task)
-
-        def ended_before_listening(tasks=tasks):
-          return [task for task in tasks
-                  if self.processes[task].poll() is not None and
-                  not testutil.LISTENING.search(self.log(task))]
-
-        ended = self.wait_for('%s to listen' % ', '.join(tasks), lambda: (
-            ended_before_listening() or all(
-                testutil.LISTENING.search(self.log(task)) for task in tasks)))
-        if ended is not True:
-          self.stop()
-          if not any(testutil.PORT_TAKEN in self.log(task) for task in ended):
-            pytest.fail('%s ended before listening:\n%s' % (ended,
-                                                             self.tails()))
-          for path in self.logs.values():
-            if os.path.exists(path):
-              os.remove(path)
-          self.processes = {}
-          self.afresh()
-          raise testutil.PortTaken()
+        self.start_listening(tasks)
         for task in stopped:
           self.processes[task].send_signal(signal.SIGCONT)
         if ready:
@@ -281,8 +225,8 @@ class _Cluster(testutil.Tasks):
     self.proxy.cut()
 
   def check_console(self):
-    """No traceback, and none of TensorFlow's own log lines, in any task's
-    output: what a fault costs, each task says in its own words."""
+    """No traceback, nor TensorFlow's own log lines, in any task's output:
+    what a fault costs, each task says in its own words."""
     for task in self.logs:
       output = self.log(task)
       assert 'Traceback' not in output, '%s:\n%s' % (task, output[-3000:])
@@ -290,42 +234,27 @@ class _Cluster(testutil.Tasks):
       assert not TF_LOG_LINE.search(output), '%s:\n%s' % (task, output)
 
 
-def _check_every_checkpoint_restores(train_dir):
-  indexes = glob.glob(os.path.join(train_dir, 'model.ckpt-*.index'))
-  assert indexes
-  for index in indexes:
-    assert checkpoints.verified_reader(index[:-len('.index')])[1] is None
-
-
-def _new_output(cluster, task, offset):
-  return cluster.log(task)[offset:]
-
-
 def _index_files(train_dir):
   return set(glob.glob(os.path.join(train_dir, 'model.ckpt-*.index')))
 
 
-# Which of its waits a task left stops after, by the task lost for good
-# (docs/distributed.md): a ps task, every worker's --startup_wait_secs; the
-# chief, an asynchronous worker's --startup_wait_secs and a synchronous
-# one's --operation_timeout_secs, the wait of its next update. Each is
-# given to the tasks that wait it out, and only to them.
-_PS_GONE_WAITS = dict(startup=GONE_WAIT_SECS)
-_CHIEF_GONE_WAITS = {'async': dict(startup=GONE_WAIT_SECS),
-                     'sync': dict(operation=GONE_OPERATION_SECS)}
+# The wait a task left stops after (docs/distributed.md): for a ps task,
+# --startup_wait_secs; for the chief, an asynchronous worker's
+# --startup_wait_secs and a synchronous one's --operation_timeout_secs.
+_PS_GONE_WAITS = dict(startup_wait_secs=GONE_WAIT_SECS)
+_CHIEF_GONE_WAITS = {'async': dict(startup_wait_secs=GONE_WAIT_SECS),
+                     'sync': dict(operation_timeout_secs=GONE_OPERATION_SECS)}
 
 
 def _check_stopped_naming(cluster, task, named, wait):
   """The task's last line names the task lost for good, and the wait it
-  stopped after (`wait`: {'startup' or 'operation': secs})."""
+  stopped after (`wait`: {its flag: secs})."""
   output = cluster.log(task)
   last = output.rstrip('\n').rsplit('\n', 1)[-1]
   assert last.startswith('Worker %s: ' % task[1]), output[-3000:]
   assert named in last, output[-3000:]
   (flag, secs), = wait.items()
-  assert '%d s (--%s)' % (secs, {'startup': 'startup_wait_secs',
-                                 'operation': 'operation_timeout_secs'}[
-                                     flag]) in last, last
+  assert '%d s (--%s)' % (secs, flag) in last, last
 
 
 def _waits_or_trains(cluster, task, quiet_secs=5):
@@ -365,7 +294,7 @@ def test_chief_ps_and_worker_killed_and_restarted(data_dir, tmp_path, mode):
     cluster.kill('w0')
     cluster.restart('w0')
     resumed = cluster.wait_for('the chief to resume', lambda: RESUMED.search(
-        _new_output(cluster, 'w0', offset)))
+        cluster.log('w0', offset)))
     assert int(resumed.group(1)) >= before
     resumed_from = os.path.join(cluster.train_dir,
                                 'model.ckpt-' + resumed.group(1))
@@ -383,14 +312,14 @@ def test_chief_ps_and_worker_killed_and_restarted(data_dir, tmp_path, mode):
     cluster.restart('ps')
     cluster.proxy.reopen()
     restored = cluster.wait_for('the chief to restore', lambda: re.search(
-        _restored(proxy), _new_output(cluster, 'w0', offsets['w0']), re.M))
+        _restored(proxy), cluster.log('w0', offsets['w0']), re.M))
     checkpoint, step = int(restored.group(1)), int(restored.group(2))
     assert checkpoint >= before
     assert step >= checkpoint
     rejoined = cluster.wait_for('worker 1 to rejoin', lambda: re.search(
         r'^Worker 1: %s: rejoined at global step (\d+)\.$'
         % _lost(cluster.addresses['ps']),
-        _new_output(cluster, 'w1', offsets['w1']), re.M))
+        cluster.log('w1', offsets['w1']), re.M))
     # Not before the chief's restore (which sets the global step last).
     assert int(rejoined.group(1)) >= checkpoint
     cluster.wait_for('a checkpoint after the restore',
@@ -404,25 +333,21 @@ def test_chief_ps_and_worker_killed_and_restarted(data_dir, tmp_path, mode):
     cluster.proxy.cut_midway()
     cluster.proxy.reopen()
     restored = cluster.wait_for('the chief to restore', lambda: re.search(
-        _restored(proxy), _new_output(cluster, 'w0', offset), re.M))
+        _restored(proxy), cluster.log('w0', offset), re.M))
     checkpoint = int(restored.group(1))
     assert checkpoint >= before
     offset = len(cluster.log('w1'))
     cluster.wait_for('worker 1 to train and a checkpoint after the restore',
                      lambda: cluster.newest_step() > checkpoint and (
                          testutil.step_line(r'Worker \d').search(
-                             _new_output(cluster, 'w1', offset))))
+                             cluster.log('w1', offset))))
 
     # Worker 1 away: the chief trains on without it, says so once, and says
-    # when it is back; started again, worker 1 trains. Synchronous, the
-    # kill lands while worker 1 holds a token whenever it can: paused
-    # first (SIGSTOP), worker 1 keeps the token it took, and the chief,
-    # whose step is in the next update, waits for the token and prints
-    # nothing; had worker 1 no token, the chief takes the spare one and
-    # trains alone, as it does asynchronously. Either way it trains on.
-    # Worker 1 is started again with the wait it waits the chief out with
-    # below, which bounds nothing of its start: the ps listens, the
-    # variables are initialised.
+    # when it is back; started again, worker 1 trains. Paused first
+    # (SIGSTOP), a synchronous worker 1 keeps any token it took, so the kill
+    # lands while it holds one whenever it can (the chief then waits, printing
+    # nothing; without, it takes the spare token). Worker 1 restarts with the
+    # short wait it waits the chief out with below.
     cluster.processes['w1'].send_signal(signal.SIGSTOP)
     cluster.wait_for('the chief to wait, or train alone',
                      _waits_or_trains(cluster, 'w0'))
@@ -436,19 +361,19 @@ def test_chief_ps_and_worker_killed_and_restarted(data_dir, tmp_path, mode):
                                  else ''))
     # Bounded in time too: a chief that trains without the line prints.
     cluster.wait_for('the chief to train on without worker 1', lambda: (
-        away in _new_output(cluster, 'w0', chief_offset) and len(
+        away in cluster.log('w0', chief_offset) and len(
             testutil.step_line(r'Worker \d').findall(
-                _new_output(cluster, 'w0', chief_offset))) >= 2),
+                cluster.log('w0', chief_offset))) >= 2),
                      restarting='w1', secs=START_WAIT_SECS)
     cluster.waits['w1'].update(_CHIEF_GONE_WAITS[mode])
     cluster.restart('w1')
     cluster.wait_for('worker 1 to train again, and the chief to see it back',
                      lambda: testutil.step_line(r'Worker \d').search(
-                         _new_output(cluster, 'w1', offset))
-                     and named + 'is back.' in _new_output(cluster, 'w0',
-                                                          chief_offset),
+                         cluster.log('w1', offset))
+                     and named + 'is back.' in cluster.log('w0',
+                                                           chief_offset),
                      secs=START_WAIT_SECS)
-    chief_since = _new_output(cluster, 'w0', chief_offset)
+    chief_since = cluster.log('w0', chief_offset)
     assert [chief_since.count(away), chief_since.count(named + 'is back.')] == [
         1, 1], chief_since[-3000:]
     assert not RESUMED.search(chief_since) and 'session lost' not in (
@@ -466,7 +391,7 @@ def test_chief_ps_and_worker_killed_and_restarted(data_dir, tmp_path, mode):
                         _CHIEF_GONE_WAITS[mode])
   cluster.check_console()
   assert saved <= _index_files(cluster.train_dir)
-  _check_every_checkpoint_restores(cluster.train_dir)
+  testutil.check_checkpoints_restore(cluster.train_dir)
 
 
 # (The chief lost for good: the end of
@@ -475,19 +400,16 @@ def test_chief_ps_and_worker_killed_and_restarted(data_dir, tmp_path, mode):
 @pytest.mark.parametrize('mode', ['async', 'sync'], ids=['async-ps', 'sync-ps'])
 def test_a_task_that_does_not_come_back_is_named(data_dir, tmp_path, mode):
   """A ps task lost for good: both workers stop, each with one line naming
-  it as it reaches it, after their --startup_wait_secs; the chief first, cut
-  from the ps while the ps runs, then worker 1, as the ps is killed."""
+  it, after their --startup_wait_secs; the chief first, cut from the ps
+  while the ps runs, then worker 1, as the ps is killed."""
   cluster = _Cluster(tmp_path, data_dir,
                      ['--sync_replicas'] if mode == 'sync' else [],
                      waits={'w0': _PS_GONE_WAITS, 'w1': _PS_GONE_WAITS})
-  # A task with a short --startup_wait_secs starts once what it waits for
-  # at its start is there: the ps listening, and, for worker 1, the
-  # variables the chief initialises (its first checkpoint comes after).
-  # Meanwhile the chief is paused (SIGSTOP) until worker 1 listens: it would
-  # train alone, which nothing here needs, on the cores worker 1 starts on
-  # (what worker 1 asks of it until then, the kernel answers: a connection
-  # to its port; or the ps: the variables). The fault comes once worker 1
-  # trains and a checkpoint of training is saved.
+  # A task with a short --startup_wait_secs starts once what it waits for is
+  # there: the ps listening; for worker 1, the variables the chief
+  # initialises. The chief is paused (SIGSTOP) until worker 1 listens, not to
+  # train alone on the cores worker 1 starts on. The fault comes once worker
+  # 1 trains and a checkpoint of training is saved.
   initialised = ('the chief to initialise the variables',
                  lambda: cluster.newest_step() >= 0)
   training = ('worker 1 to train and a checkpoint at step %d' % SAVE_STEPS,
@@ -497,8 +419,7 @@ def test_a_task_that_does_not_come_back_is_named(data_dir, tmp_path, mode):
   try:
     cluster.start_in_stages([(['ps'], None, None), (['w0'],) + initialised,
                              (['w1'],) + training], paused=['w0'])
-    # Worker 1 is paused (SIGSTOP) while the chief goes: it would stop
-    # once the chief had been away its 2 s, naming the chief.
+    # Paused while the chief goes, worker 1 does not stop naming the chief.
     cluster.processes['w1'].send_signal(signal.SIGSTOP)
     cluster.proxy.cut()
     saved = _index_files(cluster.train_dir)
@@ -514,4 +435,4 @@ def test_a_task_that_does_not_come_back_is_named(data_dir, tmp_path, mode):
   cluster.check_console()
   # Nothing was deleted, and everything there restores.
   assert saved <= _index_files(cluster.train_dir)
-  _check_every_checkpoint_restores(cluster.train_dir)
+  testutil.check_checkpoints_restore(cluster.train_dir)

@@ -1,12 +1,8 @@
 """cifar10_distributed_train.py where a cluster manager starts it: TF_CONFIG
 with a chief job ("chief", or "master"), and an evaluator task, listed in
-the cluster (Kubeflow) or not (Vertex AI).
-
-Every task runs the same command, as Kubeflow's TFJob and Vertex AI start
-it, and learns its role from TF_CONFIG, set exactly as each platform sets
-it; real processes on 127.0.0.1. The script reads TF_CONFIG through
-TensorFlow's own TFConfigClusterResolver; the tests' oracle is each
-platform's TF_CONFIG as written.
+the cluster (Kubeflow) or not (Vertex AI). Every task runs the same command
+and learns its role from TF_CONFIG, set exactly as each platform sets it
+(the tests' oracle); real processes on 127.0.0.1.
 """
 
 import glob
@@ -18,17 +14,13 @@ import shutil
 import pytest
 import tensorflow.compat.v1 as tf
 
-import cifar10_distributed_train as dist
 from cifar10_support import checkpoints
 from cifar10_support import clusters
-from cifar10_support import run_flags
 import synthetic
 import testutil
 from testutil import LEARNED_TRAIN_STEPS as TRAIN_STEPS
 from testutil import LEARNING_RATE
 
-DONE_LINE = re.compile(r'^(Chief|Master|Worker \d): stopped at global step '
-                       r'(\d+) after (\d+) steps of its own\.$', re.M)
 EVALUATOR_LINE = re.compile(
     r'^Done: (\S+) \(global step (\d+), --until_step=(\d+)\): '
     r'precision @ 1 = (\d\.\d{3})\.$')
@@ -36,43 +28,28 @@ PRECISION_LINE = testutil.PRECISION_LINE
 
 
 class _ManagedCluster(testutil.Tasks):
-  """One process per task, each with the same command and its TF_CONFIG.
-
-  Args:
-    jobs: dict from each job of the cluster ('chief', 'master', 'ps',
-      'worker', and 'evaluator' where the platform lists it) to its number
-      of tasks.
-    evaluator: bool, also an evaluator task not listed in the cluster.
-    flags: the command's flags, the same for every task.
-    extra: dict of keys TF_CONFIG carries beside cluster and task on the
-      platform ('environment', 'job', ...); task_extra, beside type and
-      index.
-    learning_rate: every task's initial learning rate (the fault tests',
-      which must not diverge on 100 records); None for the script's own.
-  """
+  """One process per task, each with the same command, `flags`, and its
+  TF_CONFIG: `jobs`, {job: its number of tasks}, the cluster (an
+  'evaluator' job where the platform lists it); evaluator, an evaluator
+  task outside it too; extra, the keys TF_CONFIG carries beside cluster and
+  task ('environment', ...); task_extra, beside type and index."""
 
   def __init__(self, tmp_path, jobs, flags, evaluator=False, extra=None,
-               task_extra=None, learning_rate=LEARNING_RATE):
-    self.jobs = jobs
-    self.flags = flags
-    self._pick_ports()
+               task_extra=None):
+    self.jobs, self.flags = jobs, flags
+    self.extra, self.task_extra = extra or {}, task_extra or {}
     self.tasks = ['%s%d' % (job, i) for job, n in jobs.items()
                   for i in range(n)] + (['evaluator0'] if evaluator else [])
-    self.learning_rate = learning_rate
-    self.extra = extra or {}
-    self.task_extra = task_extra or {}
     super().__init__({task: str(tmp_path / (task + '.log'))
                       for task in self.tasks})
+    self.afresh()
 
-  def _pick_ports(self):
+  def afresh(self):
+    """Every task's address picked anew; nothing left of an attempt on the
+    old ones."""
     ports = iter(testutil.free_ports(sum(self.jobs.values())))
     self.cluster = {job: ['127.0.0.1:%d' % next(ports) for _ in range(n)]
                     for job, n in self.jobs.items()}
-
-  def afresh(self):
-    """Every task's address picked anew, and nothing left of an attempt on
-    the old ones."""
-    self._pick_ports()
     for flag in self.flags:
       if flag.startswith(('--train_dir=', '--eval_dir=')):
         shutil.rmtree(flag.split('=', 1)[1], ignore_errors=True)
@@ -94,7 +71,7 @@ class _ManagedCluster(testutil.Tasks):
   def start(self, task):
     self.processes[task] = testutil.start_script(
         'cifar10_distributed_train.py', self.flags, self.logs[task],
-        testutil.with_learning_rate(self.learning_rate),
+        testutil.with_learning_rate(LEARNING_RATE),
         dict(TF_CONFIG=self.tf_config(task)))
 
 
@@ -136,13 +113,16 @@ PLATFORMS = {
 }
 
 
-def _flags(data_dir, train_dir, tmp_path, max_steps, *extra):
-  return ['--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
-          '--max_steps=%d' % max_steps, '--batch_size=8',
-          '--log_frequency=4', '--save_checkpoint_steps=10',
-          '--startup_wait_secs=120', '--operation_timeout_secs=120',
-          '--eval_dir=%s' % (tmp_path / 'eval'), '--eval_interval_secs=1',
-          '--num_examples=20'] + list(extra)
+def _platform_cluster(platform, data_dir, tmp_path, max_steps, *extra):
+  """The platform's _ManagedCluster of a run to max_steps; its train_dir."""
+  train_dir = str(tmp_path / 'train')
+  return _ManagedCluster(tmp_path, flags=[
+      '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
+      '--max_steps=%d' % max_steps, '--batch_size=8', '--log_frequency=4',
+      '--save_checkpoint_steps=10', '--startup_wait_secs=120',
+      '--operation_timeout_secs=120', '--eval_dir=%s' % (tmp_path / 'eval'),
+      '--eval_interval_secs=1', '--num_examples=20'] + list(extra),
+                         **PLATFORMS[platform]()), train_dir
 
 
 def _run(cluster, order, meanwhile=lambda: None):
@@ -171,32 +151,30 @@ def _check_trained(outputs, train_dir, chief, max_steps):
   """The chief reached max_steps under its own name; every checkpoint of
   train_dir restores; returns the final global step."""
   done = dict((label, int(step)) for output in outputs.values()
-              for label, step, _ in DONE_LINE.findall(output))
+              for label, step, _ in testutil.DONE_LINE.findall(output))
   assert done[chief] >= max_steps, done
   # Some task logged its steps (which one ran them is the machine's call).
   assert any(testutil.step_line(r'Chief|Master|Worker \d').search(output)
              for output in outputs.values())
-  indexes = glob.glob(os.path.join(train_dir, 'model.ckpt-*.index'))
-  assert len(indexes) >= 2
-  for index in indexes:
-    assert checkpoints.verified_reader(index[:-len('.index')])[1] is None
+  testutil.check_checkpoints_restore(train_dir, at_least=2)
   return done[chief]
 
 
-@pytest.fixture(scope='module')
-def finished_run(data_dir, tmp_path_factory):
-  """A finished run at TRAIN_STEPS: testutil.learned_train_dir, test_eval's
-  too, built once per test run."""
-  return testutil.learned_train_dir(data_dir, tmp_path_factory)
+@pytest.fixture
+def finished_run(learned_train_dir):
+  """A finished run at TRAIN_STEPS (conftest's learned_train_dir)."""
+  return learned_train_dir
 
 
 # --- TF_CONFIG of each platform, read -----------------------------------------
 
 
 def resolve(tf_config):
-  """The clusters.Task that TF_CONFIG, a dict, gives with no cluster flag."""
+  """The clusters.Task that TF_CONFIG (a dict, or its text) gives with no
+  cluster flag."""
   with pytest.MonkeyPatch.context() as patch:
-    patch.setenv('TF_CONFIG', json.dumps(tf_config))
+    patch.setenv('TF_CONFIG', tf_config if isinstance(tf_config, str) else
+                 json.dumps(tf_config))
     return clusters.resolve(None, 0, '', '', startup_wait_secs=300,
                             operation_timeout_secs=300)
 
@@ -336,8 +314,32 @@ BAD_TF_CONFIG_LINES = [
       'task': {'type': 'master', 'index': 1}},
      r'TF_CONFIG task index=1 is out of range for job "master"'),
 ] + [(tf_config, '^%s$' % re.escape(line))  # Whole.
-     for tf_config, line in BAD_TF_CONFIG_LINES])
-def test_bad_tf_config_of_a_managed_cluster_is_one_line(tf_config, message):
+     for tf_config, line in BAD_TF_CONFIG_LINES] + [
+    # As text.
+    ('{"cluster": ', r'TF_CONFIG is not valid JSON'),
+    ('{"task": {"type": "ps"}}', r'TF_CONFIG needs a "cluster" and a "task"'),
+    ('[1]', r'TF_CONFIG needs a "cluster" and a "task"'),
+    ('5', r"^TF_CONFIG is not a cluster TensorFlow can read \(.+\): '5'$"),
+    ('{"cluster": {"ps": ["h0:1"], "worker": [1]}, "task": {"type": "ps"}}',
+     r'TensorFlow can read \(Task address 1 must be bytes or unicode\)'),
+    ('{"cluster": {"ps": ["h0:1"], "worker": ["h1:1"]}, '
+     '"task": {"type": "ps", "index": "first"}}',
+     r"TensorFlow can read \(invalid literal for int\(\) with base 10: "
+     r"'first'\)"),
+    ('{"cluster": {"ps": ["h0:1"], "worker": ["h1:1"], "boss": ["h2:1"]}, '
+     '"task": {"type": "boss", "index": 0}}', r'job\(s\) boss'),
+    ('{"cluster": {"worker": ["h1:1"]}, "task": {"type": "worker"}}',
+     r'needs a "ps" list'),
+    ('{"cluster": {"ps": ["h0"], "worker": ["h1:1"]}, "task": {"type": "ps"}}',
+     r'TF_CONFIG cluster "ps" entry \'h0\' is not host:port'),
+    ('{"cluster": {"ps": ["h0:1"], "worker": ["h1:1"]}, '
+     '"task": {"type": "chief", "index": 0}}',
+     r'task \{"type": "chief", "index": 0\} is not a task of the cluster'),
+    ('{"cluster": {"ps": ["h0:1"], "worker": ["h1:1"]}, '
+     '"task": {"type": "worker", "index": 1}}',
+     r'TF_CONFIG task index=1 is out of range for job "worker"'),
+])
+def test_bad_tf_config_is_named(tf_config, message):
   with pytest.raises(ValueError, match=message):
     resolve(tf_config)
 
@@ -345,27 +347,12 @@ def test_bad_tf_config_of_a_managed_cluster_is_one_line(tf_config, message):
 @pytest.mark.slow  # A process.
 def test_a_task_given_bad_tf_config_prints_one_line_and_exits_1():
   # A bad TF_CONFIG ends the task with its line alone, no usage text; each
-  # line is test_bad_tf_config_of_a_managed_cluster_is_one_line's.
+  # line is test_bad_tf_config_is_named's.
   tf_config, line = BAD_TF_CONFIG_LINES[0]
   result = testutil.run_script('cifar10_distributed_train.py', [],
                                TF_CONFIG=json.dumps(tf_config))
   assert (result.returncode, result.stdout, result.stderr) == (1, '',
                                                                line + '\n')
-
-
-def test_the_chief_jobs_graph_runs_on_the_chief(data_dir):
-  cluster = {'chief': ['h0:1'], 'ps': ['h1:1'], 'worker': ['h2:1']}
-  with tf.Graph().as_default() as graph:
-    settings = run_flags.TrainSettings(data_dir, None, batch_size=8,
-                                       input_threads=1)
-    built = dist.build_worker_graph(
-        settings, testutil.described(settings), clusters.Task(cluster, 'chief', 0), replicas=2)
-    built['sync_optimizer'].ready_for_local_init_op.mark_used()
-  for op in graph.get_operations():
-    if op.type in ('RandomShuffleQueueV2', 'Conv2D', 'SaveV2'):
-      assert op.device == '/job:chief/task:0/device:CPU:0', op.name
-  # One replica per training task: the chief and the worker.
-  assert built['sync_optimizer']._total_num_replicas == 2  # pylint: disable=protected-access
 
 
 # --- Each platform's cluster, for real ------------------------------------------
@@ -394,11 +381,9 @@ def test_kubeflow_tfjob_trains_its_restarted_chief_resumes_its_evaluator_follows
   # the cluster, the evaluator included. Its chief, the chief job's, is
   # killed (SIGKILL) and started again with the same command, as the
   # operator restarts a pod: it resumes from its newest checkpoint.
-  train_dir = str(tmp_path / 'train')
   max_steps = 200
-  cluster = _ManagedCluster(
-      tmp_path, flags=_flags(data_dir, train_dir, tmp_path, max_steps),
-      **PLATFORMS['kubeflow']())
+  cluster, train_dir = _platform_cluster('kubeflow', data_dir, tmp_path,
+                                         max_steps)
   assert 'evaluator' in json.loads(cluster.tf_config('chief0'))['cluster']
 
   def restart_the_chief():
@@ -410,7 +395,7 @@ def test_kubeflow_tfjob_trains_its_restarted_chief_resumes_its_evaluator_follows
     cluster.restart('chief0')
     resumed = cluster.wait_for('the chief to resume', lambda: re.search(
         r'^Resuming from checkpoint \S+model\.ckpt-(\d+) at step',
-        cluster.log('chief0')[offset:], re.M))
+        cluster.log('chief0', offset), re.M))
     assert int(resumed.group(1)) >= before
 
   outputs = _run(cluster, ['ps0', 'evaluator0', 'worker0', 'worker1',
@@ -429,12 +414,9 @@ def test_vertex_ai_chief_ps_workers_train_synchronously(data_dir, tmp_path):
   # TF_CONFIG also carries the job and a trial. (That synchronous training
   # learns is test_distributed_train.py's
   # test_sync_cluster_trains_to_the_global_step_and_learns.)
-  train_dir = str(tmp_path / 'train')
   max_steps = 24
-  cluster = _ManagedCluster(
-      tmp_path, flags=_flags(data_dir, train_dir, tmp_path, max_steps,
-                             '--sync_replicas'),
-      **PLATFORMS['vertex_ai']())
+  cluster, train_dir = _platform_cluster('vertex_ai', data_dir, tmp_path,
+                                         max_steps, '--sync_replicas')
   outputs = _run(cluster, ['ps0', 'evaluator0', 'worker0', 'chief0'])
   for task in ('chief0', 'worker0'):
     assert ('SyncReplicas enabled: replicas_to_aggregate=2; '
@@ -452,12 +434,9 @@ def test_a_master_cluster_trains_and_every_task_reads_the_data_set_flag(
   # --dataset through TF_CONFIG as in cifar10_train.py: every task reads it.
   data_dir = synthetic.make_cifar100_dir(str(tmp_path / 'data'), records=64,
                                          test_records=16)
-  train_dir = str(tmp_path / 'train')
   max_steps = 24
-  cluster = _ManagedCluster(
-      tmp_path, flags=_flags(data_dir, train_dir, tmp_path, max_steps,
-                             '--dataset=cifar100'),
-      **PLATFORMS['master']())
+  cluster, train_dir = _platform_cluster('master', data_dir, tmp_path,
+                                         max_steps, '--dataset=cifar100')
   outputs = _run(cluster, ['ps0', 'worker0', 'master0'])
   _check_trained(outputs, train_dir, 'Master', max_steps)
   assert 'This task: /job:master/task:0' in outputs['master0']
@@ -518,23 +497,14 @@ def test_an_evaluator_stops_when_the_chief_stays_away(data_dir, tmp_path,
 IMAGE = 'YOUR_REGISTRY/cifar10-tutorial:tf2.21'
 
 
-def _command(container):
-  return container['command'] + container.get('args', [])
-
-
-def _dockerfile():
-  """The Dockerfile's instructions: [(INSTRUCTION, arguments), ...]."""
+def _check_runs_in_the_image(container, working_dir):
+  """A manifest container's command runs this script as written in the
+  Dockerfile's image: the repository copied to its WORKDIR, the script
+  there, the requirements installed, no data copied in; the command."""
+  command = container['command'] + container.get('args', [])
   with open(os.path.join(testutil.ROOT, 'Dockerfile')) as f:
-    lines = [line.strip() for line in f if line.strip() and
-             not line.lstrip().startswith('#')]
-  return [tuple(line.split(None, 1)) for line in lines]
-
-
-def _check_runs_in_the_image(command, working_dir):
-  """A manifest's command runs as written in the Dockerfile's image: the
-  repository copied to its WORKDIR, the command's script there, the
-  requirements installed, no data copied in."""
-  steps = _dockerfile()
+    steps = [tuple(line.strip().split(None, 1)) for line in f
+             if line.strip() and not line.lstrip().startswith('#')]
   assert steps[0][0] == 'FROM' and steps[0][1].startswith('python:')
   assert steps[0][1].endswith('-slim')  # An official Python slim base.
   workdir, = [args for op, args in steps if op == 'WORKDIR']
@@ -544,13 +514,14 @@ def _check_runs_in_the_image(command, working_dir):
       ('COPY', 'requirements.txt .')) < steps.index(
           ('RUN', 'pip install --no-cache-dir -r requirements.txt')) < (
               steps.index(('COPY', '. .')))
-  assert command[0] == 'python'
+  assert command[:2] == ['python', 'cifar10_distributed_train.py']
   assert os.path.isfile(os.path.join(testutil.ROOT, command[1]))
   with open(os.path.join(testutil.ROOT, '.dockerignore')) as f:
     ignored = f.read().split()
   assert 'cifar10/*' in ignored  # A user's downloaded data stays out.
   assert not any(pattern.startswith(('cifar10_', '*.py')) for pattern in
                  ignored)
+  return command
 
 
 def test_the_tfjob_manifest_runs_this_script_on_a_shared_train_dir():
@@ -575,9 +546,7 @@ def test_the_tfjob_manifest_runs_this_script_on_a_shared_train_dir():
     pod = template['spec']
     container, = pod['containers']
     assert container['image'] == IMAGE
-    command = _command(container)
-    _check_runs_in_the_image(command, container['workingDir'])
-    assert command[1] == 'cifar10_distributed_train.py', kind
+    command = _check_runs_in_the_image(container, container['workingDir'])
     commands.add(tuple(command))
     if kind in ('Chief', 'Evaluator'):
       # The chief writes --train_dir; the evaluator reads it: one volume.
@@ -592,20 +561,15 @@ def test_the_tfjob_manifest_runs_this_script_on_a_shared_train_dir():
 
 NETWORK_POLICY = os.path.join(testutil.ROOT, 'docs', 'managed',
                               'kubeflow_networkpolicy.json')
-# The label the Training Operator (v1.x) puts on every pod of a TFJob, the
-# job's name its value: JobNameLabel in pkg/apis/kubeflow.org/v1/
-# common_types.go, set by GenLabels in pkg/controller.v1/common/
-# job_controller.go (kubeflow/training-operator, tag v1.9.0 and branch
-# release-1.9; the same key since v1.4.0).
+# The Training Operator's (kubeflow/training-operator, v1.4.0 to v1.9.0)
+# labels of every pod of a TFJob: the job's name (JobNameLabel in
+# pkg/apis/kubeflow.org/v1/common_types.go), its replica type, lower-cased
+# (ReplicaTypeLabel, same file).
 TFJOB_NAME_LABEL = 'training.kubeflow.org/job-name'
-# The replica type, lower-cased (ReplicaTypeLabel in the same file, set in
-# pkg/controller.v1/common/pod.go, same tag).
 TFJOB_REPLICA_LABEL = 'training.kubeflow.org/replica-type'
-# The servers' port: the containerPort of the port named "tfjob-port" of the
-# container named "tensorflow", 2222 where it names none (TFJobDefaultPort,
-# TFJobDefaultPortName, TFJobDefaultContainerName in pkg/apis/kubeflow.org/
-# v1/tensorflow_types.go; GetPortFromTFJob in pkg/controller.v1/tensorflow/
-# util.go writes it into TF_CONFIG; same tag).
+# The servers' port: the containerPort named "tfjob-port" of the container
+# "tensorflow", else 2222 (pkg/apis/kubeflow.org/v1/tensorflow_types.go;
+# GetPortFromTFJob writes it into TF_CONFIG).
 TFJOB_CONTAINER, TFJOB_PORT_NAME, TFJOB_DEFAULT_PORT = (
     'tensorflow', 'tfjob-port', 2222)
 
@@ -652,9 +616,7 @@ def test_the_vertex_ai_worker_pools_run_this_script_on_cloud_storage():
   assert len(pools) == 3
   for pool in pools:
     assert pool['containerSpec']['imageUri'] == IMAGE
-    command = _command(pool['containerSpec'])
-    _check_runs_in_the_image(command, None)
-    assert command[1] == 'cifar10_distributed_train.py'
+    command = _check_runs_in_the_image(pool['containerSpec'], None)
     assert '--train_dir=/gcs/' in ' '.join(command)
 
 

@@ -31,7 +31,7 @@ def session_config(num_cpus=1):
 
 def config_threads(config):
   """(intra, inter) of a tf.ConfigProto, as sessions.thread_settings gives
-  them (benchmarks/benchmark.py prints them too)."""
+  them."""
   pools = config.session_inter_op_thread_pool
   inter = pools[0].num_threads if pools else config.inter_op_parallelism_threads
   return config.intra_op_parallelism_threads, inter
@@ -54,12 +54,8 @@ def another_models_checkpoint(directory, step=5):
 
 
 def script_env(**overrides):
-  """The environment a user's shell gives a script, plus `overrides` (one
-  of None: unset).
-
-  Without TF_CPP_MIN_LOG_LEVEL (conftest sets it for the test process): the
-  scripts then keep TensorFlow's noise off the console, as for a user.
-  """
+  """A user's shell's environment, plus `overrides` (None: unset); without
+  conftest's TF_CPP_MIN_LOG_LEVEL, so a script quiets TensorFlow itself."""
   env = dict(os.environ, PYTHONUNBUFFERED='1')
   env.pop('TF_CPP_MIN_LOG_LEVEL', None)
   env.update(overrides)
@@ -68,29 +64,21 @@ def script_env(**overrides):
 
 def start_script(script, args=(), output=None, wrapper=(), env=None,
                  **popen):
-  """Starts one of the repository's scripts as a user would: the one way
-  the tests start one. Returns the subprocess.Popen.
-
-  Args:
-    script: its file name in the repository's root.
-    output: a path its output (stderr too) is appended to; None: the text
-      pipe proc.stdout (stderr too).
-    wrapper: a Python program (and its arguments) that runs the script,
-      given its path and `args` after them: a file, e.g.
-      ['tests/with_learning_rate.py', '0.02'], or ['-c', code].
-    env: environment variables over script_env's.
-    popen: subprocess.Popen's arguments over these.
-  """
+  """Starts a repository script (its file name) as a user would: the one
+  way the tests start one; the subprocess.Popen. Its output (stderr too) is
+  appended to the path `output`, or else in the text pipe proc.stdout.
+  wrapper: a Python program (and its arguments) given the script's path and
+  args, e.g. with_learning_rate's; env: over script_env's; popen: over
+  these Popen arguments."""
   command = ([sys.executable] + list(wrapper) +
              [os.path.join(ROOT, script)] + list(args))
   popen = dict(dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                     text=True), **popen)
-  env = script_env(**(env or {}))
-  if output is None:
-    return subprocess.Popen(command, cwd=ROOT, env=env, **popen)
-  with open(output, 'a') as log:
-    return subprocess.Popen(command, cwd=ROOT, env=env,
-                            **dict(popen, stdout=log))
+  with contextlib.ExitStack() as stack:
+    if output is not None:
+      popen['stdout'] = stack.enter_context(open(output, 'a'))
+    return subprocess.Popen(command, cwd=ROOT, env=script_env(**(env or {})),
+                            **popen)
 
 
 def run_script(script, args, timeout=240, wrapper=(), **env):
@@ -117,41 +105,29 @@ def with_learning_rate(learning_rate):
           str(learning_rate)]
 
 
-# Precision @ 1 on learnable_data_dir's 512 test records (10 classes, chance
-# 0.1) that only a model that learned reaches; a broken update, sign or label
-# ends near chance or diverges. A healthy run separates every colour (1.000)
-# or, now and then, all but two or three (0.80, 0.70): docs/reliability.md
-# ("The learning tests") has every measured run of each test that uses it,
-# and the 30 untrained checkpoints' 0.000-0.250.
+# Precision @ 1 on learnable_data_dir's 512 test records (chance 0.1) that
+# only a model that learned reaches; a broken update, sign or label ends near
+# chance or diverges. docs/reliability.md ("The learning tests") has every
+# measured run of each test that uses it, and untrained checkpoints' 0-0.25.
 LEARNED = 0.5
-LEARNABLE_TEST_RECORDS = 512
-
 
 # cifar10_eval.py's precision line.
 PRECISION_LINE = re.compile(r'^\S+ \S+: precision @ 1 = (\d\.\d{3})$', re.M)
-
-# A date and time as the scripts print them, str(datetime.now()): no
-# microseconds when they are 0.
+# str(datetime.now()), as the scripts print it: no microseconds when 0.
 DATE = r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{6})?'
 # Any step line, well formed or not: what a test that wants none looks for.
 ANY_STEP_LINE = re.compile(r': step \d+, loss = ')
+# A cluster's worker's last line (its label, the global step, its own steps).
+DONE_LINE = re.compile(r'^(Chief|Master|Worker \d): stopped at global step '
+                       r'(\d+) after (\d+) steps of its own\.$', re.M)
 
 
 def step_line(label='', step=r'\d+'):
-  """The trainers' step line (progress.StepLogger), the tests' one pattern
-  of it, compiled with re.M (^ and $ at each line of a console):
-  '[<label>: ]<date time>: step N, loss = X.XX (E examples/sec; S sec/batch)'.
-
-  Args:
-    label: a regex of the label a cluster's task begins its lines with
-      ('Worker \\d', say); '' none, as a single process prints it; None, a
-      task's label (Chief, Master, Worker i) or none.
-    step: a regex of N, or an int.
-
-  Returns:
-    A compiled regex; its groups date, step, loss, examples_per_sec,
-    sec_per_batch and, unless label is '', label (None on a line without).
-  """
+  """The trainers' step line (progress.StepLogger), the tests' one pattern,
+  re.M: '[<label>: ]<date>: step N, loss = X.XX (E examples/sec; S sec/batch)'.
+  label: a regex of a cluster task's label ('Worker \\d'); '' none; None, a
+  task's label or none. step: a regex of N, or an int. Groups: date, step,
+  loss, examples_per_sec, sec_per_batch and, unless label is '', label."""
   if label is None:
     head = r'(?:(?P<label>Chief|Master|Worker \d+): )?'
   else:
@@ -200,20 +176,8 @@ FRESH_LINE = re.compile(r'^Starting fresh \(not in model\.ckpt-(\d+), which '
                         r'another trainer or precision wrote\): (.*)\.$', re.M)
 
 
-def start_task(args, log_path, tf_config=None, learning_rate=None):
-  """Starts cifar10_distributed_train.py; its output goes to log_path.
-
-  Args:
-    learning_rate: the initial learning rate, or None for the script's own.
-  """
-  return start_script('cifar10_distributed_train.py', args, log_path,
-                      with_learning_rate(learning_rate),
-                      dict(TF_CPP_MIN_LOG_LEVEL='2', TF_CONFIG=tf_config))
-
-
 def trainer_process(data_dir, train_dir, *flags):
-  """cifar10_train.py started, a step line every step; its output (stderr
-  too) in the pipe proc.stdout."""
+  """cifar10_train.py started, a step line every step; output in proc.stdout."""
   return start_script('cifar10_train.py', [
       '--data_dir=' + data_dir, '--train_dir=' + train_dir, '--batch_size=8',
       '--max_steps=100000', '--log_frequency=1'] + list(flags),
@@ -221,15 +185,12 @@ def trainer_process(data_dir, train_dir, *flags):
 
 
 def start_trainer(data_dir, train_dir, *flags):
-  """Starts cifar10_train.py; returns the process, its output lines and the
-  thread that reads them (it ends at the end of the output: join it)."""
+  """trainer_process; the process, its output lines and the thread that
+  reads them (it ends at the end of the output: join it)."""
   proc = trainer_process(data_dir, train_dir, *flags)
   lines = []
-
-  def read():
-    for line in proc.stdout:
-      lines.append(line)
-  reader = threading.Thread(target=read, daemon=True)
+  reader = threading.Thread(target=lambda: lines.extend(proc.stdout),
+                            daemon=True)
   reader.start()
   return proc, lines, reader
 
@@ -259,18 +220,14 @@ def assert_resumed(lines, train_dir, step):
 
 
 def eval_precision(data_dir, train_dir, eval_dir):
-  """What `cifar10_eval.py --run_once` gives for train_dir's newest
-  checkpoint on every test record once, with the script's defaults: its
-  precision @ 1 as it prints it (3 decimals). A call of cifar10_eval's
-  evaluate (its own graph), in a bounded session (session_config); the
-  script's lines, its summaries in eval_dir too."""
-  import cifar10_eval  # pylint: disable=g-import-not-at-top
+  """The precision @ 1 (3 decimals) `cifar10_eval.py --run_once` prints for
+  train_dir's newest checkpoint on learnable_data_dir's 512 test records, by
+  a call of its evaluate in a bounded session; its summaries in eval_dir."""
   from cifar10_support import evaluation  # pylint: disable=g-import-not-at-top
   results = evaluate(train_dir, eval_dir, evaluation.EvalSettings(
-      data_dir, num_examples=LEARNABLE_TEST_RECORDS, run_once=True,
+      data_dir, num_examples=512, run_once=True,
       session_config=session_config()))
-  assert len(results) == 1 and (
-      results[0]['num_examples'] == LEARNABLE_TEST_RECORDS), results
+  assert len(results) == 1 and results[0]['num_examples'] == 512, results
   return float('%.3f' % results[0]['precision'])
 
 
@@ -343,8 +300,7 @@ def evaluate(checkpoint_dir, eval_dir, settings, **kwargs):
 def trainer_line(script, train_function, settings, **kwargs):
   """The line trainer `script` ends with (exit status 1) where its main's
   train raises one of train_dirs.RUN_ERRORS, by a call (exit_line) through
-  its main's decorator; the process that prints it: each trainer's process
-  test, in test_resume.py."""
+  its main's decorator."""
   # pylint: disable=g-import-not-at-top
   from cifar10_support import signals
   from cifar10_support import train_dirs
@@ -357,18 +313,12 @@ def trainer_line(script, train_function, settings, **kwargs):
 
 def model_checkpoint(directory, step=1, num_classes=10, dtype=tf.float32,
                      seed=None, trainer_state=False):
-  """The path of a checkpoint in directory of an untrained model (the
-  variables' initial values, as a trainer's first checkpoint holds them) of
-  num_classes classes, its moving averages and the global step; written
-  directly, without training, by a saver that names them in the index
-  relative to directory, as the trainers' does.
-
-  Args:
-    step: the global step; a tuple of steps writes one checkpoint at each,
-      in turn (the index lists them all), and returns the last one's path.
-    seed: the graph's, for the same values every time.
-    trainer_state: with the loss averages one device's trainer keeps too.
-  """
+  """The path of a checkpoint in directory of an untrained model of
+  num_classes classes (initial values, as a trainer's first checkpoint),
+  its moving averages and global step, indexed relative to directory as the
+  trainers' are. step: a tuple writes one checkpoint at each, the last's
+  path returned; seed: the graph's; trainer_state: with the loss averages
+  one device's trainer keeps too."""
   import cifar10  # pylint: disable=g-import-not-at-top
   os.makedirs(directory, exist_ok=True)
   with tf.Graph().as_default():
@@ -398,13 +348,11 @@ def model_checkpoint(directory, step=1, num_classes=10, dtype=tf.float32,
 
 def colour_checkpoint(directory, step=1):
   """The path of a checkpoint at `step` in directory of a model that tells
-  synthetic.py's ten colours apart without training: its moving averages
-  (what eval and classify restore) are set by hand, so that logit c sums
-  how close each pixel's colour is to colour c (the records' crops are
-  classified right: precision 1.000 measured on the test records of
-  data_dir, of 200 records a file and of learnable_data_dir, and on
-  data_dir's train_eval); its raw weights, which nothing that uses the
-  averages may read, call colour c class c + 1 (precision 0.000)."""
+  synthetic.py's ten colours apart untrained: its moving averages (what eval
+  and classify restore) make logit c sum how close each pixel is to colour
+  c (precision 1.000 measured on data_dir's and learnable_data_dir's
+  records); its raw weights, which nothing that uses the averages may read,
+  call colour c class c + 1 (precision 0.000)."""
   import cifar10  # pylint: disable=g-import-not-at-top
   import synthetic  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -414,10 +362,9 @@ def colour_checkpoint(directory, step=1):
   directions /= np.linalg.norm(directions, axis=1, keepdims=True)
 
   def weights(shapes, order):
-    """Each layer's values: conv1's filter c (of 64) is colour order[c]'s
-    direction, averaged over its 5x5 window; then channel c is carried
-    through conv2 (its centre tap), averaged over local3's 6x6 positions,
-    carried through local4, and is logit c (times 10). Biases 0."""
+    """conv1's filter c is colour order[c]'s direction over its 5x5 window;
+    channel c carried through conv2's centre tap, averaged over local3's 6x6
+    positions, through local4, is logit c (times 10). Biases 0."""
     values = {name: np.zeros(shape, np.float32)
               for name, shape in shapes.items()}
     c = np.arange(classes)
@@ -486,9 +433,17 @@ def checkpoint_values(checkpoint):
           for name in reader.get_variable_to_shape_map()}
 
 
+def check_checkpoints_restore(train_dir, at_least=1):
+  """Every checkpoint in train_dir, at least `at_least` of them, restores."""
+  from cifar10_support import checkpoints  # pylint: disable=g-import-not-at-top
+  indexes = glob.glob(os.path.join(train_dir, 'model.ckpt-*.index'))
+  assert len(indexes) >= at_least, indexes
+  for index in indexes:
+    assert checkpoints.verified_reader(index[:-len('.index')])[1] is None
+
+
 def event_values(train_dir):
-  """tag -> the first summary value written under it (the one that carries
-  the tag's metadata, such as its plugin)."""
+  """tag -> the first summary value written under it (with its metadata)."""
   values = {}
   for path in sorted(glob.glob(os.path.join(train_dir,
                                             'events.out.tfevents.*'))):
@@ -514,8 +469,7 @@ def histogram_tags(values):
 
 # The batch size of run_trainer's and run_chief's runs.
 BATCH = 8
-# The trainers run_trainer runs, by name: each one's module (its train
-# function's) and the keyword arguments its train function is given.
+# run_trainer's trainers by name: (module, its train function's kwargs).
 TRAINERS = {
     'single': ('cifar10_train', {}),
     'towers1': ('cifar10_multi_gpu_train',
@@ -543,8 +497,8 @@ def run_chief(data_dir, train_dir, max_steps, sync, tmp_path):
   ps_port, worker_port = free_ports(2)
   cluster = ['--ps_hosts=127.0.0.1:%d' % ps_port,
              '--worker_hosts=127.0.0.1:%d' % worker_port]
-  ps = start_task(['--job_name=ps', '--task_index=0'] + cluster,
-                  str(tmp_path / ('ps-%d.log' % max_steps)))
+  ps = start_script('cifar10_distributed_train.py', ['--job_name=ps'] +
+                    cluster, str(tmp_path / ('ps-%d.log' % max_steps)))
   try:
     result = run_script('cifar10_distributed_train.py', [
         '--job_name=worker', '--task_index=0', '--data_dir=%s' % data_dir,
@@ -553,32 +507,22 @@ def run_chief(data_dir, train_dir, max_steps, sync, tmp_path):
         '--operation_timeout_secs=60', '--startup_wait_secs=60'] + cluster +
                         (['--sync_replicas'] if sync else []))
   finally:
-    ps.terminate()
-    try:
-      ps.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-      ps.kill()
-      ps.wait()
+    stop([ps])
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
   # The chief's lines carry its index; the resume check reads plain ones.
   return result.stdout.replace('Worker 0: ', '')
 
 
-# A learning rate the fixtures' short runs on the synthetic colours reach a
-# working model with, every time (the original's 0.1 on 100 such records
-# diverged in 1 of 28 measured runs and once ended at chance).
+# The fixtures' short runs on the synthetic colours learn at this rate every
+# time (the original's 0.1 on 100 records diverged in 1 of 28 measured runs).
 FIXTURE_LEARNING_RATE = 0.05
 FIXTURE_SEED = 1
 
 
 def train_fixture(data_dir, train_dir, max_steps, batch_size, **kwargs):
-  """cifar10_train.train, deterministic where it can be: a graph seed, one
-  input thread, and FIXTURE_LEARNING_RATE; for fixtures that need a model
-  that learned, not for tests of training itself.
-
-  Args:
-    **kwargs: other fields of run_flags.TrainSettings.
-  """
+  """cifar10_train.train (kwargs: TrainSettings fields), as deterministic as
+  it can be: a graph seed, one input thread, FIXTURE_LEARNING_RATE; for
+  fixtures that need a model that learned, not for tests of training."""
   import cifar10  # pylint: disable=g-import-not-at-top
   import cifar10_train  # pylint: disable=g-import-not-at-top
   from cifar10_support import run_flags  # pylint: disable=g-import-not-at-top
@@ -586,9 +530,7 @@ def train_fixture(data_dir, train_dir, max_steps, batch_size, **kwargs):
   real_inputs = cifar10.distorted_inputs
 
   def seeded_inputs(*args, **inputs_kwargs):
-    # The first random op of the training graph: every op from here on
-    # takes its seed from the graph's.
-    tf.set_random_seed(FIXTURE_SEED)
+    tf.set_random_seed(FIXTURE_SEED)  # Before the graph's first random op.
     return real_inputs(*args, **inputs_kwargs)
 
   kwargs.setdefault('log_frequency', 100)
@@ -605,21 +547,9 @@ def train_fixture(data_dir, train_dir, max_steps, batch_size, **kwargs):
 
 
 def shared_dir(tmp_path_factory, name, build):
-  """A directory built once for the whole run, by whichever worker first asks.
-
-  Under pytest-xdist each worker has its own session, so a session fixture
-  would be built once per worker; trained checkpoints that several tests
-  only read are built here once, under a lock, in the run's shared temporary
-  directory, and the others wait for it.
-
-  Args:
-    tmp_path_factory: pytest's fixture.
-    name: str, the directory's name.
-    build: function(path) that fills the (new) directory at path.
-
-  Returns:
-    The directory's path.
-  """
+  """The path of directory `name`, filled by build(path) once for the whole
+  run, under a lock, by whichever pytest-xdist worker first asks (a session
+  fixture would be built once per worker); the others wait for it."""
   root = tmp_path_factory.getbasetemp()
   if os.environ.get('PYTEST_XDIST_WORKER'):
     root = root.parent  # The run's directory, above every worker's.
@@ -639,15 +569,9 @@ LEARNED_TRAIN_STEPS = 250
 
 
 def learned_train_dir(data_dir, tmp_path_factory):
-  """A short training run on data_dir (conftest's synthetic data, 20 test
-  records), the one trained checkpoint the tests share: checkpoints 0 and
-  LEARNED_TRAIN_STEPS.
-
-  Seeded, at the fixtures' learning rate: a model that learned the colours,
-  every run (precision 1.0 in 6 of 6 measured runs), instead of a retry.
-  Built once per test run (shared_dir); the tests only read it (conftest's
-  fixture of the same name).
-  """
+  """The one trained run the tests share, built once (shared_dir), only
+  read: checkpoints 0 and LEARNED_TRAIN_STEPS on data_dir, seeded at the
+  fixtures' rate so that it learns every time (1.0 in 6 of 6 runs)."""
   return shared_dir(
       tmp_path_factory, 'eval_train',
       lambda path: train_fixture(data_dir, path, LEARNED_TRAIN_STEPS,
@@ -665,65 +589,50 @@ PORT_TAKEN = 'Could not start the server of'
 LISTENING = re.compile(r'^This task listens on port (\d+) of every network '
                        r'interface;', re.M)
 # The original's 0.1 diverged in some asynchronous runs of a few hundred steps
-# on the synthetic records; this one trains them without (see
-# test_distributed_faults' _Cluster.start).
+# on the synthetic records; this one trains them without.
 LEARNING_RATE = 0.02
 
 
 def own_ports():
-  """This pytest-xdist worker's share of TASK_PORTS, apart from every other
-  worker's: two workers of a run never pick the same port, so none can take
-  a port another picked before its task binds it (TensorFlow's servers
-  refuse SO_REUSEPORT, so a picked port cannot be held open for them). Two
-  runs at once share the shares; retry_port_taken covers that."""
+  """This pytest-xdist worker's share of TASK_PORTS: two workers of a run
+  never pick the same port (TensorFlow's servers refuse SO_REUSEPORT, so a
+  picked port cannot be held for them); two runs at once, retry_port_taken
+  covers."""
   worker = os.environ.get('PYTEST_XDIST_WORKER', 'gw0')
   count = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
   return TASK_PORTS[int(worker[len('gw'):])::count]
 
 
-def _bound_sockets(count):
-  """`count` sockets, each bound to a different port of own_ports() on
-  127.0.0.1, not listening."""
-  share = own_ports()
-  sockets = []
-  for port in random.sample(share, min(200, len(share))):
-    s = socket.socket()
-    try:
-      s.bind(('127.0.0.1', port))
-    except OSError:
-      s.close()
-      continue
-    sockets.append(s)
-    if len(sockets) == count:
-      return sockets
-  for s in sockets:
-    s.close()
-  raise RuntimeError('no %d free ports in %s' % (count, share))
-
-
-def free_ports(count):
-  """`count` different ports on 127.0.0.1 that nothing listens on now,
-  outside the ephemeral range and in this worker's own share of it; for the
-  tasks of a test cluster, or a server."""
-  sockets = _bound_sockets(count)
-  ports = [s.getsockname()[1] for s in sockets]
-  for s in sockets:
-    s.close()
-  return ports
-
-
 @contextlib.contextmanager
 def refused_ports(count):
-  """`count` ports, as free_ports', where nothing listens for certain while
-  the block runs: held bound, not listening, so a connection to one is
-  refused and no other process (another test run's server) can listen on
-  one meanwhile."""
-  sockets = _bound_sockets(count)
+  """`count` different ports of own_ports() on 127.0.0.1, held bound, not
+  listening, while the block runs: a connection to one is refused, and no
+  other process can listen on one meanwhile."""
+  share, sockets = own_ports(), []
   try:
+    for port in random.sample(share, min(200, len(share))):
+      s = socket.socket()
+      try:
+        s.bind(('127.0.0.1', port))
+      except OSError:
+        s.close()
+        continue
+      sockets.append(s)
+      if len(sockets) == count:
+        break
+    else:
+      raise RuntimeError('no %d free ports in %s' % (count, share))
     yield [s.getsockname()[1] for s in sockets]
   finally:
     for s in sockets:
       s.close()
+
+
+def free_ports(count):
+  """`count` different ports of own_ports() that nothing listens on now: for
+  the tasks of a test cluster, or a server."""
+  with refused_ports(count) as ports:
+    return ports
 
 
 class PortTaken(Exception):
@@ -732,9 +641,8 @@ class PortTaken(Exception):
 
 
 def retry_port_taken(run, attempts=3):
-  """run(), again while it raises PortTaken: on new ports, which run picks,
-  or on its own port once that is free again (Tasks.restart); the last
-  attempt's PortTaken fails the test."""
+  """run(), again while it raises PortTaken (on new ports, or on its own
+  once free again); the last attempt's PortTaken fails the test."""
   for attempt in range(attempts):
     try:
       return run()
@@ -744,10 +652,9 @@ def retry_port_taken(run, attempts=3):
 
 
 def port_bindable(port):
-  """Whether a server could listen on `port` now, bound as TensorFlow's
-  gRPC servers bind it: on every interface, with SO_REUSEADDR, so that the
-  connections of a killed server in TIME_WAIT do not hold it, a process
-  listening on it does."""
+  """Whether a server could listen on `port` now, bound as TensorFlow's gRPC
+  servers bind it: every interface, SO_REUSEADDR (a killed server's
+  connections in TIME_WAIT do not hold it; a listening process does)."""
   try:
     s, address = socket.socket(socket.AF_INET6), '::'  # IPv4 too.
   except OSError:  # No IPv6 here.
@@ -761,24 +668,35 @@ def port_bindable(port):
   return True
 
 
-# How long the tests let the processes they wait on print nothing before
-# they call it a hang and fail, showing their output. Under load they print
-# more slowly, never not at all: a healthy task's longest silence is its
-# start, importing TensorFlow (4 to 25 s seen on the shared 2-core machine
-# at loads of 10 to 20), or a wait the test set shorter (--startup_wait_secs).
-# Well inside pytest's timeout (pytest.ini), so a hang fails with the output.
+def stop(processes):
+  """Terminates (SIGTERM) the processes still running; kills one that has
+  not ended 30 s later."""
+  for p in processes:
+    if p.poll() is None:
+      p.terminate()
+  for p in processes:
+    try:
+      p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+      p.kill()
+      p.wait()
+
+
+# How long a process the tests wait on may print nothing before they call it
+# a hang and fail, showing its output: a healthy task's longest silence is its
+# start, importing TensorFlow (4 to 25 s seen on the shared 2-core machine at
+# loads of 10 to 20), or a wait the test set shorter. Inside pytest's timeout
+# (pytest.ini), so a hang fails with the output.
 QUIET_SECS = 180
 
 
 def wait_for(what, condition, logs, failed=lambda: None, secs=None,
              quiet_secs=QUIET_SECS, poll_secs=0.2):
-  """Polls condition() until it returns something true; returns that.
-
-  No wall-clock budget, which load could use up, unless `secs` is given:
-  fails the test once nothing has been written to any of `logs` (paths) for
-  `quiet_secs`, or once failed() returns something true (a process that
-  ended with an error, say), showing the end of each log.
-  """
+  """Polls condition() until it returns something true; returns that. Fails
+  the test, showing the end of each of `logs` (paths), once none has grown
+  for quiet_secs, once failed() returns something true (a process that
+  ended with an error, say), or after `secs` if given: no wall-clock
+  budget otherwise, which load could use up."""
   def written():
     return sum(os.path.getsize(path) for path in logs if os.path.exists(path))
 
@@ -814,57 +732,51 @@ def _tail(path, chars=2500):
 class Tasks(object):
   """The processes of a test cluster on 127.0.0.1, one per task, each
   task's output appended to its log; tasks whose names begin with 'ps'
-  serve until they are stopped.
-
-  A subclass gives start(task), which starts the task's process into
-  self.processes, its output appended to self.logs[task]; port(task); and
-  afresh(), which picks every task's port anew and deletes what the tasks
-  wrote (for start_all).
-  """
+  serve until they are stopped. A subclass gives start(task), which starts
+  the task's process into self.processes, its output to self.logs[task];
+  port(task); and afresh(), which picks every port anew and deletes what
+  the tasks wrote."""
 
   def __init__(self, logs):
     self.logs = logs
     self.processes = {}
 
-  def serves(self, task):
-    """Whether the task's process runs a server (an evaluator's does not)."""
-    return not task.startswith('evaluator')
+  def start_listening(self, tasks):
+    """Starts `tasks` and waits until every server (not an evaluator's)
+    listens. Where one finds its port taken, stops every task, deletes
+    their logs, calls afresh() and raises PortTaken."""
+    for task in tasks:
+      self.start(task)
+    servers = [task for task in tasks if not task.startswith('evaluator')]
+
+    def ended_before_listening():
+      return [task for task in servers
+              if self.processes[task].poll() is not None and
+              not LISTENING.search(self.log(task))]
+
+    ended = self.wait_for('%s to listen' % ', '.join(servers), lambda: (
+        ended_before_listening() or all(
+            LISTENING.search(self.log(task)) for task in servers)))
+    if ended is True:
+      return
+    self.stop()
+    if not any(PORT_TAKEN in self.log(task) for task in ended):
+      pytest.fail('%s ended before listening:\n%s' % (ended, self.tails()))
+    for path in self.logs.values():
+      if os.path.exists(path):
+        os.remove(path)
+    self.processes = {}
+    self.afresh()
+    raise PortTaken()
 
   def start_all(self, order):
-    """Starts the tasks in `order` and waits until every server listens.
-    While one finds its port taken, stops every task and starts them all
-    again afresh(), as retry_port_taken allows."""
+    """start_listening(order), again afresh while a port was taken."""
+    retry_port_taken(lambda: self.start_listening(order))
 
-    def start():
-      for task in order:
-        self.start(task)
-      servers = [task for task in order if self.serves(task)]
-
-      def ended_before_listening():
-        return [task for task in servers
-                if self.processes[task].poll() is not None and
-                not LISTENING.search(self.log(task))]
-
-      ended = self.wait_for('every server to listen', lambda: (
-          ended_before_listening() or all(
-              LISTENING.search(self.log(task)) for task in servers)))
-      if ended is True:
-        return
-      self.stop()
-      if not any(PORT_TAKEN in self.log(task) for task in ended):
-        pytest.fail('%s ended before listening:\n%s' % (ended, self.tails()))
-      for path in self.logs.values():
-        if os.path.exists(path):
-          os.remove(path)
-      self.processes = {}
-      self.afresh()
-      raise PortTaken()
-
-    retry_port_taken(start)
-
-  def log(self, task):
+  def log(self, task, offset=0):
+    """The task's output, from `offset` on."""
     with open(self.logs[task]) as f:
-      return f.read()
+      return f.read()[offset:]
 
   def tails(self):
     return '\n'.join('--- %s\n%s' % (task, _tail(path))
@@ -898,23 +810,21 @@ class Tasks(object):
     self.processes[task].wait(timeout=60)
 
   def restart(self, task):
-    """Starts `task` again on its own port, once that can be bound, until
-    it listens: again if another process bound the port first (which
-    retry_port_taken allows a few times)."""
+    """Starts `task` again on its own port, once that can be bound (a port
+    taken meanwhile may be let go soon), until it listens: again while
+    another process bound the port first (retry_port_taken)."""
     port = self.port(task)
 
     def start():
-      # A killed server's port is free as its process ends; a port taken
-      # meanwhile may be let go soon (a probe like free_ports').
       self.wait_for('port %d to be free' % port,
                     lambda: port_bindable(port), restarting=task, secs=60)
       offset = len(self.log(task))
       self.start(task)
       process = self.processes[task]
       self.wait_for('%s to listen on port %d' % (task, port), lambda: (
-          LISTENING.search(self.log(task)[offset:]) or
+          LISTENING.search(self.log(task, offset)) or
           process.poll() is not None), restarting=task)
-      output = self.log(task)[offset:]
+      output = self.log(task, offset)
       if not LISTENING.search(output):
         if PORT_TAKEN in output:
           raise PortTaken()

@@ -1,11 +1,8 @@
-"""Runs a training script as a user would, with another initial learning rate.
+"""Runs a training script as a user would (as __main__, the user's console),
+with only cifar10.INITIAL_LEARNING_RATE changed, for process tests whose runs
+on the synthetic data must not diverge (testutil.with_learning_rate):
 
     python tests/with_learning_rate.py 0.02 cifar10_distributed_train.py ARGS
-
-For process tests whose runs on the synthetic data must not diverge (the
-original's 0.1 can, over a few hundred asynchronous steps on 100 records):
-the script runs as __main__, its console as the user's, with only
-cifar10.INITIAL_LEARNING_RATE changed.
 """
 
 import os
