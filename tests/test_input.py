@@ -38,8 +38,11 @@ def test_read_cifar10_returns_exact_records(tmp_path):
   labels = [9, 3, 0]
   images = np.random.RandomState(1).randint(0, 256, (3, 32, 32, 3))
   filename = str(tmp_path / 'cifar')
+  synthetic.write_records(filename, labels, images)
+  with open(filename, 'rb') as f:
+    records = f.read()
   with open(filename, 'wb') as f:
-    f.write(bytes(raw) + synthetic.encode_records(labels, images))
+    f.write(bytes(raw) + records)
 
   record, results = _read_all(filename, 4)
 
