@@ -1,11 +1,8 @@
-"""End-to-end tests of cifar10_train.py, run as a user runs it, its console
-pinned line by line; resuming and the progress lines by calls.
-
-A bad data file's one line through the script is test_reliability.py's;
-its messages are tested by calls there and in test_download.py.
-"""
+"""cifar10_train.py run as a user runs it, its console pinned line by line;
+resuming and the progress lines by calls."""
 
 import glob
+import importlib
 import os
 import re
 
@@ -36,7 +33,7 @@ ORIGINAL_TAGS = {
 
 
 def _train_here(capsys, data_dir, train_dir, **kwargs):
-  """cifar10_train.train in this process, as the script calls it; its output."""
+  """cifar10_train.train, as the script calls it; its output."""
   testutil.train(cifar10_train.train, run_flags.TrainSettings(
       data_dir, train_dir, batch_size=8, log_frequency=5, **kwargs))
   return capsys.readouterr().out
@@ -75,7 +72,6 @@ def test_train_logs_checkpoints_summarizes_and_resumes(data_dir, tmp_path,
   assert not [tag for tag, value in values.items() if value.HasField('histo')]
   assert os.path.exists(os.path.join(train_dir, 'graph.pbtxt'))
 
-  # The script as a user runs it first; resuming is train()'s, in-process.
   second = _train_here(capsys, data_dir, train_dir, max_steps=30)
 
   assert ('Resuming from checkpoint %s/model.ckpt-20 at step 20'
@@ -131,13 +127,11 @@ def test_each_checkpoint_line_has_the_time_left_at_the_recent_speed(
 
 
 class _SessionAsked(Exception):
-  """Raised by the stand-in for MonitoredTrainingSession: its arguments are
-  all a test of the session call needs."""
+  """The stand-in MonitoredTrainingSession's: its arguments are enough."""
 
 
 def _writes(hook):
-  """Whether a session hook can write to train_dir: a checkpoint or a
-  summary."""
+  """Whether a session hook can write a checkpoint or summary."""
   return isinstance(hook, (tf.train.CheckpointSaverHook,
                            tf.train.SummarySaverHook,
                            tf.train.StepCounterHook)) or (
@@ -147,7 +141,6 @@ def _writes(hook):
 @pytest.mark.parametrize('trainer', ['cifar10_train', 'cifar10_multi_gpu_train'])
 def test_no_hook_saves_a_step_before_the_nan_check_has_seen_it(
     data_dir, tmp_path, monkeypatch, trainer):
-  import importlib  # pylint: disable=g-import-not-at-top
   module = importlib.import_module(trainer)
   asked = {}
 

@@ -12,7 +12,6 @@ import subprocess
 import pytest
 import tensorflow.compat.v1 as tf
 
-import cifar10_eval
 import cifar10_multi_gpu_train
 import cifar10_train
 from cifar10_support import checkpoints
