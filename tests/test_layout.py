@@ -48,6 +48,7 @@ FLAG_DEFAULTS = {
     'checkpoint_path': '', 'top_k': 3, 'export_dir': '',
 }
 
+
 def test_every_flag_keeps_its_name_and_default():
   found = {name: flags.FLAGS[name].default for name in FLAG_DEFAULTS
            if name in flags.FLAGS}

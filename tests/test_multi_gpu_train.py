@@ -31,14 +31,13 @@ def _config(num_towers):
   return config
 
 
-def _fixed_batch():
-  """Random images and labels 0..BATCH-1: every half-batch differs."""
-  rng = np.random.RandomState(0)
-  images = rng.normal(size=(BATCH, 24, 24, 3)).astype(np.float32)
-  return images, np.arange(BATCH, dtype=np.int32) % 10
+# A fixed batch: random images, labels 0..BATCH-1 (every half-batch differs).
+IMAGES = np.random.RandomState(0).normal(size=(BATCH, 24, 24, 3)).astype(
+    np.float32)
+LABELS = np.arange(BATCH, dtype=np.int32)
 
 
-def _tower_graph(num_towers, images, labels):
+def _tower_graph(num_towers, images=IMAGES, labels=LABELS):
   """A graph of `num_towers` CPU towers, each on its slice of the batch."""
   per_tower = len(images) // num_towers
   graph = tf.Graph()
@@ -57,12 +56,10 @@ def _by_name(pairs):
 
 @pytest.mark.parametrize('num_towers', [2, 4])
 def test_tower_average_equals_one_device_on_the_whole_batch(num_towers):
-  images, labels = _fixed_batch()
-
   with tf.Graph().as_default():
     global_step = tf.train.get_or_create_global_step()
-    loss = cifar10.loss(cifar10.inference(tf.constant(images)),
-                        tf.constant(labels))
+    loss = cifar10.loss(cifar10.inference(tf.constant(IMAGES)),
+                        tf.constant(LABELS))
     variables = tf.trainable_variables()
     grads = dict(zip([v.op.name for v in variables],
                      tf.gradients(loss, variables)))
@@ -74,7 +71,7 @@ def test_tower_average_equals_one_device_on_the_whole_batch(num_towers):
       sess.run(train_op)
       single_after = sess.run({v.op.name: v for v in variables})
 
-  graph, step = _tower_graph(num_towers, images, labels)
+  graph, step = _tower_graph(num_towers)
   with graph.as_default(), tf.Session(config=_config(num_towers)) as sess:
     sess.run(tf.global_variables_initializer())
     for var in tf.trainable_variables():
@@ -101,10 +98,9 @@ def test_tower_average_equals_one_device_on_the_whole_batch(num_towers):
 
 
 def test_variables_are_shared_once_on_cpu0_for_any_tower_count():
-  images, labels = _fixed_batch()
   found = {}
   for num_towers in (1, 4):
-    graph, _ = _tower_graph(num_towers, images, labels)
+    graph, _ = _tower_graph(num_towers)
     with graph.as_default():
       trainable = tf.trainable_variables()
       found[num_towers] = sorted(
@@ -130,9 +126,7 @@ def test_variables_are_shared_once_on_cpu0_for_any_tower_count():
 
 
 def test_each_tower_runs_on_its_own_device():
-  images, labels = _fixed_batch()
-  images, labels = images[:6], labels[:6]
-  graph, step = _tower_graph(3, images, labels)
+  graph, step = _tower_graph(3, IMAGES[:6], LABELS[:6])
   config = _config(3)
   assert not config.allow_soft_placement
   assert config.device_count['CPU'] == 3
@@ -207,8 +201,7 @@ def test_logger_counts_every_tower(monkeypatch, capsys):
 def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path, capsys):
   train_dir = str(tmp_path / 'train')
 
-  # The script's --num_gpus=2 --tower_device=cpu, by a call (its process is
-  # tested in test_closed_output.py and below).
+  # The script's --num_gpus=2 --tower_device=cpu, by a call.
   testutil.train(multi.train, run_flags.TrainSettings(
       data_dir, train_dir, max_steps=6, batch_size=BATCH, log_frequency=2),
       num_towers=2, tower_device='cpu')
@@ -224,7 +217,8 @@ def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path, capsys):
           'conv1/weights/gradients'} <= histograms
   assert {'images/image/0', 'learning_rate', 'total_loss__raw_',
           'total_loss_1', 'conv1/conv1/conv1/activations', 'conv1/weights_1',
-          'conv1/weights/gradients', 'prefetch_queue/fraction_of_4_full'} <= tags
+          'conv1/weights/gradients',
+          'prefetch_queue/fraction_of_4_full'} <= tags
   assert not [t for t in tags if t.startswith('tower_')]
 
   # Its moving averages restore in the one-device evaluation graph.
@@ -248,7 +242,7 @@ def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path, capsys):
   assert tf.train.latest_checkpoint(train_dir).endswith('model.ckpt-10')
 
 
-# --- --split_gpus: virtual GPUs, checked here without a GPU --------------------
+# --- --split_gpus: virtual GPUs, checked here without a GPU -------------------
 
 def _limits(config):
   return [list(card.memory_limit_mb)

@@ -7,7 +7,6 @@ checkpoint at its step over the one it read: what it restored (and started
 fresh) before training changed it.
 """
 
-import hashlib
 import os
 import shutil
 import socket
@@ -187,19 +186,12 @@ def test_an_old_train_dir_resumes_in_each_trainer(data_dir, tmp_path, layout):
 
 
 def _listing(directory):
-  """{path: (size, mtime, MD5)} of every file under directory but the lock
-  file, which a refused run takes too."""
-  listing = {}
-  for root, _, names in os.walk(directory):
-    for name in names:
-      if name == train_dirs.LOCK_NAME:
-        continue
-      path = os.path.join(root, name)
-      with open(path, 'rb') as f:
-        digest = hashlib.md5(f.read()).hexdigest()
-      listing[path] = (os.path.getsize(path), os.stat(path).st_mtime_ns,
-                       digest)
-  return listing
+  """{path: (mtime, contents)} of every file under directory (dot files too)
+  but the lock file, which a refused run takes too."""
+  return {path: (os.stat(path).st_mtime_ns, open(path, 'rb').read())
+          for root, _, names in os.walk(directory)
+          for path in (os.path.join(root, name) for name in names
+                       if name != train_dirs.LOCK_NAME)}
 
 
 def test_float16_checkpoint_is_refused_and_left_as_it_was(data_dir, tmp_path,
@@ -318,18 +310,13 @@ def test_plan_names_the_checkpoint_and_what_differs(tmp_path, shapes, averaged,
 def _tiny_model():
   """(weight, global step, set_values(session, value, step)) of a graph
   plan_restore accepts: one averaged weight and the global step."""
-  global_step = tf.train.get_or_create_global_step()
-  weight = tf.get_variable('conv1/weights', [2],
-                           initializer=tf.zeros_initializer())
-  tf.train.ExponentialMovingAverage(0.9).apply([weight])
-  value = tf.placeholder(tf.float32, [])
-  step = tf.placeholder(tf.int64, [])
+  _variables({'conv1/weights': [2]}, ['conv1/weights'])
+  weight, = tf.trainable_variables()
+  global_step = tf.train.get_global_step()
+  value, step = tf.placeholder(tf.float32, []), tf.placeholder(tf.int64, [])
   assign = [weight.assign([value, value]), global_step.assign(step)]
-
-  def set_values(session, new_value, new_step):
-    session.run(assign, {value: new_value, step: new_step})
-
-  return weight, global_step, set_values
+  return weight, global_step, lambda session, new_value, new_step: (
+      session.run(assign, {value: new_value, step: new_step}))
 
 
 @pytest.mark.parametrize('resumed', [True, False],

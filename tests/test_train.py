@@ -19,7 +19,8 @@ import testutil
 # The original's summary tags, as TF names them (see README, TensorBoard).
 ORIGINAL_TAGS = {
     'images/image/0', 'learning_rate',
-    'total_loss_1', 'total_loss__raw_', 'cross_entropy_1', 'cross_entropy__raw_',
+    'total_loss_1', 'total_loss__raw_',
+    'cross_entropy_1', 'cross_entropy__raw_',
     'local3/weight_loss_1', 'local3/weight_loss__raw_',
     'local4/weight_loss_1', 'local4/weight_loss__raw_',
     'conv1/conv1/conv1/activations', 'conv1/conv1/conv1/sparsity',
@@ -44,8 +45,8 @@ def _steps(stdout):
 
 
 def _checkpoint_steps(train_dir):
-  return sorted(int(re.search(r'-(\d+)\.index$', f).group(1))
-                for f in glob.glob(os.path.join(train_dir, 'model.ckpt-*.index')))
+  paths = glob.glob(os.path.join(train_dir, 'model.ckpt-*.index'))
+  return sorted(int(re.search(r'-(\d+)\.index$', p).group(1)) for p in paths)
 
 
 @pytest.mark.slow  # Starts a process, and trains.
@@ -138,7 +139,8 @@ def _writes(hook):
                                type(hook).__name__ == 'SummaryHook')
 
 
-@pytest.mark.parametrize('trainer', ['cifar10_train', 'cifar10_multi_gpu_train'])
+@pytest.mark.parametrize('trainer', ['cifar10_train',
+                                     'cifar10_multi_gpu_train'])
 def test_no_hook_saves_a_step_before_the_nan_check_has_seen_it(
     data_dir, tmp_path, monkeypatch, trainer):
   module = importlib.import_module(trainer)
@@ -166,6 +168,7 @@ def test_no_hook_saves_a_step_before_the_nan_check_has_seen_it(
   assert len(nan_check) == 1 and writers
   assert nan_check[0] < min(writers), [type(h).__name__ for h in hooks]
   # The summaries and checkpoints go to train_dir, at the flags' cadence.
+  # pylint: disable=protected-access
   saver = [h for h in hooks if isinstance(h, tf.train.CheckpointSaverHook)]
-  assert len(saver) == 1 and saver[0]._checkpoint_dir == str(tmp_path)  # pylint: disable=protected-access
-  assert saver[0]._timer._every_secs == settings.save_checkpoint_secs  # pylint: disable=protected-access
+  assert len(saver) == 1 and saver[0]._checkpoint_dir == str(tmp_path)
+  assert saver[0]._timer._every_secs == settings.save_checkpoint_secs

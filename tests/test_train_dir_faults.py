@@ -34,20 +34,7 @@ def _args(data_dir, train_dir, *extra):
 
 # --- One trainer per train_dir ------------------------------------------------
 
-def test_lock_names_its_holder_and_is_free_again_after(tmp_path):
-  train_dir = str(tmp_path)
-  with train_dirs.train_dir_lock(train_dir):
-    with pytest.raises(train_dirs.TrainDirBusyError) as e:
-      with train_dirs.train_dir_lock(train_dir):
-        pass
-  assert str(e.value).startswith(
-      '--train_dir=%s is in use by another trainer: pid %d on host %s, '
-      'started ' % (train_dir, os.getpid(), socket.gethostname()))
-  with train_dirs.train_dir_lock(train_dir) as path:
-    assert path == os.path.join(train_dir, train_dirs.LOCK_NAME)
-
-
-@pytest.mark.slow  # Starts a process.
+@pytest.mark.slow  # Starts processes.
 def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
     data_dir, tmp_path, capsys):
   train_dir = str(tmp_path / 'train')
@@ -75,6 +62,22 @@ def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
       assert 'Resuming' not in printed
       assert not testutil.ANY_STEP_LINE.search(printed), printed[-3000:]
 
+    # A cluster's chief too: it only checks that its ps answers first.
+    with socket.socket() as ps:
+      ps.bind(('127.0.0.1', 0))
+      ps.listen()
+      worker_port, = testutil.free_ports(1)
+      chief = testutil.run_script('cifar10_distributed_train.py', [
+          '--job_name=worker', '--task_index=0', '--startup_wait_secs=30',
+          '--ps_hosts=127.0.0.1:%d' % ps.getsockname()[1],
+          '--worker_hosts=127.0.0.1:%d' % worker_port,
+          '--max_steps=4'] + _args(data_dir, train_dir), timeout=120)
+    assert chief.returncode == 1
+    assert 'Traceback' not in chief.stderr, chief.stderr[-3000:]
+    assert chief.stderr.strip().splitlines()[-1].startswith(
+        'Worker 0: --train_dir=%s is in use by another trainer: %s, started '
+        % (train_dir, holder))
+
     # Evaluation takes no lock: it runs beside the trainer.
     capsys.readouterr()
     testutil.evaluate(train_dir, str(tmp_path / 'e'), evaluation.EvalSettings(
@@ -94,27 +97,6 @@ def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
       log_frequency=1))
   assert_resumed(capsys.readouterr().out.splitlines(True), train_dir,
                   resume_from)
-
-
-@pytest.mark.slow  # Starts a process.
-def test_distributed_chief_stops_on_a_busy_train_dir(data_dir, tmp_path):
-  train_dir = str(tmp_path / 'train')
-  os.makedirs(train_dir)
-  # The chief only checks that the ps answers before it claims train_dir.
-  with socket.socket() as ps, train_dirs.train_dir_lock(train_dir):
-    ps.bind(('127.0.0.1', 0))
-    ps.listen()
-    worker_port, = testutil.free_ports(1)
-    result = testutil.run_script('cifar10_distributed_train.py', [
-        '--job_name=worker', '--task_index=0',
-        '--ps_hosts=127.0.0.1:%d' % ps.getsockname()[1],
-        '--worker_hosts=127.0.0.1:%d' % worker_port, '--startup_wait_secs=30',
-        '--max_steps=4'] + _args(data_dir, train_dir), timeout=120)
-  assert result.returncode == 1
-  assert 'Traceback' not in result.stderr, result.stderr[-3000:]
-  assert result.stderr.strip().splitlines()[-1].startswith(
-      'Worker 0: --train_dir=%s is in use by another trainer: pid %d on host '
-      '%s' % (train_dir, os.getpid(), socket.gethostname()))
 
 
 def test_fresh_start_keeps_the_lock_file(data_dir, tmp_path, capsys):
@@ -244,27 +226,6 @@ def two_checkpoints(tmp_path_factory):
                                                   trainer_state=True))
 
 
-def _written_checkpoints(train_dir, steps=(0, 4)):
-  """A train_dir of checkpoints at `steps` by a trainer's own saver (with
-  its index): of the global step and the classes probe alone."""
-  os.makedirs(train_dir)
-  with tf.Graph().as_default():
-    step = tf.train.get_or_create_global_step()
-    tf.get_variable(checkpoints.CLASSES_PROBE, [10])
-    value = tf.placeholder(tf.int64, [])
-    assign = step.assign(value)
-    init_step = tf.variables_initializer([step])
-    scaffold = checkpoints.restoring_scaffold(None, train_dir)
-    scaffold.finalize()
-    with tf.Session(config=testutil.session_config()) as sess:
-      sess.run([scaffold.init_op, init_step])
-      for each in steps:
-        sess.run(assign, {value: each})
-        scaffold.saver.save(sess, os.path.join(train_dir, 'model.ckpt'),
-                            global_step=each)
-  return train_dir
-
-
 def _damaged_copy(two_checkpoints, to, damage):
   """(a copy with model.ckpt-4 damaged, that checkpoint, _contents of it)."""
   train_dir = shutil.copytree(two_checkpoints, to)
@@ -321,15 +282,18 @@ def test_training_resumes_the_checkpoint_before_a_damaged_one(
   assert 'Checkpoint %s is damaged and left as it is (' % damaged in printed
   assert_resumed(printed.splitlines(True), train_dir, 0)
   assert tf.train.latest_checkpoint(train_dir).endswith('model.ckpt-6')
+  # The trainer's index is relative: test_checkpoints_are_found_..._a_move.
+  with open(os.path.join(train_dir, 'checkpoint')) as f:
+    assert f.readline() == 'model_checkpoint_path: "model.ckpt-6"\n'
   # Skipped, never deleted nor listed again.
   assert _contents(damaged + '.*') == files
   assert damaged not in tf.train.get_checkpoint_state(
       train_dir).all_model_checkpoint_paths
 
 
-def test_only_damaged_checkpoints_stop_with_one_line(data_dir, tmp_path,
-                                                     capsys):
-  train_dir = _written_checkpoints(str(tmp_path / 'train'))
+def test_only_damaged_checkpoints_stop_with_one_line(data_dir, two_checkpoints,
+                                                     tmp_path, capsys):
+  train_dir = shutil.copytree(two_checkpoints, str(tmp_path / 'train'))
   for step in (0, 4):
     DAMAGE['truncated .data'](os.path.join(train_dir, 'model.ckpt-%d' % step))
   files = _contents(os.path.join(train_dir, 'model.ckpt-*'))
@@ -351,9 +315,9 @@ def test_only_damaged_checkpoints_stop_with_one_line(data_dir, tmp_path,
   assert _contents(os.path.join(train_dir, 'model.ckpt-*')) == files
 
 
-def test_a_listed_checkpoint_whose_files_are_gone_is_skipped(data_dir, tmp_path,
-                                                             capsys):
-  train_dir = _written_checkpoints(str(tmp_path / 'train'))
+def test_a_listed_checkpoint_whose_files_are_gone_is_skipped(
+    data_dir, two_checkpoints, tmp_path, capsys):
+  train_dir = shutil.copytree(two_checkpoints, str(tmp_path / 'train'))
   first, gone = (os.path.join(train_dir, 'model.ckpt-%d' % value)
                  for value in (0, 4))
   for path in glob.glob(gone + '.*'):
@@ -370,22 +334,17 @@ def test_a_listed_checkpoint_whose_files_are_gone_is_skipped(data_dir, tmp_path,
       'before it.\n' % gone)
 
 
-def test_checkpoints_are_found_without_the_index_and_after_a_move(tmp_path):
+def test_checkpoints_are_found_without_the_index_and_after_a_move(
+    two_checkpoints, tmp_path):
   lines = []
-  train_dir = _written_checkpoints(str(tmp_path / 'train'))
-  # The trainer's index is relative, so TensorFlow's own lookup (the
+  # Its index is relative, as a trainer's, so TensorFlow's own lookup (the
   # original's eval) finds a moved train_dir's checkpoints too.
-  with open(os.path.join(train_dir, 'checkpoint')) as f:
-    assert 'model_checkpoint_path: "model.ckpt-4"' in f.read()
-  moved = str(tmp_path / 'moved')
-  shutil.move(train_dir, moved)
-  assert tf.train.latest_checkpoint(moved) == os.path.join(moved,
-                                                           'model.ckpt-4')
-  assert checkpoints.newest_restorable(moved, lines.append) == (
-      os.path.join(moved, 'model.ckpt-4'))
+  moved = shutil.copytree(two_checkpoints, str(tmp_path / 'moved'))
+  newest = os.path.join(moved, 'model.ckpt-4')
+  assert tf.train.latest_checkpoint(moved) == newest
+  assert checkpoints.newest_restorable(moved, lines.append) == newest
   os.remove(os.path.join(moved, 'checkpoint'))
-  assert checkpoints.newest_restorable(moved, lines.append) == (
-      os.path.join(moved, 'model.ckpt-4'))
+  assert checkpoints.newest_restorable(moved, lines.append) == newest
   assert lines == ['The checkpoint index of %s is missing or unreadable: '
                    'looking at the checkpoint files themselves.' % moved]
 
@@ -457,8 +416,8 @@ _WITH_FILE_SIZE_LIMIT = """
 import resource, runpy, sys
 from cifar10_support import console
 console.before_tensorflow('__main__')
-resource.setrlimit(resource.RLIMIT_FSIZE,
-                   (int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+resource.setrlimit(resource.RLIMIT_FSIZE, (
+    int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 sys.argv = sys.argv[2:]
 runpy.run_path(sys.argv[0], run_name='__main__')
 """
