@@ -12,12 +12,10 @@ import re
 from absl import flags
 import pytest
 
-# pylint: disable=unused-import (their flags)
-import cifar10
-import cifar10_distributed_train
-import cifar10_multi_gpu_train
-import cifar10_train
-# pylint: enable=unused-import
+import cifar10  # pylint: disable=unused-import (its flags)
+import cifar10_distributed_train  # pylint: disable=unused-import (its flags)
+import cifar10_multi_gpu_train  # pylint: disable=unused-import (its flags)
+import cifar10_train  # pylint: disable=unused-import (its flags)
 from cifar10_support import download
 import testutil
 

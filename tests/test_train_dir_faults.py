@@ -101,12 +101,11 @@ def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
 
 def test_fresh_start_keeps_the_lock_file(data_dir, tmp_path, capsys):
   train_dir = str(tmp_path / 'train')
-  os.makedirs(train_dir)
+  (tmp_path / 'train' / 'old').mkdir(parents=True)
   (tmp_path / 'train' / 'old.txt').write_text('deleted by --fresh_start')
-  (tmp_path / 'train' / 'old').mkdir()
+  lock = os.path.join(train_dir, train_dirs.LOCK_NAME)
   with train_dirs.train_dir_lock(train_dir):
-    pass
-  lock_inode = os.stat(os.path.join(train_dir, train_dirs.LOCK_NAME)).st_ino
+    lock_inode = os.stat(lock).st_ino
   # What every trainer claims its train_dir with.
   with train_dirs.claim(train_dir, True, data_files.describe(data_dir)) as (
       start):
@@ -115,8 +114,7 @@ def test_fresh_start_keeps_the_lock_file(data_dir, tmp_path, capsys):
   assert '--fresh_start: deleting the contents of %s' % train_dir in (
       capsys.readouterr().out)
   # The same file: a trainer waiting on it would lock the one in use.
-  assert os.stat(os.path.join(train_dir, train_dirs.LOCK_NAME)).st_ino == (
-      lock_inode)
+  assert os.stat(lock).st_ino == lock_inode
 
 
 # --- A full disk --------------------------------------------------------------
