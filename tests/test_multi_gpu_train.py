@@ -97,36 +97,22 @@ def test_tower_average_equals_one_device_on_the_whole_batch(num_towers):
                          initial['softmax_linear/biases'])
 
 
-def test_variables_are_shared_once_on_cpu0_for_any_tower_count():
-  found = {}
-  for num_towers in (1, 4):
-    graph, _ = _tower_graph(num_towers)
-    with graph.as_default():
-      trainable = tf.trainable_variables()
-      found[num_towers] = sorted(
-          (v.op.name, tuple(v.shape.as_list())) for v in trainable)
-      for var in tf.global_variables():
-        device = tf.DeviceSpec.from_string(var.device)
-        if var.op.name != 'global_step':  # made by the test, on no device
-          assert (device.device_type, device.device_index) == ('CPU', 0), var
-      names = [v.op.name for v in tf.global_variables()]
-      averages = [n for n in names if n.endswith('/ExponentialMovingAverage')]
-      assert len(averages) == 10
-      # Loss averages exist once, for the last tower only.
-      loss_averages = sorted(n for n in names if re.search(r'/avg$', n))
-      last = 'tower_%d/' % (num_towers - 1)
-      assert loss_averages == [last + 'cross_entropy/avg',
-                               last + 'local3/weight_loss/avg',
-                               last + 'local4/weight_loss/avg',
-                               last + 'total_loss/avg']
-      assert tf.train.get_global_step().dtype.base_dtype == tf.int64
-  assert found[1] == found[4]
-  assert len(found[1]) == 10
-  assert ('conv1/weights', (5, 5, 3, 64)) in found[1]
-
-
-def test_each_tower_runs_on_its_own_device():
+def test_each_tower_runs_on_its_own_device_and_the_variables_on_cpu0():
   graph, step = _tower_graph(3, IMAGES[:6], LABELS[:6])
+  with graph.as_default():
+    # One set of variables, their averages and (once, the last tower's) the
+    # loss averages, on CPU:0; the global step (the test's) an int64.
+    names = [v.op.name for v in tf.global_variables()]
+    averages = [n for n in names if n.endswith('/ExponentialMovingAverage')]
+    assert len(tf.trainable_variables()) == len(averages) == 10
+    assert sorted(n for n in names if n.endswith('/avg')) == [
+        'tower_2/cross_entropy/avg', 'tower_2/local3/weight_loss/avg',
+        'tower_2/local4/weight_loss/avg', 'tower_2/total_loss/avg']
+    for var in tf.global_variables():
+      device = tf.DeviceSpec.from_string(var.device)
+      if var.op.name != 'global_step':  # Made by the test, on no device.
+        assert (device.device_type, device.device_index) == ('CPU', 0), var
+    assert tf.train.get_global_step().dtype.base_dtype == tf.int64
   config = _config(3)
   assert not config.allow_soft_placement
   assert config.device_count['CPU'] == 3
