@@ -14,13 +14,15 @@ import pytest
 
 import cifar10  # pylint: disable=unused-import (its flags)
 import cifar10_distributed_train  # pylint: disable=unused-import (its flags)
+import cifar10_multi_gpu_train  # pylint: disable=unused-import (its flags)
 import cifar10_train  # pylint: disable=unused-import (its flags)
 from cifar10_support import download
 import testutil
 
 # The trainers' flags with a range (cifar10.py's, cifar10_train.py's and
 # run_flags', which every trainer imports): the lowest value each takes, and
-# what absl's --help writes for that bound.
+# what absl's --help writes for that bound. --num_gpus: the multi-GPU one's.
+NUM_GPUS = (1, '(a positive integer)')
 RANGES = {
     'batch_size': (1, '(a positive integer)'),
     'max_steps': (1, '(a positive integer)'),
@@ -33,28 +35,27 @@ RANGES = {
 }
 
 
-def _own_flag_values():
-  """A FlagValues of copies of the trainers' range flags, as the scripts
-  define them: parsing it leaves the process's FLAGS alone."""
+def _parsed(names, *args):
+  """Copies of the scripts' flags `names`, with their validators, parsed
+  from args: the process's FLAGS are left alone."""
   flag_values = flags.FlagValues()
-  for name in RANGES:
+  for name in names:
     flag_values[name] = copy.deepcopy(flags.FLAGS[name])
+    flag_values[name].unparse()
+  flag_values(['cifar10_train.py'] + list(args))
   return flag_values
 
 
-@pytest.mark.parametrize('name', sorted(RANGES))
+@pytest.mark.parametrize('name', sorted(RANGES) + ['num_gpus'])
 def test_each_range_is_checked_as_the_command_line_is_parsed(name):
-  lowest, words = RANGES[name]
+  lowest, words = RANGES.get(name, NUM_GPUS)
   below = lowest - 1
-  refused = _own_flag_values()
   with pytest.raises(flags.IllegalFlagValueError) as e:
-    refused(['cifar10_train.py', '--%s=%d' % (name, below)])
+    _parsed([name], '--%s=%d' % (name, below))
   # What the script's `Flags parsing error` line says after its prefix.
   assert str(e.value) == 'flag --%s=%d: %d is not %s' % (
       name, below, below, words.strip('()'))
-  accepted = _own_flag_values()
-  accepted(['cifar10_train.py', '--%s=%d' % (name, lowest)])
-  assert accepted[name].value == lowest
+  assert _parsed([name], '--%s=%d' % (name, lowest))[name].value == lowest
 
 
 def _help_entries(module):
@@ -70,7 +71,8 @@ def _help_entries(module):
                                     'cifar10_distributed_train'])
 def test_help_shows_each_range(script):
   entries = _help_entries(importlib.import_module(script))
-  for name, (_, words) in RANGES.items():
+  ranges = dict(RANGES, **({'num_gpus': NUM_GPUS} if 'gpu' in script else {}))
+  for name, (_, words) in ranges.items():
     assert name in entries, sorted(entries)
     assert words in entries[name], entries[name]
 
@@ -94,26 +96,17 @@ def test_a_value_out_of_range_stops_the_script_before_anything_is_made(
 
 
 def test_replicas_without_sync_replicas_is_a_flags_parsing_error():
-  def parsed(*args):
-    flag_values = flags.FlagValues()
-    for name in ('replicas_to_aggregate', 'sync_replicas'):
-      # Copies, with the rule's validator, as the script defines them.
-      flag_values[name] = copy.deepcopy(flags.FLAGS[name])
-      flag_values[name].unparse()
-    flag_values(['cifar10_distributed_train.py'] + list(args))
-    return flag_values
-
+  names = ('replicas_to_aggregate', 'sync_replicas')
   with pytest.raises(flags.IllegalFlagValueError) as e:
-    parsed('--replicas_to_aggregate=2')
-  # What the script's one `FATAL Flags parsing error` line says after its
-  # prefix (that line, exit status 1 and nothing made: the test above, as
-  # absl parses every script's flags alike): absl names the two flags'
-  # values before the rule's message.
+    _parsed(names, '--replicas_to_aggregate=2')
+  # What the script's `FATAL Flags parsing error` line says after its
+  # prefix (that line, exit 1, nothing made: the test above, as absl parses
+  # every script's flags alike): the two flags' values, the rule's message.
   assert str(e.value) == (
       'flags replicas_to_aggregate=2, sync_replicas=False: '
       '--replicas_to_aggregate only applies with --sync_replicas')
-  assert parsed('--replicas_to_aggregate=2',
-                '--sync_replicas').replicas_to_aggregate == 2
+  assert _parsed(names, '--replicas_to_aggregate=2',
+                 '--sync_replicas').replicas_to_aggregate == 2
 
 
 @pytest.mark.slow  # Starts a process.

@@ -10,7 +10,6 @@ import sys
 
 from absl import flags
 import pytest
-import tensorflow.compat.v1 as tf
 
 import cifar10
 import cifar10_classify  # pylint: disable=unused-import
@@ -49,38 +48,12 @@ FLAG_DEFAULTS = {
     'checkpoint_path': '', 'top_k': 3, 'export_dir': '',
 }
 
-# The 25 variables of a single-device checkpoint, as the original writes them
-# (shared/reference/checkpoint_variables.txt): ours restore in its eval.
-CHECKPOINT_VARIABLES = {
-    'global_step': [], 'cross_entropy/avg': [], 'total_loss/avg': [],
-    'local3/weight_loss/avg': [], 'local4/weight_loss/avg': [],
-}
-for _name, _shape in [('conv1/weights', [5, 5, 3, 64]), ('conv1/biases', [64]),
-                      ('conv2/weights', [5, 5, 64, 64]), ('conv2/biases', [64]),
-                      ('local3/weights', [2304, 384]), ('local3/biases', [384]),
-                      ('local4/weights', [384, 192]), ('local4/biases', [192]),
-                      ('softmax_linear/weights', [192, 10]),
-                      ('softmax_linear/biases', [10])]:
-  CHECKPOINT_VARIABLES[_name] = _shape
-  CHECKPOINT_VARIABLES[_name + '/ExponentialMovingAverage'] = _shape
-
 
 def test_every_flag_keeps_its_name_and_default():
   found = {name: flags.FLAGS[name].default for name in FLAG_DEFAULTS
            if name in flags.FLAGS}
   assert found == FLAG_DEFAULTS
   assert flags.FLAGS['data_dir'].default == os.path.join(ROOT, 'cifar10')
-
-
-def test_training_graph_saves_the_originals_25_variables(data_dir):
-  with tf.Graph().as_default():
-    # cifar10_train.train's graph.
-    global_step = tf.train.get_or_create_global_step()
-    images, labels = cifar10.distorted_inputs(data_dir, 8, num_threads=1)
-    cifar10.train(cifar10.loss(cifar10.inference(images), labels),
-                  global_step, 8)
-    saved = {v.op.name: v.shape.as_list() for v in tf.global_variables()}
-  assert saved == CHECKPOINT_VARIABLES
 
 
 def test_the_root_holds_the_tutorial_and_the_package_the_rest():
@@ -152,19 +125,11 @@ def test_no_support_module_imports_a_script_and_no_cycles():
     walk(module, [])
 
 
-def _python_files():
-  """Every Python file of the project: root, package, benchmarks, tests."""
-  return [path for folder in ('', 'cifar10_support', 'benchmarks', 'tests')
-          for path in glob.glob(os.path.join(ROOT, folder, '*.py'))]
-
-
-def _project_module_names():
-  return {os.path.basename(path)[:-len('.py')] for path in _python_files()}
-
-
 def test_no_file_uses_another_files_private_names():
-  project = _project_module_names()
-  for path in _python_files():
+  paths = [path for folder in ('', 'cifar10_support', 'benchmarks', 'tests')
+           for path in glob.glob(os.path.join(ROOT, folder, '*.py'))]
+  project = {os.path.basename(path)[:-len('.py')] for path in paths}
+  for path in paths:
     tree = ast.parse(open(path).read())
     # Local names bound to project modules: import x [as y], from p import x.
     modules = set()
@@ -219,7 +184,8 @@ def test_the_scripts_stay_small_and_their_calls_readable():
 
 @pytest.mark.slow  # Starts a process.
 def test_the_support_package_loads_no_tensorflow():
-  # console.before_tensorflow must run before TensorFlow loads, so importing it cannot load it.
+  # console.before_tensorflow runs before TensorFlow loads: importing it
+  # cannot load it.
   code = ('import sys; import cifar10_support.console; '
           'print("tensorflow" in sys.modules)')
   result = subprocess.run([sys.executable, '-c', code], cwd=ROOT,
@@ -249,8 +215,8 @@ def test_every_file_parses_as_python_3_10_does():
 
 
 def test_every_test_the_docs_name_exists():
-  # docs/reliability.md's table (and any page) names tests as
-  # `test_file.py::test_name`; a renamed or removed test must not stay there.
+  # A page names tests as `test_file.py::test_name`: a renamed or removed
+  # test must not stay there.
   named = set()
   for page in glob.glob(os.path.join(ROOT, 'docs', '**', '*.md'),
                         recursive=True):

@@ -1,13 +1,12 @@
-"""A checkpoint of any trainer resumes in any other (cifar10_support.checkpoints).
+"""A checkpoint of any trainer resumes in any other, and so does a train_dir
+that db22c74's trainers (before issue #53's refactor) left.
 
-The trainers run one after the other on one train_dir, in this process
-(their train functions, as their scripts call them; a cluster's tasks are
-processes). A resumed run saves a checkpoint at the step it resumed from before its
-first step, overwriting the one it read: that file shows what the run
-restored (and what it started fresh) before training changed it.
+The trainers run in this process (their train functions, as their scripts
+call them; a cluster's chief is a process). A resumed run first saves a
+checkpoint at its step over the one it read: what it restored (and started
+fresh) before training changed it.
 """
 
-import hashlib
 import os
 import shutil
 import socket
@@ -23,54 +22,83 @@ from cifar10_support import train_dirs
 import testutil
 from testutil import BATCH
 from testutil import FRESH_LINE
+from testutil import TRAINERS
 from testutil import checkpoint_values
 from testutil import run_chief
 from testutil import run_trainer
 
-# The loss terms whose averages every trainer keeps, under its tower's scope.
-LOSS_TERMS = ('cross_entropy', 'local3/weight_loss', 'local4/weight_loss',
-              'total_loss')
-# The names of each trainer's own state: its loss averages.
-OWN_STATE = {
-    'single': ['%s/avg' % term for term in LOSS_TERMS],
-    'towers1': ['tower_0/%s/avg' % term for term in LOSS_TERMS],
-    'towers2': ['tower_1/%s/avg' % term for term in LOSS_TERMS],
+# The model's weights and biases (float32), each also under its
+# ExponentialMovingAverage name, and a trainer's loss averages; literal, not
+# from today's model code, so that a renamed variable fails here.
+WEIGHTS = [
+    ('conv1/weights', [5, 5, 3, 64]), ('conv1/biases', [64]),
+    ('conv2/weights', [5, 5, 64, 64]), ('conv2/biases', [64]),
+    ('local3/weights', [2304, 384]), ('local3/biases', [384]),
+    ('local4/weights', [384, 192]), ('local4/biases', [192]),
+    ('softmax_linear/weights', [192, 10]), ('softmax_linear/biases', [10]),
+]
+LOSS_AVERAGES = ['cross_entropy/avg', 'local3/weight_loss/avg',
+                 'local4/weight_loss/avg', 'total_loss/avg']
+
+
+def _layout(prefix):
+  """{name: (shape, dtype)} of a checkpoint whose loss averages are under
+  `prefix`."""
+  layout = {'global_step': ([], tf.int64)}
+  for name, shape in WEIGHTS:
+    layout[name] = (shape, tf.float32)
+    layout[name + '/ExponentialMovingAverage'] = (shape, tf.float32)
+  for name in LOSS_AVERAGES:
+    layout[prefix + name] = ([], tf.float32)
+  return layout
+
+
+# What each trainer saves, today and at db22c74: the multi-GPU trainer's
+# loss averages under its last tower, a cluster's chief's as one device's,
+# which are the original's 25 variables (ours restore in its eval).
+LAYOUTS = {
+    'single': _layout(''),
+    'towers1': _layout('tower_0/'),
+    'towers2': _layout('tower_1/'),
 }
-OWN_STATE['async chief'] = OWN_STATE['sync chief'] = OWN_STATE['single']
+LAYOUTS['async chief'] = LAYOUTS['sync chief'] = LAYOUTS['single']
+
+
+def _layout_of(checkpoint):
+  reader = tf.train.load_checkpoint(checkpoint)
+  dtypes = reader.get_variable_to_dtype_map()
+  return {name: (shape, dtypes[name])
+          for name, shape in reader.get_variable_to_shape_map().items()}
+
+
+def _run(reader, data_dir, train_dir, max_steps, tmp_path):
+  """What trainer `reader` (a key of LAYOUTS) printed, run to max_steps."""
+  if reader.endswith('chief'):
+    return run_chief(data_dir, train_dir, max_steps, reader == 'sync chief',
+                     tmp_path)
+  return run_trainer(reader, data_dir, train_dir, max_steps)
 
 
 def _check_resumed(stdout, train_dir, saved, step, max_steps, writer, reader):
-  """Asserts a run resumed the model at `step` and kept going to max_steps.
-
-  Args:
-    stdout: the resuming run's output.
-    saved: the values of the checkpoint it resumed from, read before it ran.
-    writer, reader: the trainers that wrote and read it (keys of OWN_STATE).
-  """
+  """Asserts trainer `reader` resumed `writer`'s checkpoint (keys of
+  LAYOUTS) at `step`, whose values were `saved`, and went on to max_steps."""
   checkpoint = os.path.join(train_dir, 'model.ckpt-%d' % step)
   assert ('Resuming from checkpoint %s at step %d' % (checkpoint, step)
           in stdout), stdout
   assert [int(m['step'])
           for m in testutil.step_line().finditer(stdout)][0] == step
-  assert tf.train.latest_checkpoint(train_dir).endswith(
-      'model.ckpt-%d' % max_steps)
+  assert tf.train.latest_checkpoint(train_dir) == os.path.join(
+      train_dir, 'model.ckpt-%d' % max_steps)
 
-  restored = checkpoint_values(checkpoint)  # Rewritten by the reader at its start.
-  assert set(OWN_STATE[reader]) <= set(restored)
-  fresh = sorted(set(OWN_STATE[reader]) - set(OWN_STATE[writer]))
-  lines = FRESH_LINE.findall(stdout)
-  if fresh:
-    assert lines == [(str(step), ', '.join(fresh))], stdout
-  else:
-    assert not lines, stdout
+  restored = checkpoint_values(checkpoint)  # Rewritten by the reader.
+  assert _layout_of(checkpoint) == LAYOUTS[reader]
+  fresh = sorted(set(LAYOUTS[reader]) - set(LAYOUTS[writer]))
+  assert FRESH_LINE.findall(stdout) == (
+      [(str(step), ', '.join(fresh))] if fresh else []), stdout
   for name in fresh:
     assert restored[name] == 0.0, name  # Its initial value.
-  carried = [name for name in restored if name not in fresh]
-  # The 21 of the model (weights, averages, step) and the shared averages.
-  assert len(carried) == 21 + len(OWN_STATE[reader]) - len(fresh)
-  for name in carried:
+  for name in set(restored) - set(fresh):
     np.testing.assert_array_equal(restored[name], saved[name], err_msg=name)
-  assert restored['global_step'] == step
   # Training went on from there: the final weights moved.
   final = checkpoint_values(tf.train.latest_checkpoint(train_dir))
   assert final['global_step'] == max_steps
@@ -87,44 +115,96 @@ def test_each_trainer_resumes_the_others_checkpoints(data_dir, tmp_path):
     step = 4 * (i + 1)
     saved = checkpoint_values(tf.train.latest_checkpoint(train_dir))
     assert saved['global_step'] == step
-    if reader.endswith('chief'):
-      stdout = run_chief(data_dir, train_dir, step + 4,
-                         reader == 'sync chief', tmp_path)
-    else:
-      stdout = run_trainer(reader, data_dir, train_dir, step + 4)
+    stdout = _run(reader, data_dir, train_dir, step + 4, tmp_path)
     _check_resumed(stdout, train_dir, saved, step, step + 4, writer, reader)
 
 
+# db22c74's step (even: resumed runs, logging every 2 steps, print it).
+OLD_STEP = 4
+INDEX = ('model_checkpoint_path: "model.ckpt-{step}"\n'
+         'all_model_checkpoint_paths: "model.ckpt-0"\n'
+         'all_model_checkpoint_paths: "model.ckpt-{step}"\n')
+CLASS_NAMES = (b'airplane\nautomobile\nbird\ncat\ndeer\ndog\nfrog\nhorse\n'
+               b'ship\ntruck\n')
+# No process has this pid: Linux's pid_max is at most 2**22.
+LOCK_TEXT = 'pid 4194304 on host %s, started 2026-11-28 07:12:59\n'
+
+
+def _write_old_train_dir(train_dir, layout):
+  """Writes train_dir as db22c74's trainer of `layout` left it (checked
+  against real runs): checkpoints 0 and OLD_STEP of random values, its
+  index, class names, lock file, graph and events; returns the values of
+  the newest (the one a run must restore), by name."""
+  os.makedirs(train_dir)
+  rng = np.random.RandomState(0)
+  with tf.Graph().as_default() as graph:
+    variables = {name: tf.get_variable(name, shape, dtype,
+                                       tf.zeros_initializer(),
+                                       trainable=False)
+                 for name, (shape, dtype) in layout.items()}
+    feeds = {name: tf.placeholder(v.dtype.base_dtype, v.shape)
+             for name, v in variables.items()}
+    assign = [v.assign(feeds[name]) for name, v in variables.items()]
+    saver = tf.train.Saver(variables)
+    with tf.Session(config=testutil.session_config()) as sess:
+      for step in (0, OLD_STEP):
+        values = {name: np.float32(rng.uniform(1, 5)) if name.endswith('/avg')
+                  else rng.normal(0, 0.01, shape).astype(np.float32)
+                  for name, (shape, _) in layout.items()}
+        values['global_step'] = np.int64(step)
+        sess.run(assign, {feeds[name]: values[name] for name in values})
+        saver.save(sess, os.path.join(train_dir, 'model.ckpt'),
+                   global_step=step, write_state=False)
+    tf.io.write_graph(graph, train_dir, 'graph.pbtxt')
+    writer = tf.summary.FileWriter(train_dir, graph)
+    writer.add_summary(tf.Summary(value=[tf.Summary.Value(
+        tag='total_loss_1', simple_value=4.6)]), OLD_STEP)
+    writer.close()
+  for name, text in (('checkpoint', INDEX.format(step=OLD_STEP)),
+                     ('class_names.txt', CLASS_NAMES.decode()),
+                     ('.cifar10_train.lock',
+                      LOCK_TEXT % socket.gethostname())):
+    with open(os.path.join(train_dir, name), 'w') as f:
+      f.write(text)
+  return values
+
+
+@pytest.mark.slow  # Trains, and starts a cluster.
+@pytest.mark.parametrize('layout', ['single', 'towers1', 'towers2'])
+def test_an_old_train_dir_resumes_in_each_trainer(data_dir, tmp_path, layout):
+  old = str(tmp_path / 'old')
+  written = _write_old_train_dir(old, LAYOUTS[layout])
+  # The two-tower one in a chief too, which then starts its own loss
+  # averages fresh, as no other test makes it do.
+  for reader in list(TRAINERS) + ['async chief'] * (layout == 'towers2'):
+    train_dir = shutil.copytree(old, str(tmp_path / reader.replace(' ', '_')))
+    stdout = _run(reader, data_dir, train_dir, OLD_STEP + 2, tmp_path)
+    _check_resumed(stdout, train_dir, written, OLD_STEP, OLD_STEP + 2, layout,
+                   reader)
+    with open(os.path.join(train_dir, 'class_names.txt'), 'rb') as f:
+      assert f.read() == CLASS_NAMES
+
+
 def _listing(directory):
-  """Every file under directory (dot files too) with its size, mtime and
-  content hash; not the lock file, which a refused run takes too."""
-  listing = {}
-  for root, _, names in os.walk(directory):
-    for name in names:
-      if name == train_dirs.LOCK_NAME:
-        continue
-      path = os.path.join(root, name)
-      with open(path, 'rb') as f:
-        digest = hashlib.md5(f.read()).hexdigest()
-      listing[path] = (os.path.getsize(path), os.stat(path).st_mtime_ns,
-                       digest)
-  return listing
+  """{path: (mtime, contents)} of every file under directory (dot files too)
+  but the lock file, which a refused run takes too."""
+  return {path: (os.stat(path).st_mtime_ns, open(path, 'rb').read())
+          for root, _, names in os.walk(directory)
+          for path in (os.path.join(root, name) for name in names
+                       if name != train_dirs.LOCK_NAME)}
 
 
 def test_float16_checkpoint_is_refused_and_left_as_it_was(data_dir, tmp_path,
                                                          capsys):
   train_dir = str(tmp_path / 'train')
-  # What a `cifar10_train.py --use_fp16` run leaves, written directly: its
-  # checkpoint (the model, its moving averages and its loss averages, all
-  # float16) and the class names beside it.
+  # What a `cifar10_train.py --use_fp16` run leaves.
   testutil.model_checkpoint(train_dir, step=2, dtype=tf.float16,
                             trainer_state=True)
   with open(os.path.join(train_dir, checkpoints.CLASSES_FILE), 'wb') as f:
     f.write(data_files.class_names_text(data_files.CLASS_NAMES))
   before = _listing(train_dir)
 
-  # The refusal is the script's line (printed by its process, exit status
-  # 1: test_a_checkpoint_of_another_model_is_refused_in_one_line_and_left).
+  # (Its process prints such a line: the test of another model's below.)
   line = testutil.trainer_line(
       'cifar10_multi_gpu_train.py', cifar10_multi_gpu_train.train,
       run_flags.TrainSettings(data_dir, train_dir, batch_size=BATCH,
@@ -142,10 +222,9 @@ def test_float16_checkpoint_is_refused_and_left_as_it_was(data_dir, tmp_path,
 
 
 def _refusal(script, data_dir, train_dir):
-  """(result, the label its lines start with) of script run on train_dir
-  as a user runs it; a cluster's chief with a stand-in ps task that only
-  accepts connections, as the chief refuses a checkpoint before its session
-  reaches one."""
+  """(result, the label its lines start with) of script run on train_dir;
+  a chief's stand-in ps only accepts connections: the chief refuses a
+  checkpoint before its session reaches one."""
   args = ['--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
           '--batch_size=%d' % BATCH, '--max_steps=10']
   if script != 'cifar10_distributed_train.py':
@@ -192,30 +271,13 @@ def test_a_checkpoint_of_another_model_is_refused_in_one_line_and_left(
 
 
 def _variables(shapes, averaged=()):
-  """In the default graph: the global step, float32 zero variables of the
-  given shapes and the averages of those named."""
+  """The global step, zero variables of `shapes` and averages of `averaged`."""
   tf.train.get_or_create_global_step()
   for name, shape in shapes.items():
     tf.get_variable(name, shape, initializer=tf.zeros_initializer())
   for name in averaged:
     tf.get_variable(name + checkpoints.AVERAGE_SUFFIX, shapes[name],
                     initializer=tf.zeros_initializer(), trainable=False)
-
-
-def _save(path, shapes, averaged=()):
-  """Writes a checkpoint at step 7 of _variables(shapes, averaged)."""
-  with tf.Graph().as_default():
-    _variables(shapes, averaged)
-    with tf.Session(config=testutil.session_config()) as sess:
-      sess.run(tf.global_variables_initializer())
-      return tf.train.Saver().save(sess, path, global_step=7)
-
-
-def _plan(checkpoint, shapes, averaged=()):
-  """plan_restore in a graph of _variables(shapes, averaged)."""
-  with tf.Graph().as_default():
-    _variables(shapes, averaged)
-    return checkpoints.plan_restore(checkpoint)
 
 
 @pytest.mark.parametrize('shapes, averaged, message', [
@@ -231,33 +293,30 @@ def _plan(checkpoint, shapes, averaged=()):
 ])
 def test_plan_names_the_checkpoint_and_what_differs(tmp_path, shapes, averaged,
                                                     message):
-  checkpoint = _save(str(tmp_path / 'model.ckpt'),
-                     {'conv1/weights': [5, 5, 3, 64]})
-  with pytest.raises(checkpoints.CheckpointMismatchError) as e:
-    _plan(checkpoint, shapes, averaged)
+  with tf.Graph().as_default():
+    _variables({'conv1/weights': [5, 5, 3, 64]})
+    with tf.Session(config=testutil.session_config()) as sess:
+      sess.run(tf.global_variables_initializer())
+      checkpoint = tf.train.Saver().save(sess, str(tmp_path / 'model.ckpt'),
+                                         global_step=7)
+  with tf.Graph().as_default(), pytest.raises(
+      checkpoints.CheckpointMismatchError) as e:
+    _variables(shapes, averaged)
+    checkpoints.plan_restore(checkpoint)
   assert str(e.value).startswith('checkpoint %s ' % checkpoint)
   assert message in str(e.value)
 
 
 def _tiny_model():
-  """One averaged weight and the global step: a graph plan_restore accepts.
-
-  Returns:
-    (weight variable, global step variable, set): set(session, value, step)
-    gives the weight and the step those values.
-  """
-  global_step = tf.train.get_or_create_global_step()
-  weight = tf.get_variable('conv1/weights', [2],
-                           initializer=tf.zeros_initializer())
-  tf.train.ExponentialMovingAverage(0.9).apply([weight])
-  value = tf.placeholder(tf.float32, [])
-  step = tf.placeholder(tf.int64, [])
+  """(weight, global step, set_values(session, value, step)) of a graph
+  plan_restore accepts: one averaged weight and the global step."""
+  _variables({'conv1/weights': [2]}, ['conv1/weights'])
+  weight, = tf.trainable_variables()
+  global_step = tf.train.get_global_step()
+  value, step = tf.placeholder(tf.float32, []), tf.placeholder(tf.int64, [])
   assign = [weight.assign([value, value]), global_step.assign(step)]
-
-  def set_values(session, new_value, new_step):
-    session.run(assign, {value: new_value, step: new_step})
-
-  return weight, global_step, set_values
+  return weight, global_step, lambda session, new_value, new_step: (
+      session.run(assign, {value: new_value, step: new_step}))
 
 
 @pytest.mark.parametrize('resumed', [True, False],

@@ -24,8 +24,7 @@ import testutil
 
 @contextlib.contextmanager
 def busy_cores():
-  """A process per usable core, each keeping one busy, while the block
-  runs."""
+  """A process per usable core keeps it busy while the block runs."""
   spinners = [subprocess.Popen([sys.executable, '-c', 'while True: pass'])
               for _ in range(len(os.sched_getaffinity(0)))]
   try:
@@ -36,11 +35,15 @@ def busy_cores():
       spinner.wait()
 
 
+def _args(data_dir, train_dir, *flags):
+  """A trainer's flags: a step line every step."""
+  return ['--data_dir=' + data_dir, '--train_dir=' + train_dir,
+          '--batch_size=8', '--log_frequency=1'] + list(flags)
+
+
 def run(script, data_dir, train_dir, *flags):
-  """Runs a trainer with a step line every step; returns its console."""
-  result = testutil.run_script(
-      script, ['--data_dir=' + data_dir, '--train_dir=' + train_dir,
-               '--batch_size=8', '--log_frequency=1'] + list(flags))
+  """Runs a trainer (_args); returns its console."""
+  result = testutil.run_script(script, _args(data_dir, train_dir, *flags))
   assert result.returncode == 0, result.stdout + result.stderr
   return result.stdout
 
@@ -66,8 +69,8 @@ SEEDED_STEPS = 30  # Far beyond the step a SIGTERM at step 2 stops at.
 
 @pytest.fixture(scope='module')
 def seeded_run(data_dir, tmp_path_factory):
-  """(train_dir, console) of one cifar10_train.py run with --seed=3 to step
-  SEEDED_STEPS, run once for the tests that compare theirs with it."""
+  """(train_dir, console) of a cifar10_train.py run, --seed=3, to step
+  SEEDED_STEPS: run once for the tests that compare theirs with it."""
   def build(path):
     console = run('cifar10_train.py', data_dir, os.path.join(path, 'train'),
                   '--seed=3', '--max_steps=%d' % SEEDED_STEPS)
@@ -116,13 +119,10 @@ runpy.run_path(sys.argv[0], run_name='__main__')
 def test_a_sigterm_mid_run_then_resuming_ends_as_the_unstopped_run(
     seeded_run, data_dir, tmp_path):
   stopped, log = str(tmp_path / 'train'), str(tmp_path / 'first.log')
-  args = ['--data_dir=' + data_dir, '--train_dir=' + stopped, '--seed=3',
-          '--batch_size=8', '--log_frequency=1',
-          '--max_steps=%d' % SEEDED_STEPS]
   # Only the step-0 checkpoint and the one SIGTERM writes.
-  proc = testutil.start_script(
-      'cifar10_train.py', args + ['--save_checkpoint_secs=3600'], log,
-      ['-c', _STOPS_AT_STEP_2])
+  proc = testutil.start_script('cifar10_train.py', _args(
+      data_dir, stopped, '--seed=3', '--max_steps=%d' % SEEDED_STEPS,
+      '--save_checkpoint_secs=3600'), log, ['-c', _STOPS_AT_STEP_2])
   try:
     def state():
       with open('/proc/%d/stat' % proc.pid) as f:
@@ -248,9 +248,9 @@ def _seeded_batches(data_set, start_step, count, seed=3, batch_size=10):
 
 @pytest.fixture(scope='module')
 def numbered_records(tmp_path_factory):
-  """(DataSet, seed 3's batches of steps 0 to 19) of 100 training records
-  (5 files of 20) whose labels number them, every one the same picture: a
-  batch's labels show the order, its images the distortions alone."""
+  """(DataSet, seed 3's batches of steps 0 to 19) of 100 records of one
+  picture, numbered by their labels: the labels show the order, the images
+  the distortions alone."""
   path = tmp_path_factory.mktemp('numbered')
   batches_dir = path / 'cifar-10-batches-bin'
   batches_dir.mkdir()
@@ -264,8 +264,7 @@ def numbered_records(tmp_path_factory):
 
 
 def _all_differ(images, others):
-  """Whether every image of a batch differs from the other batch's at the
-  same place."""
+  """Whether every image differs from the other batch's at its place."""
   return all(a.tobytes() != b.tobytes() for a, b in zip(images, others))
 
 

@@ -1,11 +1,8 @@
-"""End-to-end tests of cifar10_train.py, run as a user runs it, its console
-pinned line by line; resuming and the progress lines by calls.
-
-A bad data file's one line through the script is test_reliability.py's;
-its messages are tested by calls there and in test_download.py.
-"""
+"""cifar10_train.py run as a user runs it, its console pinned line by line;
+resuming and the progress lines by calls."""
 
 import glob
+import importlib
 import os
 import re
 
@@ -22,7 +19,8 @@ import testutil
 # The original's summary tags, as TF names them (see README, TensorBoard).
 ORIGINAL_TAGS = {
     'images/image/0', 'learning_rate',
-    'total_loss_1', 'total_loss__raw_', 'cross_entropy_1', 'cross_entropy__raw_',
+    'total_loss_1', 'total_loss__raw_',
+    'cross_entropy_1', 'cross_entropy__raw_',
     'local3/weight_loss_1', 'local3/weight_loss__raw_',
     'local4/weight_loss_1', 'local4/weight_loss__raw_',
     'conv1/conv1/conv1/activations', 'conv1/conv1/conv1/sparsity',
@@ -36,7 +34,7 @@ ORIGINAL_TAGS = {
 
 
 def _train_here(capsys, data_dir, train_dir, **kwargs):
-  """cifar10_train.train in this process, as the script calls it; its output."""
+  """cifar10_train.train, as the script calls it; its output."""
   testutil.train(cifar10_train.train, run_flags.TrainSettings(
       data_dir, train_dir, batch_size=8, log_frequency=5, **kwargs))
   return capsys.readouterr().out
@@ -47,8 +45,8 @@ def _steps(stdout):
 
 
 def _checkpoint_steps(train_dir):
-  return sorted(int(re.search(r'-(\d+)\.index$', f).group(1))
-                for f in glob.glob(os.path.join(train_dir, 'model.ckpt-*.index')))
+  paths = glob.glob(os.path.join(train_dir, 'model.ckpt-*.index'))
+  return sorted(int(re.search(r'-(\d+)\.index$', p).group(1)) for p in paths)
 
 
 @pytest.mark.slow  # Starts a process, and trains.
@@ -75,7 +73,6 @@ def test_train_logs_checkpoints_summarizes_and_resumes(data_dir, tmp_path,
   assert not [tag for tag, value in values.items() if value.HasField('histo')]
   assert os.path.exists(os.path.join(train_dir, 'graph.pbtxt'))
 
-  # The script as a user runs it first; resuming is train()'s, in-process.
   second = _train_here(capsys, data_dir, train_dir, max_steps=30)
 
   assert ('Resuming from checkpoint %s/model.ckpt-20 at step 20'
@@ -131,23 +128,21 @@ def test_each_checkpoint_line_has_the_time_left_at_the_recent_speed(
 
 
 class _SessionAsked(Exception):
-  """Raised by the stand-in for MonitoredTrainingSession: its arguments are
-  all a test of the session call needs."""
+  """The stand-in MonitoredTrainingSession's: its arguments are enough."""
 
 
 def _writes(hook):
-  """Whether a session hook can write to train_dir: a checkpoint or a
-  summary."""
+  """Whether a session hook can write a checkpoint or summary."""
   return isinstance(hook, (tf.train.CheckpointSaverHook,
                            tf.train.SummarySaverHook,
                            tf.train.StepCounterHook)) or (
                                type(hook).__name__ == 'SummaryHook')
 
 
-@pytest.mark.parametrize('trainer', ['cifar10_train', 'cifar10_multi_gpu_train'])
+@pytest.mark.parametrize('trainer', ['cifar10_train',
+                                     'cifar10_multi_gpu_train'])
 def test_no_hook_saves_a_step_before_the_nan_check_has_seen_it(
     data_dir, tmp_path, monkeypatch, trainer):
-  import importlib  # pylint: disable=g-import-not-at-top
   module = importlib.import_module(trainer)
   asked = {}
 
@@ -173,6 +168,7 @@ def test_no_hook_saves_a_step_before_the_nan_check_has_seen_it(
   assert len(nan_check) == 1 and writers
   assert nan_check[0] < min(writers), [type(h).__name__ for h in hooks]
   # The summaries and checkpoints go to train_dir, at the flags' cadence.
+  # pylint: disable=protected-access
   saver = [h for h in hooks if isinstance(h, tf.train.CheckpointSaverHook)]
-  assert len(saver) == 1 and saver[0]._checkpoint_dir == str(tmp_path)  # pylint: disable=protected-access
-  assert saver[0]._timer._every_secs == settings.save_checkpoint_secs  # pylint: disable=protected-access
+  assert len(saver) == 1 and saver[0]._checkpoint_dir == str(tmp_path)
+  assert saver[0]._timer._every_secs == settings.save_checkpoint_secs

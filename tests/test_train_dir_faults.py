@@ -1,8 +1,5 @@
-"""Faults of the train_dir itself: a second trainer, a full disk, damage.
-
-Each fault is made for real: a second process, a size-limited tmpfs (where
-this machine lets the tests mount one), damaged checkpoint files.
-"""
+"""Faults of the train_dir itself, each made for real: a second trainer, a
+full disk (a tmpfs where this machine may mount one), damaged checkpoints."""
 
 import errno
 import glob
@@ -15,7 +12,6 @@ import subprocess
 import pytest
 import tensorflow.compat.v1 as tf
 
-import cifar10_eval
 import cifar10_multi_gpu_train
 import cifar10_train
 from cifar10_support import checkpoints
@@ -38,32 +34,18 @@ def _args(data_dir, train_dir, *extra):
 
 # --- One trainer per train_dir ------------------------------------------------
 
-def test_lock_names_its_holder_and_is_free_again_after(tmp_path):
-  train_dir = str(tmp_path)
-  with train_dirs.train_dir_lock(train_dir):
-    with pytest.raises(train_dirs.TrainDirBusyError) as e:
-      with train_dirs.train_dir_lock(train_dir):
-        pass
-  assert str(e.value).startswith(
-      '--train_dir=%s is in use by another trainer: pid %d on host %s, '
-      'started ' % (train_dir, os.getpid(), socket.gethostname()))
-  with train_dirs.train_dir_lock(train_dir) as path:
-    assert path == os.path.join(train_dir, train_dirs.LOCK_NAME)
-
-
-@pytest.mark.slow  # Starts a process.
+@pytest.mark.slow  # Starts processes.
 def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
     data_dir, tmp_path, capsys):
   train_dir = str(tmp_path / 'train')
-  first, lines, _ = start_trainer(data_dir, train_dir, '--save_checkpoint_steps=2')
+  first, lines, _ = start_trainer(data_dir, train_dir,
+                                  '--save_checkpoint_steps=2')
   try:
     wait_for_trainer(first, lines, lambda: len(logged_steps(lines)) >= 3)
-    # Paused, it holds the lock while the others try, and cannot end on its
-    # own meanwhile (a long run at lr 0.1 on 100 records can diverge).
+    # Paused: it holds the lock and cannot end (diverge) meanwhile.
     os.kill(first.pid, signal.SIGSTOP)
     holder = 'pid %d on host %s' % (first.pid, socket.gethostname())
 
-    # Each trainer's line, by what its main runs.
     settings = run_flags.TrainSettings(data_dir, train_dir, batch_size=BATCH,
                                        max_steps=100000, log_frequency=1)
     for script, train, kwargs in (
@@ -76,18 +58,31 @@ def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
           '%s: --train_dir=%s is in use by another trainer: %s, started '
           % (script, train_dir, holder)), line
       assert '\n' not in line
-      # Refused before training: nothing resumed, not one step run.
       printed = capsys.readouterr().out
       assert 'Resuming' not in printed
       assert not testutil.ANY_STEP_LINE.search(printed), printed[-3000:]
 
-    # Evaluation takes no lock: it runs beside the trainer (in this process).
+    # A cluster's chief too: it only checks that its ps answers first.
+    with socket.socket() as ps:
+      ps.bind(('127.0.0.1', 0))
+      ps.listen()
+      worker_port, = testutil.free_ports(1)
+      chief = testutil.run_script('cifar10_distributed_train.py', [
+          '--job_name=worker', '--task_index=0', '--startup_wait_secs=30',
+          '--ps_hosts=127.0.0.1:%d' % ps.getsockname()[1],
+          '--worker_hosts=127.0.0.1:%d' % worker_port,
+          '--max_steps=4'] + _args(data_dir, train_dir), timeout=120)
+    assert chief.returncode == 1
+    assert 'Traceback' not in chief.stderr, chief.stderr[-3000:]
+    assert chief.stderr.strip().splitlines()[-1].startswith(
+        'Worker 0: --train_dir=%s is in use by another trainer: %s, started '
+        % (train_dir, holder))
+
+    # Evaluation takes no lock: it runs beside the trainer.
     capsys.readouterr()
-    testutil.evaluate(train_dir, str(tmp_path / 'e'),
-                          evaluation.EvalSettings(
-                              data_dir, num_examples=20, batch_size=10,
-                              run_once=True,
-                              session_config=testutil.session_config()))
+    testutil.evaluate(train_dir, str(tmp_path / 'e'), evaluation.EvalSettings(
+        data_dir, num_examples=20, batch_size=10, run_once=True,
+        session_config=testutil.session_config()))
     assert 'precision @ 1 = ' in capsys.readouterr().out
     assert first.poll() is None  # Still there, still holding the lock.
   finally:
@@ -96,8 +91,7 @@ def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
 
   # SIGKILL leaves the lock file, but not the lock.
   assert os.path.exists(os.path.join(train_dir, train_dirs.LOCK_NAME))
-  resume_from = checkpoints.step_of(
-      tf.train.latest_checkpoint(train_dir))
+  resume_from = checkpoints.step_of(tf.train.latest_checkpoint(train_dir))
   testutil.train(cifar10_train.train, run_flags.TrainSettings(
       data_dir, train_dir, max_steps=resume_from + 2, batch_size=BATCH,
       log_frequency=1))
@@ -105,37 +99,14 @@ def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
                   resume_from)
 
 
-@pytest.mark.slow  # Starts a process.
-def test_distributed_chief_stops_on_a_busy_train_dir(data_dir, tmp_path):
-  train_dir = str(tmp_path / 'train')
-  os.makedirs(train_dir)
-  # The chief only checks that the ps answers before it claims train_dir.
-  with socket.socket() as ps, train_dirs.train_dir_lock(train_dir):
-    ps.bind(('127.0.0.1', 0))
-    ps.listen()
-    worker_port, = testutil.free_ports(1)
-    result = testutil.run_script('cifar10_distributed_train.py', [
-        '--job_name=worker', '--task_index=0',
-        '--ps_hosts=127.0.0.1:%d' % ps.getsockname()[1],
-        '--worker_hosts=127.0.0.1:%d' % worker_port, '--startup_wait_secs=30',
-        '--max_steps=4'] + _args(data_dir, train_dir), timeout=120)
-  assert result.returncode == 1
-  assert 'Traceback' not in result.stderr, result.stderr[-3000:]
-  assert result.stderr.strip().splitlines()[-1].startswith(
-      'Worker 0: --train_dir=%s is in use by another trainer: pid %d on host '
-      '%s' % (train_dir, os.getpid(), socket.gethostname()))
-
-
 def test_fresh_start_keeps_the_lock_file(data_dir, tmp_path, capsys):
   train_dir = str(tmp_path / 'train')
-  os.makedirs(train_dir)
+  (tmp_path / 'train' / 'old').mkdir(parents=True)
   (tmp_path / 'train' / 'old.txt').write_text('deleted by --fresh_start')
-  (tmp_path / 'train' / 'old').mkdir()
+  lock = os.path.join(train_dir, train_dirs.LOCK_NAME)
   with train_dirs.train_dir_lock(train_dir):
-    pass
-  lock_inode = os.stat(os.path.join(train_dir, train_dirs.LOCK_NAME)).st_ino
-  # What every trainer claims its train_dir with (--fresh_start passed on
-  # to it by cifar10_train.train: test_train.py).
+    lock_inode = os.stat(lock).st_ino
+  # What every trainer claims its train_dir with.
   with train_dirs.claim(train_dir, True, data_files.describe(data_dir)) as (
       start):
     assert start.checkpoint is None
@@ -143,8 +114,7 @@ def test_fresh_start_keeps_the_lock_file(data_dir, tmp_path, capsys):
   assert '--fresh_start: deleting the contents of %s' % train_dir in (
       capsys.readouterr().out)
   # The same file: a trainer waiting on it would lock the one in use.
-  assert os.stat(os.path.join(train_dir, train_dirs.LOCK_NAME)).st_ino == (
-      lock_inode)
+  assert os.stat(lock).st_ino == lock_inode
 
 
 # --- A full disk --------------------------------------------------------------
@@ -161,20 +131,11 @@ def _mount_tmpfs(path, megabytes):
   return result.returncode == 0
 
 
-def _listed_checkpoints_restore(train_dir):
-  state = tf.train.get_checkpoint_state(train_dir)
-  for path in state.all_model_checkpoint_paths:
-    assert checkpoints.verified_reader(path)[1] is None, path
-  return state.model_checkpoint_path
-
-
 @pytest.mark.slow  # Trains.
 def test_full_disk_stops_with_one_message_and_the_next_run_resumes(
     data_dir, tmp_path, monkeypatch, capsys):
-  """A real full disk where the test may mount a tmpfs (as root); elsewhere
-  the saver's third save gets the error TensorFlow raised for a full disk
-  in the tmpfs (a ResourceExhaustedError naming ENOSPC), after leaving what
-  a save cut short leaves."""
+  """Elsewhere than a tmpfs the third save gets the error TensorFlow raised
+  for the tmpfs's full disk, after leaving what a save cut short leaves."""
   mount_point = str(tmp_path / 'small_disk')
   train_dir = os.path.join(mount_point, 'train')
   # A checkpoint of this model takes 9 MB, the graph and events 3 MB: 24 MB
@@ -199,7 +160,10 @@ def test_full_disk_stops_with_one_message_and_the_next_run_resumes(
         'cifar10_train.py', cifar10_train.train, run_flags.TrainSettings(
             data_dir, train_dir, max_steps=40, batch_size=BATCH,
             log_frequency=1, save_checkpoint_steps=2, input_threads=2))
-    newest = _listed_checkpoints_restore(train_dir)
+    state = tf.train.get_checkpoint_state(train_dir)
+    for path in state.all_model_checkpoint_paths:
+      assert checkpoints.verified_reader(path)[1] is None, path
+    newest = state.model_checkpoint_path
     assert line == (
         'cifar10_train.py: the disk of --train_dir=%s is full (no space left '
         'on device while writing to it): training stopped; the newest '
@@ -253,41 +217,15 @@ DAMAGE = {
 
 @pytest.fixture(scope='module')
 def two_checkpoints(tmp_path_factory):
-  """A train_dir as cifar10_train.py leaves it at step 4, written directly:
-  checkpoints 0 and 4 of the model and its trainer's state. Built once per
-  run (testutil.shared_dir); the tests copy it."""
+  """Checkpoints 0 and 4 as cifar10_train.py leaves them; tests copy it."""
   return testutil.shared_dir(
       tmp_path_factory, 'two_checkpoints',
       lambda train_dir: testutil.model_checkpoint(train_dir, (0, 4),
                                                   trainer_state=True))
 
 
-def _written_checkpoints(train_dir, steps=(0, 4)):
-  """A train_dir of checkpoints at `steps`, written directly (no training)
-  by a trainer's own saver (checkpoints.restoring_scaffold's) with the index
-  it writes: of a global step and the last layer of the data's 10 classes,
-  which is all that which of them restores needs."""
-  os.makedirs(train_dir)
-  with tf.Graph().as_default():
-    step = tf.train.get_or_create_global_step()
-    tf.get_variable(checkpoints.CLASSES_PROBE, [10])
-    value = tf.placeholder(tf.int64, [])
-    assign = step.assign(value)
-    init_step = tf.variables_initializer([step])
-    scaffold = checkpoints.restoring_scaffold(None, train_dir)
-    scaffold.finalize()
-    with tf.Session(config=testutil.session_config()) as sess:
-      sess.run([scaffold.init_op, init_step])
-      for each in steps:
-        sess.run(assign, {value: each})
-        scaffold.saver.save(sess, os.path.join(train_dir, 'model.ckpt'),
-                            global_step=each)
-  return train_dir
-
-
 def _damaged_copy(two_checkpoints, to, damage):
-  """A copy of two_checkpoints with model.ckpt-4 damaged; returns (the copy,
-  the damaged checkpoint, {path: bytes} of its files)."""
+  """(a copy with model.ckpt-4 damaged, that checkpoint, _contents of it)."""
   train_dir = shutil.copytree(two_checkpoints, to)
   damaged = os.path.join(train_dir, 'model.ckpt-4')
   DAMAGE[damage](damaged)
@@ -296,17 +234,7 @@ def _damaged_copy(two_checkpoints, to, damage):
 
 def _contents(pattern):
   """{path: bytes} of the files that match pattern."""
-  files = {}
-  for path in glob.glob(pattern):
-    with open(path, 'rb') as f:
-      files[path] = f.read()
-  return files
-
-
-def _unchanged(files):
-  for path, data in files.items():
-    with open(path, 'rb') as f:
-      assert f.read() == data, path
+  return {path: open(path, 'rb').read() for path in glob.glob(pattern)}
 
 
 @pytest.mark.parametrize('damage', sorted(DAMAGE))
@@ -315,29 +243,27 @@ def test_damaged_newest_checkpoint_falls_back_and_is_skipped_by_eval(
   train_dir, damaged, files = _damaged_copy(
       two_checkpoints, str(tmp_path / 'train'), damage)
 
-  # Evaluation that follows training skips it with its Skipping line.
+  # Evaluation that follows training skips it.
   def stop(_):
     raise KeyboardInterrupt
   with pytest.raises(KeyboardInterrupt):
     testutil.evaluate(train_dir, str(tmp_path / 'eval'),
-                          evaluation.EvalSettings(
-                              data_dir, num_examples=20, batch_size=10,
-                              session_config=testutil.session_config()),
-                          sleep=stop)
+                      evaluation.EvalSettings(
+                          data_dir, num_examples=20, batch_size=10,
+                          session_config=testutil.session_config()),
+                      sleep=stop)
   assert ('Skipping: cannot read checkpoint %s (pruned by training, not '
           'completely written, or damaged): ' % damaged
           in capsys.readouterr().out)
 
-  # Every trainer claims its train_dir so: it names the damaged one and
-  # starts from the one before (the run that resumes there:
-  # test_training_resumes_the_checkpoint_before_a_damaged_one).
+  # Every trainer claims its train_dir so: the one before is resumed.
   with train_dirs.claim(train_dir, False, data_files.describe(data_dir)) as (
       start):
     assert (start.checkpoint, start.step) == (
         os.path.join(train_dir, 'model.ckpt-0'), 0)
   assert 'Checkpoint %s is damaged and left as it is (' % damaged in (
       capsys.readouterr().out)
-  _unchanged(files)
+  assert _contents(damaged + '.*') == files
 
 
 @pytest.mark.slow  # Trains.
@@ -354,15 +280,18 @@ def test_training_resumes_the_checkpoint_before_a_damaged_one(
   assert 'Checkpoint %s is damaged and left as it is (' % damaged in printed
   assert_resumed(printed.splitlines(True), train_dir, 0)
   assert tf.train.latest_checkpoint(train_dir).endswith('model.ckpt-6')
+  # The trainer's index is relative: test_checkpoints_are_found_..._a_move.
+  with open(os.path.join(train_dir, 'checkpoint')) as f:
+    assert f.readline() == 'model_checkpoint_path: "model.ckpt-6"\n'
   # Skipped, never deleted nor listed again.
-  _unchanged(files)
+  assert _contents(damaged + '.*') == files
   assert damaged not in tf.train.get_checkpoint_state(
       train_dir).all_model_checkpoint_paths
 
 
-def test_only_damaged_checkpoints_stop_with_one_line(data_dir, tmp_path,
-                                                     capsys):
-  train_dir = _written_checkpoints(str(tmp_path / 'train'))
+def test_only_damaged_checkpoints_stop_with_one_line(data_dir, two_checkpoints,
+                                                     tmp_path, capsys):
+  train_dir = shutil.copytree(two_checkpoints, str(tmp_path / 'train'))
   for step in (0, 4):
     DAMAGE['truncated .data'](os.path.join(train_dir, 'model.ckpt-%d' % step))
   files = _contents(os.path.join(train_dir, 'model.ckpt-*'))
@@ -372,7 +301,6 @@ def test_only_damaged_checkpoints_stop_with_one_line(data_dir, tmp_path,
       run_flags.TrainSettings(data_dir, train_dir, max_steps=6,
                               batch_size=BATCH))
 
-  # Each damaged one named on its line above it.
   printed = capsys.readouterr().out
   for step in (0, 4):
     assert 'Checkpoint %s is damaged and left as it is (' % os.path.join(
@@ -382,12 +310,12 @@ def test_only_damaged_checkpoints_stop_with_one_line(data_dir, tmp_path,
       'damaged or missing (see the lines above). Nothing was changed; move '
       'them away (or --fresh_start deletes them) to train from step 0, or give '
       'another --train_dir' % train_dir)
-  _unchanged(files)  # Nothing was changed.
+  assert _contents(os.path.join(train_dir, 'model.ckpt-*')) == files
 
 
-def test_a_listed_checkpoint_whose_files_are_gone_is_skipped(data_dir, tmp_path,
-                                                             capsys):
-  train_dir = _written_checkpoints(str(tmp_path / 'train'))
+def test_a_listed_checkpoint_whose_files_are_gone_is_skipped(
+    data_dir, two_checkpoints, tmp_path, capsys):
+  train_dir = shutil.copytree(two_checkpoints, str(tmp_path / 'train'))
   first, gone = (os.path.join(train_dir, 'model.ckpt-%d' % value)
                  for value in (0, 4))
   for path in glob.glob(gone + '.*'):
@@ -404,22 +332,17 @@ def test_a_listed_checkpoint_whose_files_are_gone_is_skipped(data_dir, tmp_path,
       'before it.\n' % gone)
 
 
-def test_checkpoints_are_found_without_the_index_and_after_a_move(tmp_path):
+def test_checkpoints_are_found_without_the_index_and_after_a_move(
+    two_checkpoints, tmp_path):
   lines = []
-  train_dir = _written_checkpoints(str(tmp_path / 'train'))
-  # The trainer's index names its checkpoints relative to train_dir, so a
-  # moved one reads in TensorFlow's own lookup too (the original's eval).
-  with open(os.path.join(train_dir, 'checkpoint')) as f:
-    assert 'model_checkpoint_path: "model.ckpt-4"' in f.read()
-  moved = str(tmp_path / 'moved')
-  shutil.move(train_dir, moved)
-  assert tf.train.latest_checkpoint(moved) == os.path.join(moved,
-                                                           'model.ckpt-4')
-  assert checkpoints.newest_restorable(moved, lines.append) == (
-      os.path.join(moved, 'model.ckpt-4'))
+  # Its index is relative, as a trainer's, so TensorFlow's own lookup (the
+  # original's eval) finds a moved train_dir's checkpoints too.
+  moved = shutil.copytree(two_checkpoints, str(tmp_path / 'moved'))
+  newest = os.path.join(moved, 'model.ckpt-4')
+  assert tf.train.latest_checkpoint(moved) == newest
+  assert checkpoints.newest_restorable(moved, lines.append) == newest
   os.remove(os.path.join(moved, 'checkpoint'))
-  assert checkpoints.newest_restorable(moved, lines.append) == (
-      os.path.join(moved, 'model.ckpt-4'))
+  assert checkpoints.newest_restorable(moved, lines.append) == newest
   assert lines == ['The checkpoint index of %s is missing or unreadable: '
                    'looking at the checkpoint files themselves.' % moved]
 
@@ -438,7 +361,6 @@ def test_a_file_system_that_cannot_lock_is_named_and_training_goes_on(
       'Warning: the file system of --train_dir=%s cannot lock files (%s): '
       'nothing stops a second trainer on it.\n'
       % (train_dir, os.strerror(errno.ENOLCK)))
-  # And training goes on there, to its last step and checkpoint.
   result = testutil.train_fixture(data_dir, train_dir, max_steps=2,
                                   batch_size=8)
   assert result['global_step'] == 2
@@ -470,35 +392,30 @@ def test_lock_file_that_cannot_be_made_or_opened_is_one_message(
     return str(refusal.value)
 
   # Each reason with what the user can do about it; any other as it is.
-  assert refused(errno.EACCES) == _lock_error(
-      'create', lock, os.strerror(errno.EACCES),
-      'give this user write permission there')
-  assert refused(errno.EROFS) == _lock_error(
-      'create', lock, os.strerror(errno.EROFS),
-      'give a --train_dir on a writable file system')
-  assert refused(errno.EIO) == _lock_error(
-      'create', lock, os.strerror(errno.EIO), 'fix that')
-  full_disk = refused(errno.ENOSPC)
+  for code, advice in ((errno.EACCES, 'give this user write permission there'),
+                       (errno.EROFS,
+                        'give a --train_dir on a writable file system'),
+                       (errno.EIO, 'fix that'), (errno.ENOSPC, FULL)):
+    assert refused(code) == _lock_error('create', lock, os.strerror(code),
+                                        advice)
   # There, but not a file to write (root cannot either).
   os.mkdir(lock)
   with pytest.raises(train_dirs.TrainDirLockError) as directory:
     with train_dirs.train_dir_lock(str(tmp_path)):
       pass
-  assert [full_disk, str(directory.value)] == [
-      _lock_error('create', lock, os.strerror(errno.ENOSPC)),
-      _lock_error('create', lock, os.strerror(errno.EISDIR),
-                  'a directory has its name; move that away')]
+  assert str(directory.value) == _lock_error(
+      'create', lock, os.strerror(errno.EISDIR),
+      'a directory has its name; move that away')
 
 
-# Runs a script with a limit on the size of every file it writes from then
-# on, once TensorFlow has loaded (whose start-up lines the script's console
-# filter keeps in a file): argv is the limit in bytes, the script, its flags.
+# Runs a script (argv: a limit in bytes, the script, its flags) with that
+# limit on every file it writes once TensorFlow, which writes files, loaded.
 _WITH_FILE_SIZE_LIMIT = """
 import resource, runpy, sys
 from cifar10_support import console
 console.before_tensorflow('__main__')
-resource.setrlimit(resource.RLIMIT_FSIZE,
-                   (int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+resource.setrlimit(resource.RLIMIT_FSIZE, (
+    int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 sys.argv = sys.argv[2:]
 runpy.run_path(sys.argv[0], run_name='__main__')
 """
@@ -511,10 +428,8 @@ def test_lock_file_that_cannot_be_written_stops_the_script_with_one_line(
   train_dir.mkdir()
   lock = train_dir / train_dirs.LOCK_NAME
   lock.write_text('pid 1 on host old, started 2026-01-01 00:00:00\n')
-  # A limit of 32 bytes a file: the lock file opens and empties, and its
-  # line ('pid N on host H, started <date time>', 45 bytes at least) is cut
-  # short with EFBIG, as a full disk cuts it with ENOSPC (the file write
-  # fails alike). No .pyc is written under the limit (it would be cut too).
+  # The lock's line (45 bytes at least) is cut at 32 with EFBIG, as a full
+  # disk cuts it with ENOSPC. No .pyc is written (it would be cut too).
   result = testutil.run_script(
       'cifar10_train.py', _args(data_dir, train_dir, '--max_steps=2'),
       wrapper=['-c', _WITH_FILE_SIZE_LIMIT, '32'], PYTHONDONTWRITEBYTECODE='1')
