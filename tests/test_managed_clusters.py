@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import signal
 
 import pytest
 import tensorflow.compat.v1 as tf
@@ -466,6 +467,30 @@ def test_an_evaluator_from_the_flags_evaluates_up_to_max_steps(
   assert last, result.stdout[-2000:]
   assert last.group(1) == checkpoints.newest(finished_run)
   assert int(last.group(2)) == TRAIN_STEPS
+
+
+@pytest.mark.slow  # Processes and a signal.
+def test_an_evaluator_stopped_by_sigterm_stops_its_cifar10_eval(
+    data_dir, tmp_path, finished_run):
+  # The task runs cifar10_eval.py as a child: SIGTERM to the task (a pod
+  # stopped) reaches it, and the task ends with its status, leaving none.
+  log = str(tmp_path / 'evaluator.log')
+  task = testutil.start_script('cifar10_distributed_train.py', [
+      '--job_name=evaluator', '--data_dir=%s' % data_dir,
+      '--train_dir=%s' % finished_run, '--max_steps=%d' % (TRAIN_STEPS + 100),
+      '--eval_dir=%s' % (tmp_path / 'eval'), '--num_examples=20',
+      '--batch_size=8'], log)
+  try:
+    testutil.wait_for('the evaluator to wait', lambda: 'Waiting for a new '
+                      'checkpoint' in (tmp_path / 'evaluator.log').read_text(),
+                      [log], lambda: task.poll() is not None and 'it ended')
+    with open('/proc/%d/task/%d/children' % (task.pid, task.pid)) as f:
+      [evaluator] = map(int, f.read().split())
+    task.send_signal(signal.SIGTERM)
+    assert task.wait(timeout=60) == 128 + signal.SIGTERM
+    assert not os.path.exists('/proc/%d' % evaluator)
+  finally:
+    testutil.stop([task])
 
 
 @pytest.mark.slow  # A process.
