@@ -1,9 +1,6 @@
-"""Download and extraction faults: each injected, each with its exact outcome,
-for each official archive (CIFAR-10's and CIFAR-100's) where it applies.
-
-A local HTTP server on 127.0.0.1 serves a small synthetic archive shaped like
-cifar-10-binary.tar.gz or cifar-100-binary.tar.gz, whole, cut short,
-corrupted or refused on request.
+"""Download and extraction faults, each injected, each with its exact outcome,
+for CIFAR-10's and CIFAR-100's archives: a local HTTP server serves a small
+synthetic archive whole, cut short, corrupted or refused on request.
 
 Output is captured by `printed`, not capsys: conftest.py would take capsys's
 own _start() call for a slow test's and leave these out of the quick loop.
@@ -39,14 +36,12 @@ OTHER = {'cifar10': 'cifar100', 'cifar100': 'cifar10'}
 
 Source = collections.namedtuple('Source', [
     'dataset', 'path', 'body', 'md5', 'root', 'official', 'names'])
-Source.__doc__ = """A synthetic archive of `dataset` at `path` (its bytes
-`body` and their `md5`), extracted from root/<official.directory>, which
-holds the data files `names`."""
 
 
 @pytest.fixture(scope='module', params=DATASETS)
 def archive(request, tmp_path_factory):
-  """A synthetic official archive of each data set: a Source."""
+  """A synthetic archive of each data set at `path` (its bytes `body`, their
+  `md5`), extracted from root/<official.directory>: the data files `names`."""
   dataset, layout = request.param, data_files.LAYOUTS[request.param]
   root = str(tmp_path_factory.mktemp('archive_source_' + dataset))
   path = (synthetic.make_cifar10_archive if dataset == 'cifar10'
@@ -60,9 +55,8 @@ def archive(request, tmp_path_factory):
 
 @pytest.fixture
 def printed(monkeypatch):
-  """take(): what download.py printed (every line of the data step is its)
-  since the last take, by a `print` of its own: pytest sets sys.stdout again
-  for each test phase, so a fixture cannot redirect it."""
+  """take(): what download.py printed since the last take (pytest sets
+  sys.stdout again for each test phase: a fixture cannot redirect it)."""
   buffer = io.StringIO()
   monkeypatch.setattr(download, 'print', functools.partial(print, file=buffer),
                       raising=False)
@@ -113,10 +107,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def server(archive):
   httpd = http.server.ThreadingHTTPServer(('127.0.0.1', 0), _Handler)
-  httpd.body = archive.body
-  httpd.plan = []
-  httpd.requests = 0
-  httpd.hold = None
+  vars(httpd).update(body=archive.body, plan=[], requests=0, hold=None)
   httpd.url = 'http://127.0.0.1:%d/%s' % (httpd.server_port,
                                           archive.official.name)
   thread = threading.Thread(target=httpd.serve_forever, args=(0.05,),
@@ -322,8 +313,6 @@ def test_file_url_and_plain_path_are_used_in_place(tmp_path, archive):
      '--data_url=file:///path/to/cifar-100-binary.tar.gz (with --data_md5= if '
      'it is not the official file); or extract it yourself so that '
      '{d}/cifar-100-binary holds train.bin and test.bin.'),
-    ('cifar100_coarse', 'put cifar-100-binary.tar.gz (the binary version, '
-     '168513733 bytes) in {d}'),
 ])
 def test_offline_without_archive_says_where_to_put_it(tmp_path, printed,
                                                       dataset, expected):
@@ -350,8 +339,7 @@ def test_offline_help_names_the_other_data_set_in_data_dir(tmp_path):
 
 @pytest.mark.parametrize('dataset', ['cifar10', 'cifar100', 'cifar100_coarse'])
 def test_official_archive_by_default(tmp_path, monkeypatch, dataset):
-  """prepare's data_url and data_md5 None (the flags' defaults) are the
-  official archive of --dataset; the MD5 checked is its own."""
+  # data_url and data_md5 None (the flags' defaults): --dataset's own archive.
   official = download.ARCHIVES[dataset]
   urls = []
 
@@ -617,18 +605,17 @@ def test_incomplete_dir_without_archive_names_both_problems(tmp_path, dataset):
           'download %s: ' % (batches, url)) in str(e.value)
 
 
-def _converted_set(data_dir, train_files):
-  """A data set cifar10_make_dataset.py could write: `train_files` training
-  files and the test file of 7 records, of 3 classes; its directory."""
-  synthetic.make_own_data_dir(str(data_dir), ('cat', 'dog', 'seven'),
-                              (7,) * train_files, 7)
-  return os.path.join(str(data_dir), 'cifar-10-batches-bin')
-
-
-@pytest.mark.parametrize('train_files', [1, 2, 7])
+@pytest.mark.parametrize('train_files, why', [
+    (1, None),
+    (2, 'its batches.meta.txt names 3 classes (cat, dog, seven)'),
+    (7, 'it has 7 training files'),
+])
 def test_converted_set_is_never_replaced_by_a_download(tmp_path, printed,
-                                                       train_files):
-  batches = _converted_set(tmp_path, train_files)
+                                                       train_files, why):
+  # A data set cifar10_make_dataset.py could write, of 3 classes.
+  synthetic.make_own_data_dir(str(tmp_path), ('cat', 'dog', 'seven'),
+                              (7,) * train_files, 7)
+  batches = os.path.join(str(tmp_path), 'cifar-10-batches-bin')
   before = snapshot(batches)
   url = closed_port_url()  # Nothing listens: any download attempt fails.
 
@@ -643,6 +630,9 @@ def test_converted_set_is_never_replaced_by_a_download(tmp_path, printed,
              7 * train_files, batches)) in out
   assert 'Data: %s, 1 file, 7 records (checked).\n' % batches in out
   assert 'getting' not in out and 'incomplete' not in out
+  not_cifar10 = ('; %s is not the CIFAR-10 download (%%s), so it is never '
+                 'replaced by one: write it again (cifar10_make_dataset.py), '
+                 'or move it away to get CIFAR-10' % batches)
   # The five files of old, asked for explicitly: named, and still untouched.
   if train_files < 5:
     with pytest.raises(data_files.DataError) as e:
@@ -651,70 +641,25 @@ def test_converted_set_is_never_replaced_by_a_download(tmp_path, printed,
     assert str(e.value).startswith(
         'Failed to find file: %s (expected a CIFAR-10 binary file'
         % os.path.join(batches, 'data_batch_%d.bin' % (train_files + 1)))
-    assert str(e.value).endswith(
-        '; %s is not the CIFAR-10 download (its batches.meta.txt names 3 '
-        'classes (cat, dog, seven)), so it is never replaced by one: write it '
-        'again (cifar10_make_dataset.py), or move it away to get CIFAR-10'
-        % batches)
+    assert str(e.value).endswith(not_cifar10 % (
+        'its batches.meta.txt names 3 classes (cat, dog, seven)'))
   assert snapshot(batches) == before
   assert sorted(os.listdir(str(tmp_path))) == ['cifar-10-batches-bin']
-
-
-@pytest.mark.parametrize('train_files, why', [
-    (2, 'its batches.meta.txt names 3 classes (cat, dog, seven)'),
-    (7, 'it has 7 training files'),
-])
-def test_broken_converted_set_is_named_not_replaced(tmp_path, train_files,
-                                                    why):
-  batches = _converted_set(tmp_path, train_files)
-  with open(os.path.join(batches, 'data_batch_2.bin'), 'r+b') as f:
-    f.truncate(5000)
-  before = snapshot(batches)
-  with pytest.raises(data_files.DataError) as e:
-    download.prepare(str(tmp_path), closed_port_url())
-  assert str(e.value).startswith('Data file %s has 5000 bytes' % os.path.join(
-      batches, 'data_batch_2.bin'))
-  assert str(e.value).endswith(
-      '; %s is not the CIFAR-10 download (%s), so it is never replaced by one: '
-      'write it again (cifar10_make_dataset.py), or move it away to get '
-      'CIFAR-10' % (batches, why))
-  assert snapshot(batches) == before
-  assert os.listdir(str(tmp_path)) == ['cifar-10-batches-bin']  # No lock.
-
-
-def _cifar100_with(data_dir, byte, value):
-  """A synthetic CIFAR-100 set whose train.bin record 3 has label byte
-  `byte` (0 coarse, 1 fine) set to value; returns train.bin's path."""
-  synthetic.make_cifar100_dir(str(data_dir), records=10)
-  path = os.path.join(str(data_dir), 'cifar-100-binary', 'train.bin')
-  with open(path, 'r+b') as f:
-    f.seek(3 * 3074 + byte)
-    f.write(bytes([value]))
-  return path
+  if why:  # Broken: named, still not replaced.
+    cut = os.path.join(batches, 'data_batch_2.bin')
+    os.truncate(cut, 5000)
+    before = snapshot(batches)
+    with pytest.raises(data_files.DataError) as e:
+      download.prepare(str(tmp_path), url)
+    assert str(e.value).startswith('Data file %s has 5000 bytes' % cut)
+    assert str(e.value).endswith(not_cifar10 % why)
+    assert snapshot(batches) == before
+    assert os.listdir(str(tmp_path)) == ['cifar-10-batches-bin']  # No lock.
 
 
 @pytest.mark.parametrize('dataset', ['cifar100', 'cifar100_coarse'])
-@pytest.mark.parametrize('byte, value, expected', [
-    (0, 20, 'coarse label byte is 20, expected 0-19 (1 records in the file '
-     'have a bad label): the file is corrupt, or not CIFAR-100{coarse} binary '
-     'data of 20 classes'),
-    (1, 100, 'fine label byte is 100, expected 0-99 (1 records in the file '
-     'have a bad label): the file is corrupt, or not CIFAR-100{coarse} binary '
-     'data of 100 classes'),
-])
-def test_cifar100_label_bytes_are_checked(tmp_path, printed, dataset, byte,
-                                          value, expected):
-  path = _cifar100_with(tmp_path, byte, value)
-  with pytest.raises(data_files.DataError) as e:
-    download.prepare(str(tmp_path), closed_port_url(), dataset=dataset)
-  coarse = ' (coarse labels)' if dataset == 'cifar100_coarse' else ''
-  assert str(e.value) == 'Data file %s, record 3 (byte offset 9222): %s' % (
-      path, expected.format(coarse=coarse))
-  assert printed.take() == ''  # Labels never trigger a download.
-
-
-@pytest.mark.parametrize('dataset', ['cifar100', 'cifar100_coarse'])
-def test_cifar100_data_line_and_classes(tmp_path, printed, dataset):
+def test_cifar100_data_line_classes_and_label_bytes(tmp_path, printed,
+                                                    dataset):
   synthetic.make_cifar100_dir(str(tmp_path), records=30, test_records=10)
   data_set = download.prepare(str(tmp_path), closed_port_url(),
                               dataset=dataset)
@@ -726,6 +671,23 @@ def test_cifar100_data_line_and_classes(tmp_path, printed, dataset):
       '...), from %s.\n' % (tmp_path / 'cifar-100-binary', count, ', '.join(
           '%s_%d' % (prefix, i) for i in range(10)),
           tmp_path / 'cifar-100-binary' / ('%s_label_names.txt' % prefix)))
+  # Record 3's fine label out of range, then its coarse one too (the first
+  # checked).
+  path = os.path.join(str(tmp_path), 'cifar-100-binary', 'train.bin')
+  coarse = ' (coarse labels)' if dataset == 'cifar100_coarse' else ''
+  for byte, value, expected in (
+      (1, 100, 'fine label byte is 100, expected 0-99'),
+      (0, 20, 'coarse label byte is 20, expected 0-19')):
+    with open(path, 'r+b') as f:
+      f.seek(3 * 3074 + byte)
+      f.write(bytes([value]))
+    with pytest.raises(data_files.DataError) as e:
+      download.prepare(str(tmp_path), closed_port_url(), dataset=dataset)
+    assert str(e.value) == (
+        'Data file %s, record 3 (byte offset 9222): %s (1 records in the file '
+        'have a bad label): the file is corrupt, or not CIFAR-100%s binary '
+        'data of %d classes' % (path, expected, coarse, value))
+  assert printed.take() == ''  # Labels never trigger a download.
 
 
 @pytest.mark.parametrize('written, read, expected', [
