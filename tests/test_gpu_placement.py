@@ -37,15 +37,11 @@ def _gpu_kernel_problem(op):
                 if k.device_type in ('GPU', 'DEFAULT')]
   if not candidates:
     return 'no GPU kernel for %s' % op.type
+  def types(value):
+    return list(value.list.type) if value.HasField('list') else [value.type]
   for kernel in candidates:
-    fits = True
-    for constraint in kernel.constraint:
-      allowed = set(constraint.allowed_values.list.type)
-      value = op.node_def.attr[constraint.name]
-      types = list(value.list.type) if value.HasField('list') else [value.type]
-      if not allowed.issuperset(types):
-        fits = False
-    if fits:
+    if all(set(c.allowed_values.list.type).issuperset(
+        types(op.node_def.attr[c.name])) for c in kernel.constraint):
       return None
   return 'no GPU kernel for %s with %s' % (op.type, {
       c.name: op.get_attr(c.name) for c in candidates[0].constraint})

@@ -14,7 +14,7 @@ import synthetic
 from testutil import session_config
 
 
-def test_read_cifar10_returns_exact_records(tmp_path):
+def test_both_readers_return_exact_records(tmp_path):
   # One record by hand: label 7, red plane all 10, green 20, blue 30, but
   # pixel (row 1, col 2) whose red is 99; then random pixels, by
   # synthetic.py: a wrong CHW->HWC transpose cannot go unnoticed.
@@ -27,15 +27,19 @@ def test_read_cifar10_returns_exact_records(tmp_path):
     f.write(bytes(raw) + synthetic.encode_records(labels, images))
 
   with tf.Graph().as_default():
-    queue = tf.FIFOQueue(10, [tf.string], shapes=())
-    record = cifar10_input.read_cifar10(queue)
+    queues = [tf.FIFOQueue(10, [tf.string], shapes=()) for _ in range(2)]
+    record = cifar10_input.read_cifar10(queues[0])
+    # The pipelines' reader: the same records, as stored planes.
+    chunk = cifar10_input.read_cifar10_chunk(queues[1])
     with tf.Session(config=session_config()) as sess:
-      sess.run(queue.enqueue([filename]))
-      sess.run(queue.close())
+      for queue in queues:
+        sess.run(queue.enqueue([filename]))
+        sess.run(queue.close())
       results = [sess.run([record.key, record.label, record.uint8image])
                  for _ in range(4)]
       with pytest.raises(tf.errors.OutOfRangeError):
         sess.run(record.key)
+      chunk_labels, planes = sess.run(chunk)
 
   assert (record.height, record.width, record.depth) == (32, 32, 3)
   assert record.label.dtype == tf.int32
@@ -49,27 +53,10 @@ def test_read_cifar10_returns_exact_records(tmp_path):
     assert tf.compat.as_text(key) == '%s:%d' % (filename, i + 1)
     assert label.tolist() == [labels[i]]
     np.testing.assert_array_equal(image, images[i])
-
-
-def test_read_cifar10_chunk_reads_the_records_as_stored_planes(tmp_path):
-  # The pipelines' reader: the same records as the lesson's.
-  rng = np.random.RandomState(2)
-  labels = rng.randint(0, 10, size=5).tolist()
-  images = rng.randint(0, 256, size=(5, 32, 32, 3)).astype(np.uint8)
-  filename = str(tmp_path / 'cifar')
-  synthetic.write_records(filename, labels, images)
-
-  with tf.Graph().as_default():
-    queue = tf.FIFOQueue(10, [tf.string], shapes=())
-    chunk_labels, planes = cifar10_input.read_cifar10_chunk(queue)
-    with tf.Session(config=session_config()) as sess:
-      sess.run(queue.enqueue([filename]))
-      sess.run(queue.close())
-      got_labels, got_planes = sess.run([chunk_labels, planes])
-
-  assert chunk_labels.dtype == tf.int32 and planes.dtype == tf.uint8
-  assert got_labels.tolist() == [[label] for label in labels]
-  np.testing.assert_array_equal(got_planes, images.transpose(0, 3, 1, 2))
+  assert chunk[0].dtype == tf.int32 and chunk[1].dtype == tf.uint8
+  assert chunk_labels.tolist() == [[7]] + [[label] for label in labels]
+  np.testing.assert_array_equal(planes[0].reshape(-1), raw[1:])
+  np.testing.assert_array_equal(planes[1:], images.transpose(0, 3, 1, 2))
 
 
 def _position_image():

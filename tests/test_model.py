@@ -37,18 +37,6 @@ def test_inference_shapes_names_count_and_placement(dtype):
       assert tf.DeviceSpec.from_string(v.device).device_index == 0, v.device
 
 
-def test_inference_shares_variables_under_reuse():
-  with tf.Graph().as_default():
-    images = tf.zeros([2, 24, 24, 3])
-    with tf.variable_scope(tf.get_variable_scope()):
-      for i in range(2):
-        with tf.name_scope('%s_%d' % (cifar10.TOWER_NAME, i)):
-          cifar10.inference(images)
-          tf.get_variable_scope().reuse_variables()
-    assert len(tf.trainable_variables()) == 10
-    assert len(tf.global_variables()) == 10
-
-
 def test_initial_values_follow_the_original_initializers():
   with tf.Graph().as_default():
     cifar10.inference(tf.zeros([1, 24, 24, 3]))
@@ -172,7 +160,6 @@ def test_lrn_matches_tf_nn_lrn_and_its_gradient(dtype, tolerance):
   assert np.abs(ref / x_value).min() < 0.6
   np.testing.assert_allclose(out, ref, rtol=tolerance, atol=tolerance)
   np.testing.assert_allclose(grad, ref_grad, rtol=tolerance, atol=tolerance)
-
 
 
 @pytest.mark.parametrize('compute_dtype', [None, tf.bfloat16])

@@ -68,10 +68,6 @@ def _row_labels_read(image, cell, labels, size):
   return True
 
 
-def _diagonal_image():
-  return evaluation.confusion_image(np.diag(np.arange(1, 11)), NAMES)[0]
-
-
 def test_confusion_image_colours_each_cell_by_its_row_fraction():
   cell = evaluation.CONFUSION_CELL_PIXELS
   confusion = np.diag(np.arange(1, 11))
@@ -101,7 +97,11 @@ def test_confusion_image_colours_each_cell_by_its_row_fraction():
 
 def test_confusion_image_names_rows_left_columns_above_and_its_axes():
   cell = evaluation.CONFUSION_CELL_PIXELS
-  image = _diagonal_image()
+  image = evaluation.confusion_image(np.diag(np.arange(1, 11)), NAMES)[0]
+  # 10 cells of 24 pixels, names in 18-pixel Aileron: 377 pixels square with
+  # CIFAR-10's names, as before class counts changed the layout.
+  assert evaluation.confusion_layout(10) == (24, 18)
+  assert image.shape == (377, 377, 3)
   dark = _dark(image)
   top, left = _grid(image, cell)
 
@@ -123,13 +123,6 @@ def test_confusion_image_names_rows_left_columns_above_and_its_axes():
   assert _contains(dark[:top, left:], predicted)
   assert _contains(dark[top:, :left], true)
   assert not _contains(dark[:top, left:], true)
-
-
-def test_ten_classes_keep_the_picture_they_had():
-  # 10 cells of 24 pixels, names in 18-pixel Aileron: 377 pixels square with
-  # CIFAR-10's names, as before class counts changed the layout.
-  assert evaluation.confusion_layout(10) == (24, 18)
-  assert _diagonal_image().shape == (377, 377, 3)
 
 
 def test_hundred_classes_fit_in_1200_pixels_with_every_name():
