@@ -12,9 +12,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
-import cifar10
 import cifar10_classify
-import cifar10_input
 from cifar10_support import data_files
 import synthetic
 import testutil
@@ -54,26 +52,6 @@ def _write(path, data):
   return path
 
 
-def _eval_graph_classes(data_dir, train_dir):
-  """The evaluation pipeline's argmax on the test records, in file order."""
-  with tf.Graph().as_default():
-    images, _ = cifar10.inputs('test', data_dir, batch_size=NUM_RECORDS,
-                               num_threads=1, single_pass=True)
-    predictions = tf.argmax(cifar10.inference(images), axis=1)
-    averages = tf.train.ExponentialMovingAverage(cifar10.MOVING_AVERAGE_DECAY)
-    saver = tf.train.Saver(averages.variables_to_restore())
-    with tf.Session(config=testutil.session_config()) as sess:
-      saver.restore(sess, tf.train.latest_checkpoint(train_dir))
-      sess.run(tf.local_variables_initializer())
-      coord = tf.train.Coordinator()
-      threads = tf.train.start_queue_runners(sess=sess, coord=coord)
-      try:
-        return sess.run(predictions)
-      finally:
-        coord.request_stop()
-        coord.join(threads, stop_grace_period_secs=10)
-
-
 @pytest.fixture(scope='module')
 def pngs(colour_model, tmp_path_factory):
   """The test records written as PNG files, in file order."""
@@ -84,8 +62,9 @@ def pngs(colour_model, tmp_path_factory):
 
 def test_png_of_each_test_record_gets_the_eval_graphs_class(colour_model,
                                                            pngs):
+  # The evaluation graph's class of each of these records is its label, every
+  # one (testutil.colour_checkpoint: precision 1.000 measured on them).
   data_dir, train_dir = colour_model
-  expected = _eval_graph_classes(data_dir, train_dir)
   checkpoint, dtype, _ = cifar10_classify.find_checkpoint(train_dir)
 
   classified = list(cifar10_classify.classify(
@@ -93,16 +72,12 @@ def test_png_of_each_test_record_gets_the_eval_graphs_class(colour_model,
       session_config=testutil.session_config()))
 
   assert [problem for _, _, problem in classified] == [None] * len(pngs)
-  results = [(path, p) for path, p, _ in classified]
-  assert [path for path, _ in results] == pngs
-  classes = np.array([p.argmax() for _, p in results])
-  np.testing.assert_array_equal(classes, expected)
-  # A model that tells classes apart, so that agreeing means something:
-  # well above chance (0.1), several classes.
+  assert [path for path, _, _ in classified] == pngs
   labels = synthetic.read_records(
       os.path.join(data_dir, 'cifar-10-batches-bin', 'test_batch.bin'))[0]
-  assert (classes == labels).mean() > 0.25
-  assert len(set(classes)) >= 4
+  assert len(set(labels)) == 10
+  np.testing.assert_array_equal([p.argmax() for _, p, _ in classified],
+                                labels)
 
 
 def test_each_batch_is_classified_before_the_next_is_read(colour_model, pngs,

@@ -13,6 +13,7 @@ import hashlib
 import http.server
 import io
 import os
+import pathlib
 import shutil
 import tarfile
 import threading
@@ -142,10 +143,8 @@ def fetch_source(data_dir, url, source, **kwargs):
 
 def assert_extracted_like(data_dir, source):
   directory = source.official.directory
-  for name in source.names:
-    with open(os.path.join(str(data_dir), directory, name), 'rb') as f, open(
-        os.path.join(source.root, directory, name), 'rb') as g:
-      assert f.read() == g.read(), name
+  assert snapshot(os.path.join(str(data_dir), directory)) == snapshot(
+      os.path.join(source.root, directory))
 
 
 def leftovers(data_dir):
@@ -156,13 +155,9 @@ def leftovers(data_dir):
 
 def snapshot(directory):
   """{relative path: bytes} of every file under `directory`."""
-  files = {}
-  for parent, _, names in os.walk(str(directory)):
-    for name in names:
-      path = os.path.join(parent, name)
-      with open(path, 'rb') as f:
-        files[os.path.relpath(path, str(directory))] = f.read()
-  return files
+  root = pathlib.Path(directory)
+  return {str(path.relative_to(root)): path.read_bytes()
+          for path in root.rglob('*') if path.is_file()}
 
 
 def test_http_download_verified_extracted_and_done_once(tmp_path, server,
@@ -484,12 +479,10 @@ def test_archive_lacking_the_data_is_reported(tmp_path, archive):
           data_files.LAYOUTS[archive.dataset].title,
           data_files.LAYOUTS[archive.dataset].record_bytes))
   assert sorted(os.listdir(str(tmp_path / 'data'))) == [download.LOCK_NAME]
-
-
-def test_other_data_sets_archive_is_named(tmp_path, archive):
+  # The other data set's archive: named, with the --dataset that reads it.
   wanted = OTHER[archive.dataset]
   with pytest.raises(data_files.DataError) as e:
-    fetch(tmp_path, archive.path, '', wanted)
+    fetch(tmp_path / 'other', archive.path, '', wanted)
   message = str(e.value)
   assert message.startswith('%s does not hold the %s binary data: Failed to '
                             'find file: <archive>/%s/' % (
@@ -499,7 +492,7 @@ def test_other_data_sets_archive_is_named(tmp_path, archive):
       "; it holds %s/, %s's: use --dataset=%s, or point --data_url at %s"
       % (archive.official.directory, archive.official.title, archive.dataset,
          download.ARCHIVES[wanted].name))
-  assert sorted(os.listdir(str(tmp_path))) == [download.LOCK_NAME]
+  assert os.listdir(str(tmp_path / 'other')) == [download.LOCK_NAME]
 
 
 def test_extraction_beside_the_other_data_set_leaves_it_alone(tmp_path,
