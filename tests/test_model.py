@@ -123,22 +123,6 @@ def test_one_train_step_updates_weights_step_and_averages():
   assert not np.allclose(after['local3/weights'], before['local3/weights'])
 
 
-def test_train_adds_the_original_summaries():
-  with tf.Graph().as_default():
-    global_step = tf.train.get_or_create_global_step()
-    total = cifar10.loss(cifar10.inference(tf.zeros([2, 24, 24, 3])),
-                         tf.constant([0, 1]))
-    cifar10.train(total, global_step, batch_size=2)
-    names = {s.op.name for s in tf.get_collection(tf.GraphKeys.SUMMARIES)}
-  for expected in ['learning_rate', 'total_loss__raw_', 'cross_entropy__raw_',
-                   'local3/weight_loss__raw_', 'conv1/conv1/conv1/activations',
-                   'local4/local4/local4/sparsity', 'conv1/weights/gradients',
-                   'softmax_linear/biases/gradients']:
-    assert expected in names
-  # The smoothed losses and the weight histograms, named like the variables.
-  assert {'total_loss_1', 'cross_entropy_1', 'conv1/weights_1'} <= names
-
-
 @pytest.mark.parametrize('dtype, tolerance', [(tf.float32, 1e-5),
                                               (tf.float16, 2e-2)])
 def test_lrn_matches_tf_nn_lrn_and_its_gradient(dtype, tolerance):
