@@ -156,16 +156,12 @@ def test_classes_recorded_beside_a_checkpoint_are_its_wherever_it_goes(
   shutil.copytree(str(tmp_path / 'train'), str(tmp_path / 'copy'))
   moved = str(tmp_path / 'copy' / os.path.basename(path))
   assert checkpoints.checkpoint_classes(moved) == (3, OWN_CLASSES)
-
-
-def test_a_checkpoint_without_names_is_shown_with_what_is_known(tmp_path):
-  ten = _checkpoint(str(tmp_path / 'ten'), 10)
-  three = _checkpoint(str(tmp_path / 'three'), 3)
-  assert checkpoints.class_names_for(
-      *checkpoints.checkpoint_classes(ten)) == data_files.CLASS_NAMES
-  assert checkpoints.class_names_for(
-      *checkpoints.checkpoint_classes(three)) == ('class_0', 'class_1',
-                                                  'class_2')
+  # Without names, what is known: CIFAR-10's for 10 classes, else numbers.
+  for classes, names in ((10, data_files.CLASS_NAMES),
+                         (3, ('class_0', 'class_1', 'class_2'))):
+    unnamed = _checkpoint(str(tmp_path / str(classes)), classes)
+    assert checkpoints.class_names_for(
+        *checkpoints.checkpoint_classes(unnamed)) == names
 
 
 def test_other_classes_than_the_checkpoints_are_refused_naming_both(
