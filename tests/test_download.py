@@ -244,48 +244,38 @@ def test_only_a_missing_file_that_is_read_is_fetched(tmp_path, server, archive,
     assert os.listdir(str(batches)) == [test_file]
 
 
-@pytest.mark.parametrize('first_failure, reason', [
-    ('truncate', 'got %d of the %d bytes announced'),
-    ('503', 'HTTP 503 Service Unavailable'),
+@pytest.mark.parametrize('plan, reason', [
+    (['truncate', 'ok'], 'got %d of the %d bytes announced'),
+    (['503', 'ok'], 'HTTP 503 Service Unavailable'),
+    (['truncate'] * 2, 'got %d of the %d bytes announced'),
+    (['corrupt'] * 2, 'the download has MD5 '),
+    (['500'] * 2, 'HTTP 500 Internal Server Error'),
+    (['404'], 'HTTP 404 Not Found'),  # A client error: not retried.
 ])
-def test_transient_failure_is_retried(tmp_path, server, archive, printed,
-                                      first_failure, reason):
-  body = archive.body
-  server.plan = [first_failure, 'ok']
-  fetch_source(tmp_path, server.url, archive)
-  assert server.requests == 2
-  if '%d' in reason:
-    reason %= (len(body) // 2, len(body))
-  assert ('Download attempt 1 of 3 failed: %s; retrying' % reason
-          in printed.take())
-  assert_extracted_like(tmp_path, archive)
-  assert leftovers(tmp_path) == []
-
-
-@pytest.mark.parametrize('how, reason, attempts', [
-    ('truncate', 'got %d of the %d bytes announced', 2),
-    ('corrupt', 'the download has MD5 ', 2),
-    ('500', 'HTTP 500 Internal Server Error', 2),
-    ('404', 'HTTP 404 Not Found', 1),  # A client error: not retried.
-])
-def test_bad_download_is_never_taken_for_the_archive(
-    tmp_path, server, archive, printed, monkeypatch, how, reason, attempts):
+def test_a_failed_download_is_retried_and_never_taken_for_the_archive(
+    tmp_path, server, archive, printed, monkeypatch, plan, reason):
   monkeypatch.setattr(download, 'DOWNLOAD_ATTEMPTS', 2)
-  body = archive.body
-  server.plan = [how, how]
+  server.plan = list(plan)
   if '%d' in reason:
-    reason %= (len(body) // 2, len(body))
-  with pytest.raises(data_files.DataError) as e:
+    reason %= (len(archive.body) // 2, len(archive.body))
+  retried = 'Download attempt 1 of 2 failed: ' + reason
+  if plan[-1] == 'ok':
     fetch_source(tmp_path, server.url, archive)
-  message = str(e.value)
-  assert message.startswith('Could not download %s: %s' % (server.url, reason))
-  assert ('(2 attempts)' in message) == (attempts == 2)
-  assert '. To use a copy you already have, put %s ' % (
-      archive.official.name) in message
-  assert ('Download attempt 1 of 2 failed' in printed.take()) == (
-      attempts == 2)
-  assert server.requests == attempts
-  assert sorted(os.listdir(str(tmp_path))) == [download.LOCK_NAME]
+    assert retried + '; retrying' in printed.take()
+    assert_extracted_like(tmp_path, archive)
+    assert leftovers(tmp_path) == []
+  else:
+    with pytest.raises(data_files.DataError) as e:
+      fetch_source(tmp_path, server.url, archive)
+    message = str(e.value)
+    assert message.startswith('Could not download %s: %s'
+                              % (server.url, reason))
+    assert ('(2 attempts)' in message) == (len(plan) == 2)
+    assert '. To use a copy you already have, put %s ' % (
+        archive.official.name) in message
+    assert (retried in printed.take()) == (len(plan) == 2)
+    assert sorted(os.listdir(str(tmp_path))) == [download.LOCK_NAME]
+  assert server.requests == len(plan)
 
 
 def test_file_url_and_plain_path_are_used_in_place(tmp_path, archive):
