@@ -267,12 +267,9 @@ def test_find_checkpoint_names_a_missing_unreadable_or_averageless_one(
   assert str(refused.value) == (
       'no checkpoint in --checkpoint_dir=%s: point it at the --train_dir of '
       'a training run, or give --checkpoint_path' % tmp_path)
-  with tf.Graph().as_default():
-    tf.get_variable('conv1/weights', [2], initializer=tf.zeros_initializer())
-    with tf.Session(config=testutil.session_config()) as sess:
-      sess.run(tf.global_variables_initializer())
-      path = tf.train.Saver().save(sess, str(tmp_path / 'model.ckpt'),
-                                   global_step=3)
+  path = str(tmp_path / 'model.ckpt')
+  testutil.save_checkpoint(path, 3, 0, 0, with_averages=False)
+  path += '-3'
   with pytest.raises(cifar10_classify.ClassifyError,
                      match='holds no CIFAR-10 model with moving averages'):
     cifar10_classify.find_checkpoint(str(tmp_path))
