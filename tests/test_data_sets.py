@@ -72,13 +72,6 @@ def test_describe_reads_the_names_and_every_numbered_training_file(own_data):
     data_files.describe(own_data).check(data_set.train_files)
 
 
-def test_cifar10_copies_describe_as_before(data_dir):
-  # Without batches.meta.txt, as an old copy: CIFAR-10's names.
-  data_set = data_files.describe(data_dir)
-  assert data_set.class_names == data_files.CLASS_NAMES
-  assert list(data_set.train_files) == data_files.TRAIN_FILES
-
-
 @pytest.mark.parametrize('content, expected', [
     # As editors write them: a BOM, CRLF, blank lines, spaces.
     (b'\xef\xbb\xbfa b\r\nc\r\n\r\n\n', ('a b', 'c')),

@@ -14,6 +14,8 @@ from cifar10_support import evaluation
 NAMES = data_files.CLASS_NAMES
 GREY = [200, 200, 200]
 WHITE = [255, 255, 255]
+FULL = list(evaluation.CONFUSION_FULL_RGB)
+HALF = list(np.round(255 - 0.5 * (255 - evaluation.CONFUSION_FULL_RGB)))
 
 
 def _ink_box(mask):
@@ -80,14 +82,13 @@ def test_confusion_image_colours_each_cell_by_its_row_fraction():
   assert image.shape[0] == 1 and image.shape[3] == 3
   image = image[0]
   top, left = _grid(image, cell)
-  half = list(np.round(255 - 0.5 * (255 - evaluation.CONFUSION_FULL_RGB)))
   for i, j in itertools.product(range(10), range(10)):
     centre = list(image[top + i * cell + cell // 2,
                         left + j * cell + cell // 2])
     if i == 1 and j < 2:
-      assert centre == half, (i, j)
+      assert centre == HALF, (i, j)
     elif i == j and i < 9:
-      assert centre == list(evaluation.CONFUSION_FULL_RGB), (i, j)
+      assert centre == FULL, (i, j)
     else:
       assert centre == WHITE, (i, j)
   # White margins right of and below the grid.
@@ -137,11 +138,9 @@ def test_hundred_classes_fit_in_1200_pixels_with_every_name():
   assert (cell, size) == (11, 10)
   assert image.shape[0] == image.shape[1] <= 1200
   top, left = _grid(image, cell, n)
-  half = list(np.round(255 - 0.5 * (255 - evaluation.CONFUSION_FULL_RGB)))
   for i in range(n):
     centre = top + i * cell + cell // 2, left + i * cell + cell // 2
-    assert list(image[centre]) == (
-        half if i % 2 else list(evaluation.CONFUSION_FULL_RGB)), i
+    assert list(image[centre]) == (HALF if i % 2 else FULL), i
   assert _row_labels_read(image, cell, names, size)
 
 
