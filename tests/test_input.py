@@ -59,24 +59,22 @@ def test_both_readers_return_exact_records(tmp_path):
   np.testing.assert_array_equal(planes[1:], images.transpose(0, 3, 1, 2))
 
 
-def _position_image():
-  """A 32x32 image of random pixels: any window of it is unlike any other."""
-  return np.random.RandomState(3).randint(0, 256, (32, 32, 3)).astype(np.uint8)
-
-
 def _standardize(x):
   x = x.astype(np.float64)
   return (x - x.mean()) / max(x.std(), 1.0 / np.sqrt(x.size))
 
 
-def _write_same_image_everywhere(root, image, records_per_file=10):
-  batches = os.path.join(root, 'cifar-10-batches-bin')
+@pytest.fixture(scope='module')
+def same_image(tmp_path_factory):
+  """(image, batches): every record of every file one 32x32 image of random
+  pixels, any window of which is unlike any other."""
+  image = np.random.RandomState(3).randint(0, 256, (32, 32, 3)).astype(np.uint8)
+  batches = str(tmp_path_factory.mktemp('same_image') / 'cifar-10-batches-bin')
   os.makedirs(batches)
   for name in synthetic.TRAIN_FILES + [synthetic.TEST_FILE]:
-    labels = np.arange(records_per_file) % 10
-    synthetic.write_records(os.path.join(batches, name), labels,
-                            np.repeat(image[None], records_per_file, axis=0))
-  return batches
+    synthetic.write_records(os.path.join(batches, name), np.arange(10),
+                            np.repeat(image[None], 10, axis=0))
+  return image, batches
 
 
 def _run_batches(build, num_batches):
@@ -94,9 +92,8 @@ def _run_batches(build, num_batches):
   return images, labels, out
 
 
-def test_eval_inputs_are_the_standardized_central_crop(tmp_path):
-  image = _position_image()
-  batches = _write_same_image_everywhere(str(tmp_path), image)
+def test_eval_inputs_are_the_standardized_central_crop(same_image):
+  image, batches = same_image
 
   images, labels, out = _run_batches(
       lambda: cifar10_input.inputs('test', batches, batch_size=5), 2)
@@ -132,9 +129,8 @@ def _window_matches(got, image):
   return matches
 
 
-def test_distorted_inputs_crop_flip_and_standardize(tmp_path):
-  image = _position_image()
-  batches = _write_same_image_everywhere(str(tmp_path), image)
+def test_distorted_inputs_crop_flip_and_standardize(same_image):
+  image, batches = same_image
 
   images, labels, out = _run_batches(
       lambda: cifar10_input.distorted_inputs(batches, batch_size=32), 2)
