@@ -213,16 +213,11 @@ def test_training_records_the_classes_and_refuses_others_on_resume(
 # --- Eval and classify ---------------------------------------------------------
 
 
-@pytest.mark.parametrize('top_k,given,expected', [
-    (3, False, 2), (2, True, 2), (1, True, 1)])
-def test_top_k_is_at_most_the_class_count(top_k, given, expected):
-  # More than the classes, given: refused (test_classify.py's
-  # test_top_k_above_the_class_count_is_one_line); by default, the classes.
-  names = ('cat', 'dog')
-  assert cifar10_classify.checked_top_k(top_k, given, names, 'ck') == expected
-
-
-def test_a_picture_is_named_with_the_checkpoints_classes():
+def test_classify_follows_the_checkpoints_classes():
+  # --top_k: by default the classes; more than them, given: refused
+  # (test_classify.py's test_top_k_above_the_class_count_is_one_line).
+  assert [cifar10_classify.checked_top_k(top_k, given, ('cat', 'dog'), 'ck')
+          for top_k, given in ((3, False), (2, True), (1, True))] == [2, 2, 1]
   line = cifar10_classify.format_top_classes(
       'x.png', np.array([0.1, 0.2, 0.7], np.float32), 2, OWN_CLASSES)
   assert line == 'x.png: 青/blue 0.700, зелёный 0.200'
