@@ -351,8 +351,7 @@ def test_official_archive_by_default(tmp_path, monkeypatch, dataset):
 
 def test_data_flags_default_to_the_official_archive_of_dataset():
   for name, field in (('data_url', 'url'), ('data_md5', 'md5')):
-    flag = flags.FLAGS[name]
-    assert flag.default is None
+    flag = flags.FLAGS[name]  # Its default, None: test_layout.py.
     assert ('Default: the official archive' in flag.help)
     assert ('%s for cifar10, %s for cifar100 and cifar100_coarse.' % (
         getattr(download.ARCHIVES['cifar10'], field),

@@ -7,7 +7,6 @@ from PIL import Image
 from PIL import ImageDraw
 from PIL import ImageFont
 
-import cifar10_input
 from cifar10_support import data_files
 from cifar10_support import evaluation
 
