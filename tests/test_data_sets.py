@@ -119,15 +119,6 @@ def test_the_learning_rate_decays_after_350_epochs_of_the_data(
       assert [sess.run(lr, {step: s}) for s in steps] == pytest.approx(rates)
 
 
-def test_the_last_layer_has_the_data_sets_classes():
-  with tf.Graph().as_default():
-    logits = cifar10.inference(tf.zeros([2, 24, 24, 3]), num_classes=3)
-    shapes = {v.op.name: v.shape.as_list() for v in tf.global_variables()}
-  assert logits.shape.as_list() == [2, 3]
-  assert shapes['softmax_linear/weights'] == [192, 3]
-  assert shapes['softmax_linear/biases'] == [3]
-
-
 # --- A checkpoint knows its classes --------------------------------------------
 
 
