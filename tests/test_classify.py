@@ -12,9 +12,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
-import cifar10
 import cifar10_classify
-import cifar10_input
 from cifar10_support import data_files
 import synthetic
 import testutil
@@ -54,26 +52,6 @@ def _write(path, data):
   return path
 
 
-def _eval_graph_classes(data_dir, train_dir):
-  """The evaluation pipeline's argmax on the test records, in file order."""
-  with tf.Graph().as_default():
-    images, _ = cifar10.inputs('test', data_dir, batch_size=NUM_RECORDS,
-                               num_threads=1, single_pass=True)
-    predictions = tf.argmax(cifar10.inference(images), axis=1)
-    averages = tf.train.ExponentialMovingAverage(cifar10.MOVING_AVERAGE_DECAY)
-    saver = tf.train.Saver(averages.variables_to_restore())
-    with tf.Session(config=testutil.session_config()) as sess:
-      saver.restore(sess, tf.train.latest_checkpoint(train_dir))
-      sess.run(tf.local_variables_initializer())
-      coord = tf.train.Coordinator()
-      threads = tf.train.start_queue_runners(sess=sess, coord=coord)
-      try:
-        return sess.run(predictions)
-      finally:
-        coord.request_stop()
-        coord.join(threads, stop_grace_period_secs=10)
-
-
 @pytest.fixture(scope='module')
 def pngs(colour_model, tmp_path_factory):
   """The test records written as PNG files, in file order."""
@@ -84,8 +62,9 @@ def pngs(colour_model, tmp_path_factory):
 
 def test_png_of_each_test_record_gets_the_eval_graphs_class(colour_model,
                                                            pngs):
+  # The evaluation graph's class of each of these records is its label, every
+  # one (testutil.colour_checkpoint: precision 1.000 measured on them).
   data_dir, train_dir = colour_model
-  expected = _eval_graph_classes(data_dir, train_dir)
   checkpoint, dtype, _ = cifar10_classify.find_checkpoint(train_dir)
 
   classified = list(cifar10_classify.classify(
@@ -93,16 +72,12 @@ def test_png_of_each_test_record_gets_the_eval_graphs_class(colour_model,
       session_config=testutil.session_config()))
 
   assert [problem for _, _, problem in classified] == [None] * len(pngs)
-  results = [(path, p) for path, p, _ in classified]
-  assert [path for path, _ in results] == pngs
-  classes = np.array([p.argmax() for _, p in results])
-  np.testing.assert_array_equal(classes, expected)
-  # A model that tells classes apart, so that agreeing means something:
-  # well above chance (0.1), several classes.
+  assert [path for path, _, _ in classified] == pngs
   labels = synthetic.read_records(
       os.path.join(data_dir, 'cifar-10-batches-bin', 'test_batch.bin'))[0]
-  assert (classes == labels).mean() > 0.25
-  assert len(set(classes)) >= 4
+  assert len(set(labels)) == 10
+  np.testing.assert_array_equal([p.argmax() for _, p, _ in classified],
+                                labels)
 
 
 def test_each_batch_is_classified_before_the_next_is_read(colour_model, pngs,
@@ -157,23 +132,6 @@ def _odd_pictures(folder, records):
           _write(str(folder / 'record.bmp'), records[3])]
 
 
-def _two_frame_gif(folder, data_dir):
-  """An animated GIF of two test records of different labels, and each of
-  its two frames as a PNG of the pixels the GIF holds (its palette's): the
-  GIF is classified as its first frame, which the second would not pass."""
-  labels, records = synthetic.read_records(
-      os.path.join(data_dir, 'cifar-10-batches-bin', 'test_batch.bin'))
-  other = int(np.flatnonzero(labels != labels[0])[0])
-  frames = [Image.fromarray(records[i]).convert('P') for i in (0, other)]
-  gif = str(folder / 'two_frames.gif')
-  frames[0].save(gif, save_all=True, append_images=frames[1:], duration=100)
-  assert Image.open(gif).n_frames == 2
-  pngs = [str(folder / ('frame_%d.png' % i)) for i in (1, 2)]
-  for frame, png in zip(frames, pngs):
-    frame.convert('RGB').save(png)
-  return [gif] + pngs
-
-
 @pytest.mark.slow  # Starts a process; its fixture trains.
 def test_script_classifies_odd_pictures_and_names_each_bad_file(
     data_dir, learned_train_dir, tmp_path):
@@ -182,7 +140,6 @@ def test_script_classifies_odd_pictures_and_names_each_bad_file(
   train_dir = learned_train_dir
   export_dir = str(tmp_path / 'model')
   good = _odd_pictures(tmp_path, _test_records(data_dir))
-  good += _two_frame_gif(tmp_path, data_dir)
   empty = _write(str(tmp_path / 'empty.jpg'), b'')
   text = _write(str(tmp_path / 'notes.png'), b'not a picture at all\n')
   no_pictures = tmp_path / 'no_pictures'
@@ -206,8 +163,6 @@ def test_script_classifies_odd_pictures_and_names_each_bad_file(
   for line in lines:
     assert line[1] in data_files.CLASS_NAMES
     assert 1.0 >= float(line[2]) >= float(line[4]) >= float(line[6]) >= 0
-  # The GIF, as its first frame.
-  assert lines[-3][1:] == lines[-2][1:] != lines[-1][1:]
   errors = [line for line in result.stderr.splitlines()
             if line.startswith('cifar10_classify.py: ')]
   assert errors == [
@@ -312,12 +267,9 @@ def test_find_checkpoint_names_a_missing_unreadable_or_averageless_one(
   assert str(refused.value) == (
       'no checkpoint in --checkpoint_dir=%s: point it at the --train_dir of '
       'a training run, or give --checkpoint_path' % tmp_path)
-  with tf.Graph().as_default():
-    tf.get_variable('conv1/weights', [2], initializer=tf.zeros_initializer())
-    with tf.Session(config=testutil.session_config()) as sess:
-      sess.run(tf.global_variables_initializer())
-      path = tf.train.Saver().save(sess, str(tmp_path / 'model.ckpt'),
-                                   global_step=3)
+  path = str(tmp_path / 'model.ckpt')
+  testutil.save_checkpoint(path, 3, 0, 0, with_averages=False)
+  path += '-3'
   with pytest.raises(cifar10_classify.ClassifyError,
                      match='holds no CIFAR-10 model with moving averages'):
     cifar10_classify.find_checkpoint(str(tmp_path))

@@ -57,56 +57,41 @@ def test_describe_reads_the_names_and_every_numbered_training_file(own_data):
   assert data_set.records(data_set.train_files) == 70
   assert data_set.check(data_set.train_files) == 70
   assert data_set.check(data_set.eval_files('test')) == 30
-
-
-def test_cifar10_copies_describe_as_before(data_dir):
-  # Without batches.meta.txt, as an old copy: CIFAR-10's names.
-  data_set = data_files.describe(data_dir)
-  assert data_set.class_names == data_files.CLASS_NAMES
-  assert list(data_set.train_files) == data_files.TRAIN_FILES
-
-
-def test_a_gap_in_the_numbered_files_is_named(own_data):
-  os.remove(os.path.join(_batches(own_data), 'data_batch_2.bin'))
-  data_set = data_files.describe(own_data)
+  # A label beyond the classes (0-2), then a gap in the numbered files.
+  path = os.path.join(_batches(own_data), 'data_batch_2.bin')
+  records = np.fromfile(path, np.uint8).reshape(-1, 3073)
+  records[5, 0] = 3
+  records.tofile(path)
+  with pytest.raises(data_files.DataError,
+                     match=r'%s, record 5 .*label byte is 3, expected 0-2'
+                     % re.escape(path)):
+    data_set.check(data_set.train_files)
+  os.remove(path)
   with pytest.raises(data_files.DataError,
                      match=r'Failed to find file: .*data_batch_2\.bin'):
-    data_set.check(data_set.train_files)
+    data_files.describe(own_data).check(data_set.train_files)
 
 
-@pytest.mark.parametrize('content,names', [
-    (b'\xef\xbb\xbfa b\r\nc\r\n\r\n\n', ('a b', 'c')),  # BOM, CRLF, blanks
+@pytest.mark.parametrize('content, expected', [
+    # As editors write them: a BOM, CRLF, blank lines, spaces.
+    (b'\xef\xbb\xbfa b\r\nc\r\n\r\n\n', ('a b', 'c')),
     ('  кот \nчай\n'.encode('utf-8'), ('кот', 'чай')),
-])
-def test_names_files_as_editors_write_them(own_data, content, names):
-  _write_names(own_data, content)
-  assert data_files.describe(own_data).class_names == names
-
-
-@pytest.mark.parametrize('content,message', [
+    # Bad: named.
     (b'a\n\nb\n', r'has an empty line 2 among its names'),
     (b'a\nb\na\n', r"names 'a' more than once"),
     (b'\n\n', r'names no class'),
     (b'\xff\xfe\x00a', r'is not UTF-8 text'),
     (''.join('c%d\n' % i for i in range(257)).encode(), r'names 257 classes'),
 ])
-def test_a_bad_names_file_is_named(own_data, content, message):
+def test_names_files_as_editors_write_them_and_bad_ones(own_data, content,
+                                                       expected):
   path = _write_names(own_data, content)
-  with pytest.raises(data_files.DataError,
-                     match=re.escape(path) + '.*' + message):
-    data_files.describe(own_data)
-
-
-def test_a_label_beyond_the_classes_is_named(own_data):
-  path = os.path.join(_batches(own_data), 'data_batch_2.bin')
-  records = np.fromfile(path, np.uint8).reshape(-1, 3073)
-  records[5, 0] = 3  # Three classes: labels 0-2.
-  records.tofile(path)
-  data_set = data_files.describe(own_data)
-  with pytest.raises(data_files.DataError,
-                     match=r'%s, record 5 .*label byte is 3, expected 0-2'
-                     % re.escape(path)):
-    data_set.check(data_set.train_files)
+  if isinstance(expected, tuple):
+    assert data_files.describe(own_data).class_names == expected
+  else:
+    with pytest.raises(data_files.DataError,
+                       match=re.escape(path) + '.*' + expected):
+      data_files.describe(own_data)
 
 
 # --- The model and its schedule follow the data --------------------------------
@@ -134,15 +119,6 @@ def test_the_learning_rate_decays_after_350_epochs_of_the_data(
       assert [sess.run(lr, {step: s}) for s in steps] == pytest.approx(rates)
 
 
-def test_the_last_layer_has_the_data_sets_classes():
-  with tf.Graph().as_default():
-    logits = cifar10.inference(tf.zeros([2, 24, 24, 3]), num_classes=3)
-    shapes = {v.op.name: v.shape.as_list() for v in tf.global_variables()}
-  assert logits.shape.as_list() == [2, 3]
-  assert shapes['softmax_linear/weights'] == [192, 3]
-  assert shapes['softmax_linear/biases'] == [3]
-
-
 # --- A checkpoint knows its classes --------------------------------------------
 
 
@@ -164,16 +140,12 @@ def test_classes_recorded_beside_a_checkpoint_are_its_wherever_it_goes(
   shutil.copytree(str(tmp_path / 'train'), str(tmp_path / 'copy'))
   moved = str(tmp_path / 'copy' / os.path.basename(path))
   assert checkpoints.checkpoint_classes(moved) == (3, OWN_CLASSES)
-
-
-def test_a_checkpoint_without_names_is_shown_with_what_is_known(tmp_path):
-  ten = _checkpoint(str(tmp_path / 'ten'), 10)
-  three = _checkpoint(str(tmp_path / 'three'), 3)
-  assert checkpoints.class_names_for(
-      *checkpoints.checkpoint_classes(ten)) == data_files.CLASS_NAMES
-  assert checkpoints.class_names_for(
-      *checkpoints.checkpoint_classes(three)) == ('class_0', 'class_1',
-                                                  'class_2')
+  # Without names, what is known: CIFAR-10's for 10 classes, else numbers.
+  for classes, names in ((10, data_files.CLASS_NAMES),
+                         (3, ('class_0', 'class_1', 'class_2'))):
+    unnamed = _checkpoint(str(tmp_path / str(classes)), classes)
+    assert checkpoints.class_names_for(
+        *checkpoints.checkpoint_classes(unnamed)) == names
 
 
 def test_other_classes_than_the_checkpoints_are_refused_naming_both(
@@ -232,33 +204,11 @@ def test_training_records_the_classes_and_refuses_others_on_resume(
 # --- Eval and classify ---------------------------------------------------------
 
 
-def test_eval_names_a_damaged_names_file_beside_the_checkpoint(tmp_path,
-                                                              data_dir):
-  train_dir = str(tmp_path / 'train')
-  _checkpoint(train_dir, 10)
-  names_file = os.path.join(train_dir, checkpoints.CLASSES_FILE)
-  with open(names_file, 'wb') as f:
-    f.write(b'\xff\xfe')
-  line = testutil.exit_line(
-      lambda: cifar10_eval.evaluate_as_flagged(cifar10_eval.FLAGS, train_dir),
-      'cifar10_eval.py', ['--data_dir=%s' % data_dir, '--run_once',
-                          '--eval_dir=%s' % (tmp_path / 'eval')],
-      cifar10_eval.FLAGS)
-  assert line == (
-      'cifar10_eval.py: error: Class names file %s is not UTF-8 text (invalid '
-      'start byte); expected one class name per line' % names_file)
-
-
-@pytest.mark.parametrize('top_k,given,expected', [
-    (3, False, 2), (2, True, 2), (1, True, 1)])
-def test_top_k_is_at_most_the_class_count(top_k, given, expected):
-  # More than the classes, given: refused (test_classify.py's
-  # test_top_k_above_the_class_count_is_one_line); by default, the classes.
-  names = ('cat', 'dog')
-  assert cifar10_classify.checked_top_k(top_k, given, names, 'ck') == expected
-
-
-def test_a_picture_is_named_with_the_checkpoints_classes():
+def test_classify_follows_the_checkpoints_classes():
+  # --top_k: by default the classes; more than them, given: refused
+  # (test_classify.py's test_top_k_above_the_class_count_is_one_line).
+  assert [cifar10_classify.checked_top_k(top_k, given, ('cat', 'dog'), 'ck')
+          for top_k, given in ((3, False), (2, True), (1, True))] == [2, 2, 1]
   line = cifar10_classify.format_top_classes(
       'x.png', np.array([0.1, 0.2, 0.7], np.float32), 2, OWN_CLASSES)
   assert line == 'x.png: 青/blue 0.700, зелёный 0.200'
@@ -298,6 +248,20 @@ def test_each_script_refuses_other_classes_in_one_line(tmp_path, data_dir,
   # Refused before anything ran: nothing resumed, nothing evaluated.
   printed = capsys.readouterr().out
   assert 'Resuming' not in printed and 'evaluating' not in printed, printed
+
+
+def test_eval_names_a_damaged_names_file_beside_the_checkpoint(tmp_path,
+                                                              data_dir):
+  train_dir = str(tmp_path / 'train')
+  _checkpoint(train_dir, 10)
+  names_file = os.path.join(train_dir, checkpoints.CLASSES_FILE)
+  with open(names_file, 'wb') as f:
+    f.write(b'\xff\xfe')
+  line = _refusal_line('cifar10_eval.py', data_dir, train_dir,
+                       str(tmp_path / 'eval'))
+  assert line == (
+      'cifar10_eval.py: error: Class names file %s is not UTF-8 text (invalid '
+      'start byte); expected one class name per line' % names_file)
 
 
 def test_the_savedmodel_names_the_checkpoints_classes(tmp_path):

@@ -1,9 +1,6 @@
-"""Download and extraction faults: each injected, each with its exact outcome,
-for each official archive (CIFAR-10's and CIFAR-100's) where it applies.
-
-A local HTTP server on 127.0.0.1 serves a small synthetic archive shaped like
-cifar-10-binary.tar.gz or cifar-100-binary.tar.gz, whole, cut short,
-corrupted or refused on request.
+"""Download and extraction faults, each injected, each with its exact outcome,
+for CIFAR-10's and CIFAR-100's archives: a local HTTP server serves a small
+synthetic archive whole, cut short, corrupted or refused on request.
 
 Output is captured by `printed`, not capsys: conftest.py would take capsys's
 own _start() call for a slow test's and leave these out of the quick loop.
@@ -16,6 +13,7 @@ import hashlib
 import http.server
 import io
 import os
+import pathlib
 import shutil
 import tarfile
 import threading
@@ -39,14 +37,12 @@ OTHER = {'cifar10': 'cifar100', 'cifar100': 'cifar10'}
 
 Source = collections.namedtuple('Source', [
     'dataset', 'path', 'body', 'md5', 'root', 'official', 'names'])
-Source.__doc__ = """A synthetic archive of `dataset` at `path` (its bytes
-`body` and their `md5`), extracted from root/<official.directory>, which
-holds the data files `names`."""
 
 
 @pytest.fixture(scope='module', params=DATASETS)
 def archive(request, tmp_path_factory):
-  """A synthetic official archive of each data set: a Source."""
+  """A synthetic archive of each data set at `path` (its bytes `body`, their
+  `md5`), extracted from root/<official.directory>: the data files `names`."""
   dataset, layout = request.param, data_files.LAYOUTS[request.param]
   root = str(tmp_path_factory.mktemp('archive_source_' + dataset))
   path = (synthetic.make_cifar10_archive if dataset == 'cifar10'
@@ -60,9 +56,8 @@ def archive(request, tmp_path_factory):
 
 @pytest.fixture
 def printed(monkeypatch):
-  """take(): what download.py printed (every line of the data step is its)
-  since the last take, by a `print` of its own: pytest sets sys.stdout again
-  for each test phase, so a fixture cannot redirect it."""
+  """take(): what download.py printed since the last take (pytest sets
+  sys.stdout again for each test phase: a fixture cannot redirect it)."""
   buffer = io.StringIO()
   monkeypatch.setattr(download, 'print', functools.partial(print, file=buffer),
                       raising=False)
@@ -113,10 +108,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def server(archive):
   httpd = http.server.ThreadingHTTPServer(('127.0.0.1', 0), _Handler)
-  httpd.body = archive.body
-  httpd.plan = []
-  httpd.requests = 0
-  httpd.hold = None
+  vars(httpd).update(body=archive.body, plan=[], requests=0, hold=None)
   httpd.url = 'http://127.0.0.1:%d/%s' % (httpd.server_port,
                                           archive.official.name)
   thread = threading.Thread(target=httpd.serve_forever, args=(0.05,),
@@ -151,10 +143,8 @@ def fetch_source(data_dir, url, source, **kwargs):
 
 def assert_extracted_like(data_dir, source):
   directory = source.official.directory
-  for name in source.names:
-    with open(os.path.join(str(data_dir), directory, name), 'rb') as f, open(
-        os.path.join(source.root, directory, name), 'rb') as g:
-      assert f.read() == g.read(), name
+  assert snapshot(os.path.join(str(data_dir), directory)) == snapshot(
+      os.path.join(source.root, directory))
 
 
 def leftovers(data_dir):
@@ -165,13 +155,9 @@ def leftovers(data_dir):
 
 def snapshot(directory):
   """{relative path: bytes} of every file under `directory`."""
-  files = {}
-  for parent, _, names in os.walk(str(directory)):
-    for name in names:
-      path = os.path.join(parent, name)
-      with open(path, 'rb') as f:
-        files[os.path.relpath(path, str(directory))] = f.read()
-  return files
+  root = pathlib.Path(directory)
+  return {str(path.relative_to(root)): path.read_bytes()
+          for path in root.rglob('*') if path.is_file()}
 
 
 def test_http_download_verified_extracted_and_done_once(tmp_path, server,
@@ -258,48 +244,38 @@ def test_only_a_missing_file_that_is_read_is_fetched(tmp_path, server, archive,
     assert os.listdir(str(batches)) == [test_file]
 
 
-@pytest.mark.parametrize('first_failure, reason', [
-    ('truncate', 'got %d of the %d bytes announced'),
-    ('503', 'HTTP 503 Service Unavailable'),
+@pytest.mark.parametrize('plan, reason', [
+    (['truncate', 'ok'], 'got %d of the %d bytes announced'),
+    (['503', 'ok'], 'HTTP 503 Service Unavailable'),
+    (['truncate'] * 2, 'got %d of the %d bytes announced'),
+    (['corrupt'] * 2, 'the download has MD5 '),
+    (['500'] * 2, 'HTTP 500 Internal Server Error'),
+    (['404'], 'HTTP 404 Not Found'),  # A client error: not retried.
 ])
-def test_transient_failure_is_retried(tmp_path, server, archive, printed,
-                                      first_failure, reason):
-  body = archive.body
-  server.plan = [first_failure, 'ok']
-  fetch_source(tmp_path, server.url, archive)
-  assert server.requests == 2
-  if '%d' in reason:
-    reason %= (len(body) // 2, len(body))
-  assert ('Download attempt 1 of 3 failed: %s; retrying' % reason
-          in printed.take())
-  assert_extracted_like(tmp_path, archive)
-  assert leftovers(tmp_path) == []
-
-
-@pytest.mark.parametrize('how, reason, attempts', [
-    ('truncate', 'got %d of the %d bytes announced', 2),
-    ('corrupt', 'the download has MD5 ', 2),
-    ('500', 'HTTP 500 Internal Server Error', 2),
-    ('404', 'HTTP 404 Not Found', 1),  # A client error: not retried.
-])
-def test_bad_download_is_never_taken_for_the_archive(
-    tmp_path, server, archive, printed, monkeypatch, how, reason, attempts):
+def test_a_failed_download_is_retried_and_never_taken_for_the_archive(
+    tmp_path, server, archive, printed, monkeypatch, plan, reason):
   monkeypatch.setattr(download, 'DOWNLOAD_ATTEMPTS', 2)
-  body = archive.body
-  server.plan = [how, how]
+  server.plan = list(plan)
   if '%d' in reason:
-    reason %= (len(body) // 2, len(body))
-  with pytest.raises(data_files.DataError) as e:
+    reason %= (len(archive.body) // 2, len(archive.body))
+  retried = 'Download attempt 1 of 2 failed: ' + reason
+  if plan[-1] == 'ok':
     fetch_source(tmp_path, server.url, archive)
-  message = str(e.value)
-  assert message.startswith('Could not download %s: %s' % (server.url, reason))
-  assert ('(2 attempts)' in message) == (attempts == 2)
-  assert '. To use a copy you already have, put %s ' % (
-      archive.official.name) in message
-  assert ('Download attempt 1 of 2 failed' in printed.take()) == (
-      attempts == 2)
-  assert server.requests == attempts
-  assert sorted(os.listdir(str(tmp_path))) == [download.LOCK_NAME]
+    assert retried + '; retrying' in printed.take()
+    assert_extracted_like(tmp_path, archive)
+    assert leftovers(tmp_path) == []
+  else:
+    with pytest.raises(data_files.DataError) as e:
+      fetch_source(tmp_path, server.url, archive)
+    message = str(e.value)
+    assert message.startswith('Could not download %s: %s'
+                              % (server.url, reason))
+    assert ('(2 attempts)' in message) == (len(plan) == 2)
+    assert '. To use a copy you already have, put %s ' % (
+        archive.official.name) in message
+    assert (retried in printed.take()) == (len(plan) == 2)
+    assert sorted(os.listdir(str(tmp_path))) == [download.LOCK_NAME]
+  assert server.requests == len(plan)
 
 
 def test_file_url_and_plain_path_are_used_in_place(tmp_path, archive):
@@ -322,8 +298,6 @@ def test_file_url_and_plain_path_are_used_in_place(tmp_path, archive):
      '--data_url=file:///path/to/cifar-100-binary.tar.gz (with --data_md5= if '
      'it is not the official file); or extract it yourself so that '
      '{d}/cifar-100-binary holds train.bin and test.bin.'),
-    ('cifar100_coarse', 'put cifar-100-binary.tar.gz (the binary version, '
-     '168513733 bytes) in {d}'),
 ])
 def test_offline_without_archive_says_where_to_put_it(tmp_path, printed,
                                                       dataset, expected):
@@ -332,26 +306,38 @@ def test_offline_without_archive_says_where_to_put_it(tmp_path, printed,
     fetch(tmp_path, url, None, dataset)
   message = str(e.value)
   assert message.startswith('Could not download %s: ' % url)
-  assert expected.format(d=tmp_path) in message
+  assert message.endswith(expected.format(d=tmp_path))
   # No connection at all is not retried: one message, not three.
   assert 'Download attempt' not in printed.take()
   with pytest.raises(data_files.DataError, match='names no file'):
     fetch(tmp_path, 'file://' + str(tmp_path / 'nowhere.tar.gz'), '', dataset)
-
-
-def test_offline_help_names_the_other_data_set_in_data_dir(tmp_path):
-  synthetic.make_cifar100_dir(str(tmp_path), records=4)
+  # The other data set in data_dir: named, with the --dataset that reads it.
+  other = download.ARCHIVES[OTHER[dataset]]
+  if dataset == 'cifar10':
+    synthetic.make_cifar100_dir(str(tmp_path), records=4)
+  else:
+    synthetic.make_data_dir(str(tmp_path), records_per_file=4)
   with pytest.raises(data_files.DataError) as e:
-    fetch(tmp_path, closed_port_url(), '')
-  assert str(e.value).endswith(
-      'test_batch.bin. (%s holds CIFAR-100: --dataset=cifar100 reads it)'
-      % (tmp_path / 'cifar-100-binary'))
+    fetch(tmp_path, url, None, dataset)
+  assert str(e.value).endswith(expected.format(d=tmp_path) + (
+      ' (%s holds %s: --dataset=%s reads it)'
+      % (tmp_path / other.directory, other.title, OTHER[dataset])))
+  # Its own directory, incomplete: both problems named.
+  layout = data_files.LAYOUTS[dataset]
+  batches = tmp_path / layout.batches_dir
+  batches.mkdir()
+  with pytest.raises(data_files.DataError) as e:
+    fetch(tmp_path, url, '', dataset)
+  assert str(e.value).startswith(
+      'Failed to find file: %s (expected a %s binary file'
+      % (batches / layout.train_files[0], layout.title))
+  assert ('(%s is incomplete), and it cannot be extracted again: Could not '
+          'download %s: ' % (batches, url)) in str(e.value)
 
 
 @pytest.mark.parametrize('dataset', ['cifar10', 'cifar100', 'cifar100_coarse'])
 def test_official_archive_by_default(tmp_path, monkeypatch, dataset):
-  """prepare's data_url and data_md5 None (the flags' defaults) are the
-  official archive of --dataset; the MD5 checked is its own."""
+  # data_url and data_md5 None (the flags' defaults): --dataset's own archive.
   official = download.ARCHIVES[dataset]
   urls = []
 
@@ -378,8 +364,7 @@ def test_official_archive_by_default(tmp_path, monkeypatch, dataset):
 
 def test_data_flags_default_to_the_official_archive_of_dataset():
   for name, field in (('data_url', 'url'), ('data_md5', 'md5')):
-    flag = flags.FLAGS[name]
-    assert flag.default is None
+    flag = flags.FLAGS[name]  # Its default, None: test_layout.py.
     assert ('Default: the official archive' in flag.help)
     assert ('%s for cifar10, %s for cifar100 and cifar100_coarse.' % (
         getattr(download.ARCHIVES['cifar10'], field),
@@ -496,12 +481,10 @@ def test_archive_lacking_the_data_is_reported(tmp_path, archive):
           data_files.LAYOUTS[archive.dataset].title,
           data_files.LAYOUTS[archive.dataset].record_bytes))
   assert sorted(os.listdir(str(tmp_path / 'data'))) == [download.LOCK_NAME]
-
-
-def test_other_data_sets_archive_is_named(tmp_path, archive):
+  # The other data set's archive: named, with the --dataset that reads it.
   wanted = OTHER[archive.dataset]
   with pytest.raises(data_files.DataError) as e:
-    fetch(tmp_path, archive.path, '', wanted)
+    fetch(tmp_path / 'other', archive.path, '', wanted)
   message = str(e.value)
   assert message.startswith('%s does not hold the %s binary data: Failed to '
                             'find file: <archive>/%s/' % (
@@ -511,7 +494,7 @@ def test_other_data_sets_archive_is_named(tmp_path, archive):
       "; it holds %s/, %s's: use --dataset=%s, or point --data_url at %s"
       % (archive.official.directory, archive.official.title, archive.dataset,
          download.ARCHIVES[wanted].name))
-  assert sorted(os.listdir(str(tmp_path))) == [download.LOCK_NAME]
+  assert os.listdir(str(tmp_path / 'other')) == [download.LOCK_NAME]
 
 
 def test_extraction_beside_the_other_data_set_leaves_it_alone(tmp_path,
@@ -602,33 +585,17 @@ def test_concurrent_runs_download_once_and_never_see_partial_files(
   assert_extracted_like(tmp_path, archive)
 
 
-@pytest.mark.parametrize('dataset', DATASETS)
-def test_incomplete_dir_without_archive_names_both_problems(tmp_path, dataset):
-  layout = data_files.LAYOUTS[dataset]
-  batches = tmp_path / layout.batches_dir
-  batches.mkdir()
-  url = closed_port_url()
-  with pytest.raises(data_files.DataError) as e:
-    fetch(tmp_path, url, '', dataset)
-  assert str(e.value).startswith(
-      'Failed to find file: %s (expected a %s binary file'
-      % (batches / layout.train_files[0], layout.title))
-  assert ('(%s is incomplete), and it cannot be extracted again: Could not '
-          'download %s: ' % (batches, url)) in str(e.value)
-
-
-def _converted_set(data_dir, train_files):
-  """A data set cifar10_make_dataset.py could write: `train_files` training
-  files and the test file of 7 records, of 3 classes; its directory."""
-  synthetic.make_own_data_dir(str(data_dir), ('cat', 'dog', 'seven'),
-                              (7,) * train_files, 7)
-  return os.path.join(str(data_dir), 'cifar-10-batches-bin')
-
-
-@pytest.mark.parametrize('train_files', [1, 2, 7])
+@pytest.mark.parametrize('train_files, why', [
+    (1, None),
+    (2, 'its batches.meta.txt names 3 classes (cat, dog, seven)'),
+    (7, 'it has 7 training files'),
+])
 def test_converted_set_is_never_replaced_by_a_download(tmp_path, printed,
-                                                       train_files):
-  batches = _converted_set(tmp_path, train_files)
+                                                       train_files, why):
+  # A data set cifar10_make_dataset.py could write, of 3 classes.
+  synthetic.make_own_data_dir(str(tmp_path), ('cat', 'dog', 'seven'),
+                              (7,) * train_files, 7)
+  batches = os.path.join(str(tmp_path), 'cifar-10-batches-bin')
   before = snapshot(batches)
   url = closed_port_url()  # Nothing listens: any download attempt fails.
 
@@ -643,6 +610,9 @@ def test_converted_set_is_never_replaced_by_a_download(tmp_path, printed,
              7 * train_files, batches)) in out
   assert 'Data: %s, 1 file, 7 records (checked).\n' % batches in out
   assert 'getting' not in out and 'incomplete' not in out
+  not_cifar10 = ('; %s is not the CIFAR-10 download (%%s), so it is never '
+                 'replaced by one: write it again (cifar10_make_dataset.py), '
+                 'or move it away to get CIFAR-10' % batches)
   # The five files of old, asked for explicitly: named, and still untouched.
   if train_files < 5:
     with pytest.raises(data_files.DataError) as e:
@@ -651,70 +621,25 @@ def test_converted_set_is_never_replaced_by_a_download(tmp_path, printed,
     assert str(e.value).startswith(
         'Failed to find file: %s (expected a CIFAR-10 binary file'
         % os.path.join(batches, 'data_batch_%d.bin' % (train_files + 1)))
-    assert str(e.value).endswith(
-        '; %s is not the CIFAR-10 download (its batches.meta.txt names 3 '
-        'classes (cat, dog, seven)), so it is never replaced by one: write it '
-        'again (cifar10_make_dataset.py), or move it away to get CIFAR-10'
-        % batches)
+    assert str(e.value).endswith(not_cifar10 % (
+        'its batches.meta.txt names 3 classes (cat, dog, seven)'))
   assert snapshot(batches) == before
   assert sorted(os.listdir(str(tmp_path))) == ['cifar-10-batches-bin']
-
-
-@pytest.mark.parametrize('train_files, why', [
-    (2, 'its batches.meta.txt names 3 classes (cat, dog, seven)'),
-    (7, 'it has 7 training files'),
-])
-def test_broken_converted_set_is_named_not_replaced(tmp_path, train_files,
-                                                    why):
-  batches = _converted_set(tmp_path, train_files)
-  with open(os.path.join(batches, 'data_batch_2.bin'), 'r+b') as f:
-    f.truncate(5000)
-  before = snapshot(batches)
-  with pytest.raises(data_files.DataError) as e:
-    download.prepare(str(tmp_path), closed_port_url())
-  assert str(e.value).startswith('Data file %s has 5000 bytes' % os.path.join(
-      batches, 'data_batch_2.bin'))
-  assert str(e.value).endswith(
-      '; %s is not the CIFAR-10 download (%s), so it is never replaced by one: '
-      'write it again (cifar10_make_dataset.py), or move it away to get '
-      'CIFAR-10' % (batches, why))
-  assert snapshot(batches) == before
-  assert os.listdir(str(tmp_path)) == ['cifar-10-batches-bin']  # No lock.
-
-
-def _cifar100_with(data_dir, byte, value):
-  """A synthetic CIFAR-100 set whose train.bin record 3 has label byte
-  `byte` (0 coarse, 1 fine) set to value; returns train.bin's path."""
-  synthetic.make_cifar100_dir(str(data_dir), records=10)
-  path = os.path.join(str(data_dir), 'cifar-100-binary', 'train.bin')
-  with open(path, 'r+b') as f:
-    f.seek(3 * 3074 + byte)
-    f.write(bytes([value]))
-  return path
+  if why:  # Broken: named, still not replaced.
+    cut = os.path.join(batches, 'data_batch_2.bin')
+    os.truncate(cut, 5000)
+    before = snapshot(batches)
+    with pytest.raises(data_files.DataError) as e:
+      download.prepare(str(tmp_path), url)
+    assert str(e.value).startswith('Data file %s has 5000 bytes' % cut)
+    assert str(e.value).endswith(not_cifar10 % why)
+    assert snapshot(batches) == before
+    assert os.listdir(str(tmp_path)) == ['cifar-10-batches-bin']  # No lock.
 
 
 @pytest.mark.parametrize('dataset', ['cifar100', 'cifar100_coarse'])
-@pytest.mark.parametrize('byte, value, expected', [
-    (0, 20, 'coarse label byte is 20, expected 0-19 (1 records in the file '
-     'have a bad label): the file is corrupt, or not CIFAR-100{coarse} binary '
-     'data of 20 classes'),
-    (1, 100, 'fine label byte is 100, expected 0-99 (1 records in the file '
-     'have a bad label): the file is corrupt, or not CIFAR-100{coarse} binary '
-     'data of 100 classes'),
-])
-def test_cifar100_label_bytes_are_checked(tmp_path, printed, dataset, byte,
-                                          value, expected):
-  path = _cifar100_with(tmp_path, byte, value)
-  with pytest.raises(data_files.DataError) as e:
-    download.prepare(str(tmp_path), closed_port_url(), dataset=dataset)
-  coarse = ' (coarse labels)' if dataset == 'cifar100_coarse' else ''
-  assert str(e.value) == 'Data file %s, record 3 (byte offset 9222): %s' % (
-      path, expected.format(coarse=coarse))
-  assert printed.take() == ''  # Labels never trigger a download.
-
-
-@pytest.mark.parametrize('dataset', ['cifar100', 'cifar100_coarse'])
-def test_cifar100_data_line_and_classes(tmp_path, printed, dataset):
+def test_cifar100_data_line_classes_and_label_bytes(tmp_path, printed,
+                                                    dataset):
   synthetic.make_cifar100_dir(str(tmp_path), records=30, test_records=10)
   data_set = download.prepare(str(tmp_path), closed_port_url(),
                               dataset=dataset)
@@ -726,6 +651,23 @@ def test_cifar100_data_line_and_classes(tmp_path, printed, dataset):
       '...), from %s.\n' % (tmp_path / 'cifar-100-binary', count, ', '.join(
           '%s_%d' % (prefix, i) for i in range(10)),
           tmp_path / 'cifar-100-binary' / ('%s_label_names.txt' % prefix)))
+  # Record 3's fine label out of range, then its coarse one too (the first
+  # checked).
+  path = os.path.join(str(tmp_path), 'cifar-100-binary', 'train.bin')
+  coarse = ' (coarse labels)' if dataset == 'cifar100_coarse' else ''
+  for byte, value, expected in (
+      (1, 100, 'fine label byte is 100, expected 0-99'),
+      (0, 20, 'coarse label byte is 20, expected 0-19')):
+    with open(path, 'r+b') as f:
+      f.seek(3 * 3074 + byte)
+      f.write(bytes([value]))
+    with pytest.raises(data_files.DataError) as e:
+      download.prepare(str(tmp_path), closed_port_url(), dataset=dataset)
+    assert str(e.value) == (
+        'Data file %s, record 3 (byte offset 9222): %s (1 records in the file '
+        'have a bad label): the file is corrupt, or not CIFAR-100%s binary '
+        'data of %d classes' % (path, expected, coarse, value))
+  assert printed.take() == ''  # Labels never trigger a download.
 
 
 @pytest.mark.parametrize('written, read, expected', [

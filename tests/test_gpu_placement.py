@@ -1,11 +1,8 @@
-"""The GPU path, checked from the graph itself on a machine without a GPU.
-
-`cifar10_multi_gpu_train.py --num_gpus=4` (tower_device 'gpu') asks for each
-tower's ops on /gpu:i. Soft placement, which it needs for the queues, would
-silently move to the CPU any op that has no GPU kernel for its dtype. The
-full `tensorflow` package lists its GPU kernels even where no GPU exists, so
-these tests check, without one: each tower's work on its GPU, the shared
-state and the input on /cpu:0, and a GPU kernel for every op asked on a GPU.
+"""The GPU path of `cifar10_multi_gpu_train.py --num_gpus=4`, checked from
+the graph on a machine without a GPU: each tower's work on its GPU, the
+shared state and the input on /cpu:0, and a GPU kernel (which the full
+`tensorflow` package lists even without a GPU) for every op asked on a GPU,
+which soft placement would otherwise move to the CPU silently.
 """
 
 import pytest
@@ -37,15 +34,11 @@ def _gpu_kernel_problem(op):
                 if k.device_type in ('GPU', 'DEFAULT')]
   if not candidates:
     return 'no GPU kernel for %s' % op.type
+  def types(value):
+    return list(value.list.type) if value.HasField('list') else [value.type]
   for kernel in candidates:
-    fits = True
-    for constraint in kernel.constraint:
-      allowed = set(constraint.allowed_values.list.type)
-      value = op.node_def.attr[constraint.name]
-      types = list(value.list.type) if value.HasField('list') else [value.type]
-      if not allowed.issuperset(types):
-        fits = False
-    if fits:
+    if all(set(c.allowed_values.list.type).issuperset(
+        types(op.node_def.attr[c.name])) for c in kernel.constraint):
       return None
   return 'no GPU kernel for %s with %s' % (op.type, {
       c.name: op.get_attr(c.name) for c in candidates[0].constraint})

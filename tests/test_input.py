@@ -14,22 +14,7 @@ import synthetic
 from testutil import session_config
 
 
-def _read_all(filename, count):
-  """Reads `count` + 1 records from one file with read_cifar10."""
-  with tf.Graph().as_default():
-    queue = tf.FIFOQueue(10, [tf.string], shapes=())
-    record = cifar10_input.read_cifar10(queue)
-    with tf.Session(config=session_config()) as sess:
-      sess.run(queue.enqueue([filename]))
-      sess.run(queue.close())
-      results = [sess.run([record.key, record.label, record.uint8image])
-                 for _ in range(count)]
-      with pytest.raises(tf.errors.OutOfRangeError):
-        sess.run(record.key)
-  return record, results
-
-
-def test_read_cifar10_returns_exact_records(tmp_path):
+def test_both_readers_return_exact_records(tmp_path):
   # One record by hand: label 7, red plane all 10, green 20, blue 30, but
   # pixel (row 1, col 2) whose red is 99; then random pixels, by
   # synthetic.py: a wrong CHW->HWC transpose cannot go unnoticed.
@@ -44,7 +29,20 @@ def test_read_cifar10_returns_exact_records(tmp_path):
   with open(filename, 'wb') as f:
     f.write(bytes(raw) + records)
 
-  record, results = _read_all(filename, 4)
+  with tf.Graph().as_default():
+    queues = [tf.FIFOQueue(10, [tf.string], shapes=()) for _ in range(2)]
+    record = cifar10_input.read_cifar10(queues[0])
+    # The pipelines' reader: the same records, as stored planes.
+    chunk = cifar10_input.read_cifar10_chunk(queues[1])
+    with tf.Session(config=session_config()) as sess:
+      for queue in queues:
+        sess.run(queue.enqueue([filename]))
+        sess.run(queue.close())
+      results = [sess.run([record.key, record.label, record.uint8image])
+                 for _ in range(4)]
+      with pytest.raises(tf.errors.OutOfRangeError):
+        sess.run(record.key)
+      chunk_labels, planes = sess.run(chunk)
 
   assert (record.height, record.width, record.depth) == (32, 32, 3)
   assert record.label.dtype == tf.int32
@@ -58,35 +56,10 @@ def test_read_cifar10_returns_exact_records(tmp_path):
     assert tf.compat.as_text(key) == '%s:%d' % (filename, i + 1)
     assert label.tolist() == [labels[i]]
     np.testing.assert_array_equal(image, images[i])
-
-
-def test_read_cifar10_chunk_reads_what_read_cifar10_reads(tmp_path):
-  # The pipelines' reader: the same records as the lesson's, as stored planes.
-  rng = np.random.RandomState(2)
-  labels = rng.randint(0, 10, size=5).tolist()
-  images = rng.randint(0, 256, size=(5, 32, 32, 3)).astype(np.uint8)
-  filename = str(tmp_path / 'cifar')
-  synthetic.write_records(filename, labels, images)
-  _, one_at_a_time = _read_all(filename, 5)
-
-  with tf.Graph().as_default():
-    queue = tf.FIFOQueue(10, [tf.string], shapes=())
-    chunk_labels, planes = cifar10_input.read_cifar10_chunk(queue)
-    with tf.Session(config=session_config()) as sess:
-      sess.run(queue.enqueue([filename]))
-      sess.run(queue.close())
-      got_labels, got_planes = sess.run([chunk_labels, planes])
-
-  assert chunk_labels.dtype == tf.int32 and planes.dtype == tf.uint8
-  assert got_labels.tolist() == [label.tolist()
-                                 for _, label, _ in one_at_a_time]
-  np.testing.assert_array_equal(got_planes.transpose(0, 2, 3, 1),
-                                [image for _, _, image in one_at_a_time])
-
-
-def _position_image():
-  """A 32x32 image of random pixels: any window of it is unlike any other."""
-  return np.random.RandomState(3).randint(0, 256, (32, 32, 3)).astype(np.uint8)
+  assert chunk[0].dtype == tf.int32 and chunk[1].dtype == tf.uint8
+  assert chunk_labels.tolist() == [[7]] + [[label] for label in labels]
+  np.testing.assert_array_equal(planes[0].reshape(-1), raw[1:])
+  np.testing.assert_array_equal(planes[1:], images.transpose(0, 3, 1, 2))
 
 
 def _standardize(x):
@@ -94,14 +67,17 @@ def _standardize(x):
   return (x - x.mean()) / max(x.std(), 1.0 / np.sqrt(x.size))
 
 
-def _write_same_image_everywhere(root, image, records_per_file=10):
-  batches = os.path.join(root, 'cifar-10-batches-bin')
+@pytest.fixture(scope='module')
+def same_image(tmp_path_factory):
+  """(image, batches): every record of every file one 32x32 image of random
+  pixels, any window of which is unlike any other."""
+  image = np.random.RandomState(3).randint(0, 256, (32, 32, 3)).astype(np.uint8)
+  batches = str(tmp_path_factory.mktemp('same_image') / 'cifar-10-batches-bin')
   os.makedirs(batches)
   for name in synthetic.TRAIN_FILES + [synthetic.TEST_FILE]:
-    labels = np.arange(records_per_file) % 10
-    synthetic.write_records(os.path.join(batches, name), labels,
-                            np.repeat(image[None], records_per_file, axis=0))
-  return batches
+    synthetic.write_records(os.path.join(batches, name), np.arange(10),
+                            np.repeat(image[None], 10, axis=0))
+  return image, batches
 
 
 def _run_batches(build, num_batches):
@@ -119,9 +95,8 @@ def _run_batches(build, num_batches):
   return images, labels, out
 
 
-def test_eval_inputs_are_the_standardized_central_crop(tmp_path):
-  image = _position_image()
-  batches = _write_same_image_everywhere(str(tmp_path), image)
+def test_eval_inputs_are_the_standardized_central_crop(same_image):
+  image, batches = same_image
 
   images, labels, out = _run_batches(
       lambda: cifar10_input.inputs('test', batches, batch_size=5), 2)
@@ -157,9 +132,8 @@ def _window_matches(got, image):
   return matches
 
 
-def test_distorted_inputs_crop_flip_and_standardize(tmp_path):
-  image = _position_image()
-  batches = _write_same_image_everywhere(str(tmp_path), image)
+def test_distorted_inputs_crop_flip_and_standardize(same_image):
+  image, batches = same_image
 
   images, labels, out = _run_batches(
       lambda: cifar10_input.distorted_inputs(batches, batch_size=32), 2)
@@ -190,36 +164,19 @@ def test_distorted_inputs_mixes_labels_from_all_files(data_dir):
   assert set(labels.tolist()) == set(range(10))
 
 
-@pytest.mark.parametrize('problem, size, message', [
-    ('missing', None, 'Failed to find file: {path}'),
-    ('empty', 0, 'Data file {path} is empty (0 bytes)'),
-    ('truncated', 3 * 3073 - 100, 'Data file {path} has 9119 bytes, which is '
-     'not a whole number of 3073-byte records'),
-])
-def test_malformed_data_file_is_a_fast_clear_error(tmp_path, problem, size,
-                                                   message):
+def test_malformed_data_file_is_a_fast_clear_error(tmp_path):
+  # Each problem's message: test_reliability.py's
+  # test_bad_data_file_is_named_with_its_problem (check_data_files).
   batches = os.path.join(synthetic.make_data_dir(str(tmp_path), 3),
                          'cifar-10-batches-bin')
   path = os.path.join(batches, 'data_batch_3.bin')
-  if size is None:
-    os.remove(path)
-  else:
-    with open(path, 'r+b') as f:
-      f.truncate(size)
-
+  os.truncate(path, 3 * 3073 - 100)
   with tf.Graph().as_default():
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(ValueError, match='Data file %s has 9119 bytes, which '
+                       'is not a whole number of 3073-byte records' % path):
       cifar10_input.distorted_inputs(batches, batch_size=4)
     # Nothing was built: no queue that could hang.
     assert not tf.get_collection(tf.GraphKeys.QUEUE_RUNNERS)
-  assert message.format(path=path) in str(error.value)
-
-
-def test_check_data_files_counts_records(tmp_path):
-  batches = os.path.join(synthetic.make_data_dir(str(tmp_path), 7),
-                         'cifar-10-batches-bin')
-  files = [os.path.join(batches, f) for f in data_files.TRAIN_FILES]
-  assert data_files.check_data_files(files) == 35
 
 
 # The official layout's files (the directory plays no part).

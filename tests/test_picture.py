@@ -7,13 +7,14 @@ from PIL import Image
 from PIL import ImageDraw
 from PIL import ImageFont
 
-import cifar10_input
 from cifar10_support import data_files
 from cifar10_support import evaluation
 
 NAMES = data_files.CLASS_NAMES
 GREY = [200, 200, 200]
 WHITE = [255, 255, 255]
+FULL = list(evaluation.CONFUSION_FULL_RGB)
+HALF = list(np.round(255 - 0.5 * (255 - evaluation.CONFUSION_FULL_RGB)))
 
 
 def _ink_box(mask):
@@ -68,10 +69,6 @@ def _row_labels_read(image, cell, labels, size):
   return True
 
 
-def _diagonal_image():
-  return evaluation.confusion_image(np.diag(np.arange(1, 11)), NAMES)[0]
-
-
 def test_confusion_image_colours_each_cell_by_its_row_fraction():
   cell = evaluation.CONFUSION_CELL_PIXELS
   confusion = np.diag(np.arange(1, 11))
@@ -84,14 +81,13 @@ def test_confusion_image_colours_each_cell_by_its_row_fraction():
   assert image.shape[0] == 1 and image.shape[3] == 3
   image = image[0]
   top, left = _grid(image, cell)
-  half = list(np.round(255 - 0.5 * (255 - evaluation.CONFUSION_FULL_RGB)))
   for i, j in itertools.product(range(10), range(10)):
     centre = list(image[top + i * cell + cell // 2,
                         left + j * cell + cell // 2])
     if i == 1 and j < 2:
-      assert centre == half, (i, j)
+      assert centre == HALF, (i, j)
     elif i == j and i < 9:
-      assert centre == list(evaluation.CONFUSION_FULL_RGB), (i, j)
+      assert centre == FULL, (i, j)
     else:
       assert centre == WHITE, (i, j)
   # White margins right of and below the grid.
@@ -101,7 +97,11 @@ def test_confusion_image_colours_each_cell_by_its_row_fraction():
 
 def test_confusion_image_names_rows_left_columns_above_and_its_axes():
   cell = evaluation.CONFUSION_CELL_PIXELS
-  image = _diagonal_image()
+  image = evaluation.confusion_image(np.diag(np.arange(1, 11)), NAMES)[0]
+  # 10 cells of 24 pixels, names in 18-pixel Aileron: 377 pixels square with
+  # CIFAR-10's names, as before class counts changed the layout.
+  assert evaluation.confusion_layout(10) == (24, 18)
+  assert image.shape == (377, 377, 3)
   dark = _dark(image)
   top, left = _grid(image, cell)
 
@@ -125,13 +125,6 @@ def test_confusion_image_names_rows_left_columns_above_and_its_axes():
   assert not _contains(dark[:top, left:], true)
 
 
-def test_ten_classes_keep_the_picture_they_had():
-  # 10 cells of 24 pixels, names in 18-pixel Aileron: 377 pixels square with
-  # CIFAR-10's names, as before class counts changed the layout.
-  assert evaluation.confusion_layout(10) == (24, 18)
-  assert _diagonal_image().shape == (377, 377, 3)
-
-
 def test_hundred_classes_fit_in_1200_pixels_with_every_name():
   n = 100
   names = ['species_%02d' % i for i in range(n)]
@@ -144,11 +137,9 @@ def test_hundred_classes_fit_in_1200_pixels_with_every_name():
   assert (cell, size) == (11, 10)
   assert image.shape[0] == image.shape[1] <= 1200
   top, left = _grid(image, cell, n)
-  half = list(np.round(255 - 0.5 * (255 - evaluation.CONFUSION_FULL_RGB)))
   for i in range(n):
     centre = top + i * cell + cell // 2, left + i * cell + cell // 2
-    assert list(image[centre]) == (
-        half if i % 2 else list(evaluation.CONFUSION_FULL_RGB)), i
+    assert list(image[centre]) == (HALF if i % 2 else FULL), i
   assert _row_labels_read(image, cell, names, size)
 
 
