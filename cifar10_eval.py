@@ -234,11 +234,10 @@ def evaluate(checkpoint_dir, eval_dir, settings, data_set,
       return results
 
 
-def evaluate_as_flagged(flag_values, checkpoint_dir, until_step=None,
-                        sleep=time.sleep):
-  """`evaluate` with the flags checked (data fetched) once (until_step, sleep:
-  see EvalSettings, `evaluate`). A bad flag, data file or checkpoint ends the
-  process with one line, '<script>: error: <message>', and exit status 1."""
+def evaluate_as_flagged(flag_values, checkpoint_dir):
+  """`evaluate` with the flags checked (data fetched) once. A bad flag, data
+  file or checkpoint ends the process with one line, '<script>: error:
+  <message>', and exit status 1."""
   def fail(message):
     sys.exit('%s: error: %s' % (os.path.basename(sys.argv[0]), message))
 
@@ -251,9 +250,7 @@ def evaluate_as_flagged(flag_values, checkpoint_dir, until_step=None,
   except ValueError as e:  # data_files.DataError is one too
     fail(str(e).replace('num_examples=', '--num_examples='))
   try:
-    return evaluate(checkpoint_dir, flag_values.eval_dir,
-                    settings._replace(until_step=until_step), data_set,
-                    sleep=sleep)
+    return evaluate(checkpoint_dir, flag_values.eval_dir, settings, data_set)
   except ValueError as e:  # CheckpointError; DataError: a names file.
     fail(e)
 
@@ -262,8 +259,7 @@ def evaluate_as_flagged(flag_values, checkpoint_dir, until_step=None,
 @signals.script_main()
 def main(argv):
   del argv  # Flags only.
-  results = evaluate_as_flagged(FLAGS, FLAGS.checkpoint_dir,
-                                until_step=FLAGS.until_step)
+  results = evaluate_as_flagged(FLAGS, FLAGS.checkpoint_dir)
   if FLAGS.until_step is not None:
     print('Done: %s (global step %d, --until_step=%d): precision @ 1 = %.3f.'
           % (results[-1]['checkpoint'], results[-1]['global_step'],

@@ -66,7 +66,7 @@ def fetch_data_then_settings(flag_values):
                               split=flag_values.eval_data)
   check_num_examples(flag_values.num_examples, data_set, flag_values.eval_data)
   flags = ('data_dir', 'eval_data', 'num_examples', 'batch_size', 'run_once',
-           'eval_interval_secs', 'dataset')
+           'eval_interval_secs', 'until_step', 'dataset')
   return EvalSettings(
       session_config=sessions.eval_config(run_flags.threads(flag_values)),
       compute_dtype=mixed_precision.compute_dtype_for_this_machine(

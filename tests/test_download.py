@@ -710,7 +710,7 @@ def test_eval_flags_prepare_their_dataset(tmp_path, printed):
   synthetic.make_cifar100_dir(str(tmp_path), records=30, test_records=10)
   flag_values = types.SimpleNamespace(
       data_dir=str(tmp_path), eval_data='test', num_examples=10,
-      batch_size=5, run_once=True, eval_interval_secs=0,
+      batch_size=5, run_once=True, eval_interval_secs=0, until_step=None,
       data_url=closed_port_url(), data_md5=None, dataset='cifar100',
       mixed_precision='off', num_intra_threads=None, num_inter_threads=None)
   settings, data_set = evaluation.fetch_data_then_settings(flag_values)
