@@ -47,7 +47,7 @@ def test_cpu_support_is_read_from_the_flags_line(cpuinfo, expected):
   assert mixed_precision.cpu_bf16_feature(cpuinfo) == expected
 
 
-def test_choice_and_its_line_for_each_machine():
+def test_choice_and_its_line_for_each_machine(monkeypatch, capsys):
   choose = mixed_precision.choose
   assert choose('off', False, 'avx512_bf16', None) == (None, None)
   assert choose('off', True, None, (9, 0)) == (None, None)
@@ -57,11 +57,14 @@ def test_choice_and_its_line_for_each_machine():
   assert line == ('Mixed precision: bfloat16 on the CPU (avx512_bf16); '
                   'variables, loss, gradients and checkpoints stay float32.')
 
-  dtype, line = choose('bf16', False, None, None)
-  assert dtype is None
-  assert line == ('--mixed_precision=bf16: this CPU has neither AVX512_BF16 '
-                  'nor AMX, so bfloat16 would be emulated and slower than '
-                  'float32: running in float32.')
+  # The CPU's answer forced, as _FORCED_CPU does for a script: printed.
+  monkeypatch.setattr(mixed_precision, 'cpu_bf16_feature',
+                      lambda cpuinfo=None: None)
+  assert mixed_precision.compute_dtype_for_this_machine('bf16', False) is None
+  assert capsys.readouterr().out == (
+      '--mixed_precision=bf16: this CPU has neither AVX512_BF16 nor AMX, so '
+      'bfloat16 would be emulated and slower than float32: running in '
+      'float32.\n')
 
   dtype, line = choose('bf16', True, None, (9, 0))
   assert dtype == tf.bfloat16 and 'compute capability 9.0' in line
@@ -159,53 +162,38 @@ def test_bfloat16_forward_pass_is_close_to_float32():
   assert not np.array_equal(reduced, exact)
 
 
-def _loss_scale_step(grads):
-  """Two steps of the float16 optimizer; returns the new weight, scale and
-  good steps, for a loss whose scaled gradients at the first scale are
-  `grads`, of a weight 1.0."""
+# Two steps of the float16 optimizer on a weight [1, 1] of gradients
+# `grads`, the second after clean steps one short of growing the scale. Each
+# step's (weight, scale in first scales, clean steps): a clean step is
+# unscaled (1 - 1, 1 + 2), the growth step still by the old scale, which it
+# then doubles; an overflowing step is skipped and halves it.
+@pytest.mark.parametrize('grads,steps', [
+    ([1, -2], [([0, 3], 1, 1), ([-1, 5], 2, 0)]),
+    ([np.inf, 1], [([1, 1], 0.5, 0), ([1, 1], 0.25, 0)])],
+                         ids=['clean', 'overflow'])
+def test_loss_scale_unscales_grows_and_skips_overflowing_steps(grads, steps):
+  start = mixed_precision.LOSS_SCALE_START
   with tf.Graph().as_default():
     global_step = tf.train.get_or_create_global_step()
     weight = tf.get_variable('w', initializer=tf.ones([2]))
     loss_scale = mixed_precision.optimizer(
         tf.train.GradientDescentOptimizer(1.0), tf.float16)
-    loss = tf.reduce_sum(
-        tf.constant(grads, tf.float32) / mixed_precision.LOSS_SCALE_START
-        * weight)
+    loss = tf.reduce_sum(tf.constant(grads, tf.float32) * weight)
     train_op = loss_scale.apply_gradients(
         loss_scale.compute_gradients(loss), global_step)
     with tf.Session(config=session_config()) as sess:
       sess.run([tf.global_variables_initializer(),
                 tf.local_variables_initializer()])
-      assert sess.run(loss_scale.scale) == mixed_precision.LOSS_SCALE_START
-      sess.run(train_op)
-      first = sess.run([weight, loss_scale.scale, loss_scale.good_steps])
-      sess.run(loss_scale.good_steps.assign(
-          mixed_precision.LOSS_SCALE_GROWTH_STEPS - 1))
-      sess.run(train_op)
-      second = sess.run([weight, loss_scale.scale, loss_scale.good_steps,
-                         global_step])
-  return first, second
-
-
-def test_loss_scale_unscales_and_grows_after_clean_steps():
-  start = mixed_precision.LOSS_SCALE_START
-  (weight, scale, good), (weight2, scale2, good2, step) = _loss_scale_step(
-      [start, -2 * start])
-  np.testing.assert_allclose(weight, [0.0, 3.0])  # 1 - 1, 1 + 2
-  assert (scale, good) == (start, 1)
-  # The growth step is still unscaled by the old scale, then doubles it.
-  np.testing.assert_allclose(weight2, [-1.0, 5.0])
-  assert (scale2, good2, step) == (2 * start, 0, 2)
-
-
-def test_loss_scale_skips_an_overflowing_step_and_halves():
-  start = mixed_precision.LOSS_SCALE_START
-  (weight, scale, good), (weight2, scale2, _, step) = _loss_scale_step(
-      [np.inf, 1.0])
-  np.testing.assert_allclose(weight, [1.0, 1.0])  # unchanged
-  assert (scale, good) == (start / 2, 0)
-  np.testing.assert_allclose(weight2, [1.0, 1.0])
-  assert scale2 == start / 4 and step == 2  # the step still counts
+      assert sess.run(loss_scale.scale) == start
+      for i, (moved, scale, good) in enumerate(steps):
+        if i:
+          sess.run(loss_scale.good_steps.assign(
+              mixed_precision.LOSS_SCALE_GROWTH_STEPS - 1))
+        sess.run(train_op)
+        np.testing.assert_allclose(sess.run(weight), moved)
+        assert sess.run([loss_scale.scale, loss_scale.good_steps]) == [
+            scale * start, good]
+      assert sess.run(global_step) == 2  # An overflowing step counts too.
 
 
 def _checkpoint_contents(checkpoint):
@@ -388,10 +376,6 @@ runpy.run_path(sys.argv[0], run_name='__main__')
 """
 
 
-def _losses(stdout):
-  return [float(m['loss']) for m in step_line().finditer(stdout)]
-
-
 def test_bfloat16_training_learns_a_batch_as_float32_does():
   # One fixed batch of the synthetic colour images, 60 plain SGD steps at
   # the original's learning rate (which makes the loss jump about); the
@@ -431,21 +415,9 @@ def test_training_script_with_the_flag_says_how_first_and_trains(data_dir,
   assert result.stdout.splitlines()[0] == (
       'Mixed precision: bfloat16 on the CPU (avx512_bf16); variables, loss, '
       'gradients and checkpoints stay float32.')
-  assert len(_losses(result.stdout)) == 2, result.stdout
+  assert len(step_line().findall(result.stdout)) == 2, result.stdout
   assert re.search(r'^Done: step 10 reached', result.stdout, re.M)
   assert result.stderr == ''
-
-
-def test_cpu_without_bfloat16_says_so_and_computes_in_float32(monkeypatch,
-                                                              capsys):
-  # The CPU's answer forced, as _FORCED_CPU does for a script.
-  monkeypatch.setattr(mixed_precision, 'cpu_bf16_feature',
-                      lambda cpuinfo=None: None)
-  assert mixed_precision.compute_dtype_for_this_machine('bf16', False) is None
-  assert capsys.readouterr().out == (
-      '--mixed_precision=bf16: this CPU has neither AVX512_BF16 nor AMX, so '
-      'bfloat16 would be emulated and slower than float32: running in '
-      'float32.\n')
 
 
 def test_this_machine_prints_its_own_answer(data_dir, tmp_path, capsys):
