@@ -16,7 +16,6 @@ import cifar10_train
 from cifar10_support import data_files
 from cifar10_support import evaluation
 from cifar10_support import mixed_precision
-from cifar10_support import run_flags
 from cifar10_support import train_dirs
 import synthetic
 from testutil import save_checkpoint
@@ -74,11 +73,6 @@ def test_choice_and_its_line_for_each_machine(monkeypatch, capsys):
     assert 'float16 with dynamic loss scaling' in line
 
 
-def _variables_by_name():
-  return {v.op.name: (v.dtype.base_dtype, v.shape.as_list())
-          for v in tf.global_variables()}
-
-
 def _types(op):
   """The dtypes of op's 'T' attribute (one, or a list); empty without one."""
   if 'T' not in op.node_def.attr:
@@ -92,25 +86,24 @@ def _reduced_ops(graph):
 
 
 def _training_graph(compute_dtype, batch=4):
-  graph = tf.Graph()
-  with graph.as_default():
+  """The training graph, its logits and loss, and {variable name: (dtype,
+  shape)}."""
+  with tf.Graph().as_default() as graph:
     global_step = tf.train.get_or_create_global_step()
-    images = tf.zeros([batch, 24, 24, 3])
-    labels = tf.zeros([batch], tf.int32)
-    logits = cifar10.inference(images, compute_dtype)
-    loss = cifar10.loss(logits, labels)
+    logits = cifar10.inference(tf.zeros([batch, 24, 24, 3]), compute_dtype)
+    loss = cifar10.loss(logits, tf.zeros([batch], tf.int32))
     cifar10.train(loss, global_step, batch, compute_dtype)
-  return graph, logits, loss
+    return graph, logits, loss, {
+        v.op.name: (v.dtype.base_dtype, v.shape.as_list())
+        for v in tf.global_variables()}
 
 
 def test_reduced_precision_ops_appear_only_with_the_flag():
-  graph, logits, _ = _training_graph(None)
+  graph, _, _, float32_variables = _training_graph(None)
   assert _reduced_ops(graph) == []
-  with graph.as_default():
-    float32_variables = _variables_by_name()
 
   for dtype in REDUCED:
-    graph, logits, loss = _training_graph(dtype)
+    graph, logits, loss, variables = _training_graph(dtype)
     reduced = _reduced_ops(graph)
     types = {op.type for op in reduced}
     assert {'Conv2D', 'Conv2DBackpropFilter', 'Conv2DBackpropInput',
@@ -129,15 +122,12 @@ def test_reduced_precision_ops_appear_only_with_the_flag():
         assert _types(op) == {tf.float32}, op.name
     assert logits.dtype == tf.float32 and loss.dtype == tf.float32
     assert logits.op.name == 'softmax_linear/softmax_linear'
-    with graph.as_default():
-      # The same variables, names, shapes and dtypes: the same checkpoint.
-      assert {name: variable for name, variable in _variables_by_name().items()
-              if not name.startswith('loss_scale/')} == float32_variables
-      # Beside them float16 saves its loss scale, no other dtype anything.
-      scale = [v.op.name for v in tf.global_variables()
-               if v.op.name.startswith('loss_scale')]
-    assert scale == (['loss_scale/scale', 'loss_scale/good_steps']
-                     if dtype == tf.float16 else [])
+    # The same variables, names, shapes and dtypes: the same checkpoint;
+    # beside them float16 saves its loss scale, no other dtype anything.
+    assert variables == dict(float32_variables, **(
+        {'loss_scale/scale': (tf.float32, []),
+         'loss_scale/good_steps': (tf.int64, [])}
+        if dtype == tf.float16 else {}))
 
 
 def test_bfloat16_forward_pass_is_close_to_float32():
@@ -202,39 +192,6 @@ def _checkpoint_contents(checkpoint):
           for name, shape in reader.get_variable_to_shape_map().items()}
 
 
-@pytest.mark.slow  # Trains.
-def test_bfloat16_checkpoint_is_float32_and_evaluates_both_ways(data_dir,
-                                                                tmp_path):
-  # Trained with and without the flag, each evaluated with and without it.
-  dirs = {}
-  for name, dtype in (('float32', None), ('bfloat16', tf.bfloat16)):
-    dirs[name] = str(tmp_path / name)
-    testutil.train(cifar10_train.train, run_flags.TrainSettings(
-        data_dir, dirs[name], max_steps=3, batch_size=8, input_threads=1,
-        save_checkpoint_secs=3600, compute_dtype=dtype))
-  checkpoints = {name: tf.train.latest_checkpoint(path)
-                 for name, path in dirs.items()}
-  contents = _checkpoint_contents(checkpoints['bfloat16'])
-  assert contents == _checkpoint_contents(checkpoints['float32'])
-  assert len(contents) == 25
-  assert {dtype for dtype, _ in contents.values()} == {tf.float32, tf.int64}
-  for name, checkpoint in checkpoints.items():
-    results = [testutil.eval_once(checkpoint, evaluation.EvalSettings(
-                   data_dir, num_examples=20, batch_size=10,
-                   session_config=session_config(), compute_dtype=dtype))
-               for dtype in (None, tf.bfloat16)]
-    assert [r['global_step'] for r in results] == [3, 3], name
-    assert [r['num_examples'] for r in results] == [20, 20], name
-  # Each resumes in training the other way round.
-  for name, dtype in (('float32', tf.bfloat16), ('bfloat16', None)):
-    stats = testutil.train(cifar10_train.train, run_flags.TrainSettings(
-        data_dir, dirs[name], max_steps=5, batch_size=8, input_threads=1,
-        save_checkpoint_secs=3600, compute_dtype=dtype))
-    assert stats['global_step'] == 5, name
-    assert _checkpoint_contents(tf.train.latest_checkpoint(dirs[name])) == (
-        contents)
-
-
 def test_eval_graph_computes_in_bfloat16_and_predicts_as_float32(data_dir):
   with tf.Graph().as_default() as graph:
     settings = evaluation.EvalSettings(data_dir, batch_size=10,
@@ -286,6 +243,26 @@ def _start(train_dir, data_set, dtype, scale=None):
                               global_step=7)
         values = sess.run(state)
   return tuple(values) if dtype == tf.float16 else (values[0], None, None)
+
+
+@pytest.mark.slow  # Sessions of the training graph.
+def test_bfloat16_checkpoint_is_float32s_and_each_resumes_the_other(
+    data_dir, tmp_path, capsys):
+  # The 25 variables of float32's checkpoint, so either evaluates either
+  # way (test_eval_with_the_flag_predicts_what_the_weights_say); a real
+  # run's: test_training_script_with_the_flag_says_how_first_and_trains.
+  data_set = data_files.describe(data_dir)
+  contents = []
+  for dtype, other in ((None, tf.bfloat16), (tf.bfloat16, None)):
+    train_dir = str(tmp_path / str(dtype))
+    assert _start(train_dir, data_set, dtype, scale=()) == (7, None, None)
+    contents.append(_checkpoint_contents(tf.train.latest_checkpoint(
+        train_dir)))
+    assert _start(train_dir, data_set, other) == (7, None, None)
+  assert contents[0] == contents[1] and len(contents[0]) == 25
+  assert {dtype for dtype, _ in contents[0].values()} == {tf.float32,
+                                                          tf.int64}
+  assert 'Starting fresh' not in capsys.readouterr().out
 
 
 @pytest.mark.slow  # Sessions of the training graph.
@@ -402,8 +379,8 @@ def test_bfloat16_training_learns_a_batch_as_float32_does():
 @pytest.mark.slow  # Starts a process.
 def test_training_script_with_the_flag_says_how_first_and_trains(data_dir,
                                                                  tmp_path):
-  # The console: the line before anything else, nothing on stderr. That the
-  # checkpoint is float32: test_bfloat16_checkpoint_is_float32_and_... above.
+  # The console: the line before anything else, nothing on stderr; a
+  # float32 checkpoint.
   train_dir = str(tmp_path / 'train')
   # The CPU's answer decides only where no GPU is visible.
   result = testutil.run_script('cifar10_train.py', [
@@ -418,6 +395,9 @@ def test_training_script_with_the_flag_says_how_first_and_trains(data_dir,
   assert len(step_line().findall(result.stdout)) == 2, result.stdout
   assert re.search(r'^Done: step 10 reached', result.stdout, re.M)
   assert result.stderr == ''
+  contents = _checkpoint_contents(tf.train.latest_checkpoint(train_dir))
+  assert len(contents) == 25
+  assert {dtype for dtype, _ in contents.values()} == {tf.float32, tf.int64}
 
 
 def test_this_machine_prints_its_own_answer(data_dir, tmp_path, capsys):
