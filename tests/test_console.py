@@ -77,30 +77,21 @@ def test_only_known_noise_is_dropped_from_the_import():
       'E0000 00:00:17.1 1 y.cc:2] a real error', 'from Python', 'after']
 
 
-class _TensorFlowNotLoadedYet:
-  """console's `sys` as a script's first line sees it: no TensorFlow in
-  sys.modules. (before_tensorflow's own `import tensorflow` then finds this
-  process's, loaded already: it loads nothing.)"""
-  modules = {}
-
-  def __getattr__(self, name):
-    return getattr(sys, name)
-
-
-def _without_tensorflow(monkeypatch, driver):
-  """before_tensorflow as at a script's start, on a machine with an NVIDIA
-  driver or without one; the libraries it asks ctypes to load."""
+def _at_a_scripts_start(monkeypatch, driver):
+  """console as at a script's start, on a machine with an NVIDIA driver or
+  without one: no TensorFlow in its sys.modules (its own `import tensorflow`
+  then finds this process's: it loads nothing). Returns the list of the
+  libraries it asks ctypes to load."""
   asked = []
 
   def cdll(name):
     asked.append(name)
     if not driver:
-      raise OSError('%s: cannot open shared object file: No such file or '
-                    'directory' % name)
-    return object()
+      raise OSError(name + ': cannot open shared object file')
 
   monkeypatch.setattr(console, 'ctypes', types.SimpleNamespace(CDLL=cdll))
-  monkeypatch.setattr(console, 'sys', _TensorFlowNotLoadedYet())
+  monkeypatch.setattr(console, 'sys',
+                      types.SimpleNamespace(modules={}, stderr=sys.stderr))
   monkeypatch.setenv('TF_ENABLE_ONEDNN_OPTS', '1')  # Restored afterwards.
   return asked
 
@@ -113,34 +104,31 @@ def _users_level(monkeypatch, level):
 
 
 # The user's TF_CPP_MIN_LOG_LEVEL (None: unset) -> the one TensorFlow loads
-# with (docs/console.md): the default, 2 with an NVIDIA driver and 3
-# without, or the user's where it hides more; 0 or less asks for everything
-# and is left alone. The values without a driver are what the scripts set on
-# this machine, which has none (each run once by hand).
+# with (docs/console.md), with an NVIDIA driver and without (as here: each
+# run once by hand): the default, 2 or 3, or the user's where it hides more;
+# 0 or less asks for everything and is left alone.
 LOADED_WITH = {
-    True: {None: '2', '': '2', '1': '2', '2': '2', '3': '3', 'junk': '2',
-           '0': '0', '-1': '-1'},
-    False: {None: '3', '': '3', '1': '3', '2': '3', '3': '3', 'junk': '3',
-            '0': '0', '-1': '-1'},
-}
+    None: ('2', '3'), '': ('2', '3'), '1': ('2', '3'), '2': ('2', '3'),
+    'junk': ('2', '3'), '3': ('3', '3'), '0': ('0', '0'), '-1': ('-1', '-1')}
 
 
 @pytest.mark.parametrize('driver', [True, False])
 def test_a_users_quieting_level_never_hides_less_than_the_default(
     monkeypatch, driver):
-  asked = _without_tensorflow(monkeypatch, driver)
-  for level, loaded_with in LOADED_WITH[driver].items():
+  asked = _at_a_scripts_start(monkeypatch, driver)
+  for level, loaded_with in LOADED_WITH.items():
     _users_level(monkeypatch, level)
     del asked[:]
     console.before_tensorflow('__main__')
-    assert os.environ.get('TF_CPP_MIN_LOG_LEVEL') == loaded_with, level
+    assert os.environ.get('TF_CPP_MIN_LOG_LEVEL') == loaded_with[
+        0 if driver else 1], level
     # A quiet start looks for the driver as TensorFlow does; 0 does not.
     assert asked == ([] if level in ('0', '-1') else ['libcuda.so.1']), level
 
 
 def test_an_imported_script_or_a_loaded_tensorflow_keeps_the_users_level(
     monkeypatch):
-  asked = _without_tensorflow(monkeypatch, driver=False)
+  asked = _at_a_scripts_start(monkeypatch, driver=False)
   for level in (None, '1'):
     _users_level(monkeypatch, level)
     console.before_tensorflow('cifar10_train')  # Imported, as tests do.

@@ -98,9 +98,17 @@ def _training_graph(compute_dtype, batch=4):
         for v in tf.global_variables()}
 
 
-def test_reduced_precision_ops_appear_only_with_the_flag():
+def test_reduced_precision_ops_appear_only_with_the_flag(data_dir):
   graph, _, _, float32_variables = _training_graph(None)
   assert _reduced_ops(graph) == []
+  # The eval graph's convolutions in bfloat16 too (what it predicts:
+  # test_eval_with_the_flag_predicts_what_the_weights_say).
+  with tf.Graph().as_default() as graph:
+    settings = evaluation.EvalSettings(data_dir, batch_size=10,
+                                       compute_dtype=tf.bfloat16)
+    cifar10_eval.build_eval_graph(settings, testutil.described(settings))
+  assert [op.get_attr('T') for op in graph.get_operations()
+          if op.type == 'Conv2D'] == [tf.bfloat16] * 2
 
   for dtype in REDUCED:
     graph, logits, loss, variables = _training_graph(dtype)
@@ -190,15 +198,6 @@ def _checkpoint_contents(checkpoint):
   reader = tf.train.load_checkpoint(checkpoint)
   return {name: (reader.get_variable_to_dtype_map()[name], shape)
           for name, shape in reader.get_variable_to_shape_map().items()}
-
-
-def test_eval_graph_computes_in_bfloat16_and_predicts_as_float32(data_dir):
-  with tf.Graph().as_default() as graph:
-    settings = evaluation.EvalSettings(data_dir, batch_size=10,
-                                       compute_dtype=tf.bfloat16)
-    cifar10_eval.build_eval_graph(settings, testutil.described(settings))
-  convs = [op for op in graph.get_operations() if op.type == 'Conv2D']
-  assert [op.get_attr('T') for op in convs] == [tf.bfloat16] * 2
 
 
 @pytest.mark.parametrize('dtype', [tf.float32, tf.float16])
