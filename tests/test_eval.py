@@ -352,11 +352,8 @@ def test_run_once_on_a_damaged_checkpoint_exits_with_its_skipping_line(
 
 
 def test_follows_training_each_checkpoint_once(data_dir, tmp_path, capsys):
-  checkpoint_dir = tmp_path / 'train'
+  checkpoint_dir, eval_dir = tmp_path / 'train', tmp_path / 'eval'
   checkpoint_dir.mkdir()
-  eval_dir = tmp_path / 'eval'
-  eval_dir.mkdir()
-  (eval_dir / 'keep.txt').write_text('not deleted')
 
   # What training does while the evaluator sleeps between looks. (A damaged
   # checkpoint is skipped too: test_train_dir_faults.py's
@@ -393,7 +390,6 @@ def test_follows_training_each_checkpoint_once(data_dir, tmp_path, capsys):
           'softmax_linear/biases)' % (checkpoint_dir / 'model.ckpt-11')
           in output)
   assert output.count('precision @ 1 =') == 2
-  assert (eval_dir / 'keep.txt').exists()
   assert {key: value for key, value in _events(str(eval_dir)).items()
           if key[1] == 'Precision @ 1'} == {
               (1, 'Precision @ 1'): [pytest.approx(0.1)],
@@ -419,20 +415,16 @@ def test_bad_flags_are_refused_when_parsed():
       'training, not to --run_once')
 
 
-@pytest.mark.parametrize('kwargs,message', [
-    ({'eval_data': 'train'}, "eval_data must be 'test' or 'train_eval'"),
-    ({'eval_data': 'test', 'num_examples': 21},
+@pytest.mark.parametrize('eval_data,num_examples,message', [
+    ('train', 20, "eval_data must be 'test' or 'train_eval'"),
+    ('test', 21,
      r'num_examples=21 is more than the 20 records in .*test_batch\.bin'),
-    ({'eval_data': 'train_eval', 'num_examples': 101},
-     'num_examples=101 is more than the 100 records'),
-])
-def test_bad_settings_are_named(data_dir, kwargs, message):
+    ('train_eval', 101, 'num_examples=101 is more than the 100 records')])
+def test_bad_settings_are_named(data_dir, eval_data, num_examples, message):
   # Checked with the flags, before any graph (fetch_data_then_settings).
-  settings = dict({'num_examples': 20}, **kwargs)
   with pytest.raises(ValueError, match=message):
-    evaluation.check_num_examples(settings['num_examples'],
-                                  data_files.describe(data_dir),
-                                  settings['eval_data'])
+    evaluation.check_num_examples(num_examples, data_files.describe(data_dir),
+                                  eval_data)
 
 
 def test_confusion_image_shows_row_fractions():

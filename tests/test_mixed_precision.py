@@ -245,31 +245,12 @@ def _start(train_dir, data_set, dtype, scale=None):
 
 
 @pytest.mark.slow  # Sessions of the training graph.
-def test_bfloat16_checkpoint_is_float32s_and_each_resumes_the_other(
-    data_dir, tmp_path, capsys):
-  # The 25 variables of float32's checkpoint, so either evaluates either
-  # way (test_eval_with_the_flag_predicts_what_the_weights_say); a real
-  # run's: test_training_script_with_the_flag_says_how_first_and_trains.
-  data_set = data_files.describe(data_dir)
-  contents = []
-  for dtype, other in ((None, tf.bfloat16), (tf.bfloat16, None)):
-    train_dir = str(tmp_path / str(dtype))
-    assert _start(train_dir, data_set, dtype, scale=()) == (7, None, None)
-    contents.append(_checkpoint_contents(tf.train.latest_checkpoint(
-        train_dir)))
-    assert _start(train_dir, data_set, other) == (7, None, None)
-  assert contents[0] == contents[1] and len(contents[0]) == 25
-  assert {dtype for dtype, _ in contents[0].values()} == {tf.float32,
-                                                          tf.int64}
-  assert 'Starting fresh' not in capsys.readouterr().out
-
-
-@pytest.mark.slow  # Sessions of the training graph.
 def test_float16_saves_its_loss_scale_and_resumes_from_float32_and_back(
     data_dir, tmp_path, capsys):
   # The loss scale's state goes with float16's checkpoint, so that a resumed
   # run goes on with the scale the unstopped one had; float32 checkpoints
-  # keep the original's 25 variables, and each resumes the other's.
+  # keep the original's 25 variables, as bfloat16's (the same checkpoint:
+  # either evaluates either way), and each resumes the others'.
   train_dir, data_set = str(tmp_path), data_files.describe(data_dir)
   start = mixed_precision.LOSS_SCALE_START
   assert _start(train_dir, data_set, tf.float16, scale=(256.0, 5)) == (
@@ -285,11 +266,17 @@ def test_float16_saves_its_loss_scale_and_resumes_from_float32_and_back(
   assert testutil.eval_once(checkpoint, evaluation.EvalSettings(
       data_dir, num_examples=20, batch_size=10,
       session_config=session_config()))['global_step'] == 7
-  # A float32 run resumes from it, and saves the 25 alone.
-  assert _start(train_dir, data_set, None, scale=()) == (7, None, None)
-  assert len(_checkpoint_contents(tf.train.latest_checkpoint(train_dir))) == 25
+  # A float32 run resumes from it, and saves the 25 alone; a bfloat16 run
+  # resumes that and saves the same, which float32 resumes.
+  saved = []
+  for dtype in (None, tf.bfloat16, None):
+    assert _start(train_dir, data_set, dtype) == (7, None, None)
+    assert _start(train_dir, data_set, dtype, scale=()) == (7, None, None)
+    saved.append(_checkpoint_contents(tf.train.latest_checkpoint(train_dir)))
+  assert saved[0] == saved[1] == saved[2] and len(saved[0]) == 25
+  assert {dtype for dtype, _ in saved[0].values()} == {tf.float32, tf.int64}
   # A float16 run resumes from that one, its loss scale started afresh.
-  capsys.readouterr()
+  assert 'Starting fresh' not in capsys.readouterr().out
   assert _start(train_dir, data_set, tf.float16) == (7, start, 0)
   assert ('Starting fresh (not in model.ckpt-7, which another trainer or '
           'precision wrote): '
@@ -378,8 +365,8 @@ def test_bfloat16_training_learns_a_batch_as_float32_does():
 @pytest.mark.slow  # Starts a process.
 def test_training_script_with_the_flag_says_how_first_and_trains(data_dir,
                                                                  tmp_path):
-  # The console: the line before anything else, nothing on stderr; a
-  # float32 checkpoint.
+  # The console: the line before anything else, nothing on stderr; the
+  # 25 float32 variables (test_float16_saves_its_loss_scale_and_...).
   train_dir = str(tmp_path / 'train')
   # The CPU's answer decides only where no GPU is visible.
   result = testutil.run_script('cifar10_train.py', [
