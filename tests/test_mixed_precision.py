@@ -388,7 +388,8 @@ def test_training_script_with_the_flag_says_how_first_and_trains(data_dir,
 
 def test_this_machine_prints_its_own_answer(data_dir, tmp_path, capsys):
   # cifar10_eval.py's flags as a user gives them, on this machine's real
-  # detection; no checkpoint there: the usual error, after the line.
+  # detection; no checkpoint there: its error, after the line, names
+  # the directory.
   line = testutil.exit_line(
       lambda: cifar10_eval.evaluate_as_flagged(cifar10_eval.FLAGS,
                                                str(tmp_path)),
@@ -396,7 +397,8 @@ def test_this_machine_prints_its_own_answer(data_dir, tmp_path, capsys):
                           '--eval_dir=%s' % (tmp_path / 'eval'),
                           '--num_examples=20', '--mixed_precision=bf16'],
       cifar10_eval.FLAGS)
-  assert 'No checkpoint file found' in line
+  assert line.startswith('cifar10_eval.py: error: No checkpoint file found '
+                         'in checkpoint_dir %s' % tmp_path), line
   out = capsys.readouterr().out
   if tf.config.list_physical_devices('GPU'):
     # A GPU's line depends on its compute capability (tested above).

@@ -94,20 +94,16 @@ def tensorboard(logdir, tmp_path_factory):
           cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
       testutil.wait_for('TensorBoard to show every run of ' + logdir,
-                        lambda: (server.poll() is not None or
-                                 _shows_every_run(port)), [console])
+                        lambda: _shows_every_run(port), [console],
+                        lambda: server.poll() is not None and 'it ended')
     except BaseException:
       server.kill()
       server.wait()
+      with open(console) as f:  # Another process took the port first?
+        if 'TensorBoard could not bind to port %d, it was already in use' % (
+            port) in f.read():
+          raise testutil.PortTaken()
       raise
-    if server.poll() is not None:
-      with open(console) as f:
-        output = f.read()
-      # Another process bound the port after free_ports picked it.
-      if 'TensorBoard could not bind to port %d, it was already in use' % (
-          port) in output:
-        raise testutil.PortTaken()
-      pytest.fail('TensorBoard ended:\n' + output[-3000:])
     return server, port
 
   server, port = testutil.retry_port_taken(start)
