@@ -1,12 +1,9 @@
-"""Each trainer learns, as a user runs it: the script as a process with its
-own hyper-parameters and a seed on learnable synthetic data, then what
-cifar10_eval.py --run_once gives on its checkpoint (testutil.eval_precision,
-a call), asserting a precision an untrained model cannot reach
-(testutil.LEARNED; chance is 0.1).
-
-One device and CPU towers here; the cluster trainers learn in the tests
-that run their clusters already: asynchronous and --sync_replicas in
-test_distributed_train.py, the managed chief in test_managed_clusters.py.
+"""Each trainer learns as a user runs it: the script as a process, its own
+hyper-parameters and a seed, on learnable synthetic data; then what
+cifar10_eval.py --run_once gives on its checkpoint (a call:
+testutil.eval_precision) is a precision an untrained model cannot reach
+(testutil.LEARNED; chance is 0.1). The cluster trainers learn in their
+clusters' tests (test_distributed_train.py, test_managed_clusters.py).
 """
 
 import pytest

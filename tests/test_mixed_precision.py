@@ -283,48 +283,60 @@ def test_float16_saves_its_loss_scale_and_resumes_from_float32_and_back(
           'loss_scale/good_steps, loss_scale/scale.') in capsys.readouterr().out
 
 
-def _colour_batch():
-  """32 cropped, normalized synthetic colour images and their labels."""
+def _colour_steps(dtype, steps, start=None):
+  """`steps` plain SGD steps (cifar10.train's, with its loss scale for
+  float16) of the model in dtype on one batch of 32 cropped, normalized
+  synthetic colour images, from the weights `start` (None: graph seed 0's).
+  Returns the weights before and after, each step's cross-entropy, and the
+  loss scale's state ([] but for float16)."""
   labels = np.arange(32) % 10
-  images = synthetic.visible_label_images(labels, np.random.RandomState(0))
-  images = images[:, 4:28, 4:28]
-  return (images - images.mean()) / images.std(), labels
+  images = synthetic.visible_label_images(
+      labels, np.random.RandomState(0))[:, 4:28, 4:28]
+  with tf.Graph().as_default() as graph:
+    tf.set_random_seed(0)
+    global_step = tf.train.get_or_create_global_step()
+    logits = cifar10.inference(tf.constant(
+        (images - images.mean()) / images.std(), tf.float32), dtype)
+    train_op = cifar10.train(cifar10.loss(logits, tf.constant(labels)),
+                             global_step, 32, compute_dtype=dtype)
+    cross_entropy = graph.get_tensor_by_name('cross_entropy:0')
+    weights = {v.op.name: v for v in tf.trainable_variables()}
+    scale = [v for v in tf.global_variables()
+             if v.op.name.startswith('loss_scale/')]
+    with tf.Session(config=session_config()) as sess:
+      sess.run([tf.global_variables_initializer(),
+                tf.local_variables_initializer()])
+      if start is not None:
+        sess.run([var.assign(start[name]) for name, var in weights.items()])
+      before = sess.run(weights)
+      losses = [sess.run([train_op, cross_entropy])[1] for _ in range(steps)]
+      return before, sess.run(weights), losses, sess.run(scale)
 
 
 def test_float16_step_scales_the_loss_and_moves_the_weights_as_float32():
-  images, labels = _colour_batch()
-  start, moved = None, {}
-  for dtype in (None, tf.float16):
-    with tf.Graph().as_default():
-      global_step = tf.train.get_or_create_global_step()
-      logits = cifar10.inference(tf.constant(images, tf.float32), dtype)
-      train_op = cifar10.train(cifar10.loss(logits, tf.constant(labels)),
-                               global_step, 32, compute_dtype=dtype)
-      weights = {v.op.name: v for v in tf.trainable_variables()}
-      with tf.Session(config=session_config()) as sess:
-        sess.run([tf.global_variables_initializer(),
-                  tf.local_variables_initializer()])
-        if start is None:
-          start = sess.run(weights)
-        # The same start for both.
-        sess.run([var.assign(start[name]) for name, var in weights.items()])
-        sess.run(train_op)
-        moved[dtype] = {name: value - start[name]
-                        for name, value in sess.run(weights).items()}
-        if dtype == tf.float16:
-          scale = sess.run([v for v in tf.global_variables()
-                            if v.op.name.startswith('loss_scale/')])
+  start, exact, _, _ = _colour_steps(None, 1)
+  _, reduced, _, scale = _colour_steps(tf.float16, 1, start)
   # Unscaled: each variable moved as in float32, to float16's precision (a
   # missing scale would leave the gradients 32,768 times too small, a
   # missing unscaling as many times too large: a relative error near 1 or
   # far above it). Compared as whole vectors, not element by element: a
   # ReLU input near zero can round to the other side in float16, and on
   # some CPUs does, which changes that unit's gradients outright.
-  for name, delta in moved[None].items():
+  for name, value in exact.items():
+    delta = value - start[name]
     assert np.abs(delta).max() > 0, name
-    error = np.linalg.norm(moved[tf.float16][name] - delta)
+    error = np.linalg.norm(reduced[name] - value)
     assert error < 0.1 * np.linalg.norm(delta), name
   assert scale == [mixed_precision.LOSS_SCALE_START, 1]
+
+
+def test_bfloat16_training_learns_a_batch_as_float32_does():
+  # 60 steps at the original's learning rate (which makes the loss jump
+  # about); the cross-entropy starts at ln(10) = 2.30.
+  for dtype in (None, tf.bfloat16):
+    losses = _colour_steps(dtype, 60)[2]
+    assert losses[0] == pytest.approx(np.log(10), abs=0.05)
+    assert np.mean(losses[-20:]) < 0.75 * np.log(10), (dtype, losses)
 
 
 # Runs a script (argv[2:]) with the CPU's bfloat16 support forced to argv[1].
@@ -337,29 +349,6 @@ feature, sys.argv = sys.argv[1], sys.argv[2:]
 mixed_precision.cpu_bf16_feature = lambda cpuinfo=None: feature
 runpy.run_path(sys.argv[0], run_name='__main__')
 """
-
-
-def test_bfloat16_training_learns_a_batch_as_float32_does():
-  # One fixed batch of the synthetic colour images, 60 plain SGD steps at
-  # the original's learning rate (which makes the loss jump about); the
-  # cross-entropy starts at ln(10) = 2.30.
-  images, labels = _colour_batch()
-  late = {}
-  for dtype in (None, tf.bfloat16):
-    with tf.Graph().as_default() as graph:
-      tf.set_random_seed(0)
-      global_step = tf.train.get_or_create_global_step()
-      logits = cifar10.inference(tf.constant(images, tf.float32), dtype)
-      train_op = cifar10.train(cifar10.loss(logits, tf.constant(labels)),
-                               global_step, 32)
-      cross_entropy = graph.get_tensor_by_name('cross_entropy:0')
-      with tf.Session(config=session_config()) as sess:
-        sess.run(tf.global_variables_initializer())
-        losses = [sess.run([train_op, cross_entropy])[1] for _ in range(60)]
-    assert losses[0] == pytest.approx(np.log(10), abs=0.05)
-    late[dtype] = np.mean(losses[-20:])
-  assert late[tf.bfloat16] < 0.75 * np.log(10), late
-  assert late[None] < 0.75 * np.log(10), late
 
 
 @pytest.mark.slow  # Starts a process.
