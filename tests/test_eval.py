@@ -126,20 +126,9 @@ def test_test_file_alone_is_enough_and_nothing_is_fetched(data_dir, colour_dir,
   assert len(PRECISION_LINE.findall(printed)) == 1
   assert 'CIFAR-10' not in printed  # No "getting", no "extracting".
   assert os.listdir(str(only_test)) == ['test_batch.bin']
-
-  # The training files are needed for train_eval: that one is named, in the
-  # script's line (what its main runs, with these flags).
-  line = testutil.exit_line(
-      lambda: cifar10_eval.evaluate_as_flagged(cifar10_eval.FLAGS, colour_dir),
-      'cifar10_eval.py', [
-          '--run_once', '--data_dir=' + data, '--data_url=' + url,
-          '--eval_dir=%s' % (tmp_path / 'e'), '--num_examples=20',
-          '--eval_data=train_eval'], cifar10_eval.FLAGS)
-  assert ('%s is incomplete (Failed to find file: %s/data_batch_1.bin '
-          % (only_test, only_test)) in capsys.readouterr().out
-  assert line.startswith(
-      'cifar10_eval.py: error: Failed to find file: %s/data_batch_1.bin'
-      % only_test), line
+  # (train_eval's files, missing, are fetched: test_download.py's
+  # test_only_a_missing_file_that_is_read_is_fetched; named where they
+  # cannot be: its test_incomplete_dir_without_archive_names_both_problems.)
 
 
 def test_untrained_checkpoint_is_near_chance(data_dir, tmp_path):
@@ -385,7 +374,6 @@ def test_bad_flags_are_refused_when_parsed():
   with pytest.raises(flags.IllegalFlagValueError,
                      match=r'should be one of <test\|train_eval>'):
     cifar10_eval.FLAGS['eval_data'].parse('train')
-  assert cifar10_eval.FLAGS['eval_data'].default == 'test'
   # --until_step follows training: with --run_once, a rule between flags.
   with pytest.raises(flags.IllegalFlagValueError) as e:
     with testutil.as_script('cifar10_eval.py', ['--run_once',
