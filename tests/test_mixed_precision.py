@@ -138,28 +138,6 @@ def test_reduced_precision_ops_appear_only_with_the_flag(data_dir):
         if dtype == tf.float16 else {}))
 
 
-def test_bfloat16_forward_pass_is_close_to_float32():
-  images = np.random.RandomState(0).normal(size=(16, 24, 24, 3))
-  outputs = []
-  for dtype in (None, tf.bfloat16):
-    with tf.Graph().as_default():
-      tf.set_random_seed(1)
-      logits = cifar10.inference(tf.constant(images, tf.float32), dtype)
-      # Larger weights than the initial ones, so that the logits differ.
-      scale = [v.assign(v * 4) for v in tf.trainable_variables()
-               if 'weights' in v.op.name]
-      with tf.Session(config=session_config()) as sess:
-        sess.run(tf.global_variables_initializer())
-        sess.run(scale)
-        outputs.append(sess.run(logits))
-  exact, reduced = outputs
-  assert np.abs(exact).max() > 0.1
-  # About 3 significant digits: close, and not identical (it computed in
-  # bfloat16).
-  assert np.abs(reduced - exact).max() < 0.05 * np.abs(exact).max()
-  assert not np.array_equal(reduced, exact)
-
-
 # Two steps of the float16 optimizer on a weight [1, 1] of gradients
 # `grads`, the second after clean steps one short of growing the scale. Each
 # step's (weight, scale in first scales, clean steps): a clean step is
@@ -287,8 +265,8 @@ def _colour_steps(dtype, steps, start=None):
   """`steps` plain SGD steps (cifar10.train's, with its loss scale for
   float16) of the model in dtype on one batch of 32 cropped, normalized
   synthetic colour images, from the weights `start` (None: graph seed 0's).
-  Returns the weights before and after, each step's cross-entropy, and the
-  loss scale's state ([] but for float16)."""
+  Returns the weights before and after, each step's cross-entropy, the
+  loss scale's state ([] but for float16) and the logits after."""
   labels = np.arange(32) % 10
   images = synthetic.visible_label_images(
       labels, np.random.RandomState(0))[:, 4:28, 4:28]
@@ -310,12 +288,13 @@ def _colour_steps(dtype, steps, start=None):
         sess.run([var.assign(start[name]) for name, var in weights.items()])
       before = sess.run(weights)
       losses = [sess.run([train_op, cross_entropy])[1] for _ in range(steps)]
-      return before, sess.run(weights), losses, sess.run(scale)
+      return before, sess.run(weights), losses, sess.run(scale), sess.run(
+          logits)
 
 
 def test_float16_step_scales_the_loss_and_moves_the_weights_as_float32():
-  start, exact, _, _ = _colour_steps(None, 1)
-  _, reduced, _, scale = _colour_steps(tf.float16, 1, start)
+  start, exact = _colour_steps(None, 1)[:2]
+  _, reduced, _, scale, _ = _colour_steps(tf.float16, 1, start)
   # Unscaled: each variable moved as in float32, to float16's precision (a
   # missing scale would leave the gradients 32,768 times too small, a
   # missing unscaling as many times too large: a relative error near 1 or
@@ -330,13 +309,19 @@ def test_float16_step_scales_the_loss_and_moves_the_weights_as_float32():
   assert scale == [mixed_precision.LOSS_SCALE_START, 1]
 
 
-def test_bfloat16_training_learns_a_batch_as_float32_does():
+def test_bfloat16_learns_a_batch_as_float32_does_computing_close_to_it():
   # 60 steps at the original's learning rate (which makes the loss jump
   # about); the cross-entropy starts at ln(10) = 2.30.
-  for dtype in (None, tf.bfloat16):
-    losses = _colour_steps(dtype, 60)[2]
+  for dtype in (tf.bfloat16, None):  # float32's weights and logits last.
+    _, weights, losses, _, exact = _colour_steps(dtype, 60)
     assert losses[0] == pytest.approx(np.log(10), abs=0.05)
     assert np.mean(losses[-20:]) < 0.75 * np.log(10), (dtype, losses)
+  # float32's trained weights (their logits far from the initial ones' 0) in
+  # bfloat16: about 3 significant digits, close and not identical.
+  reduced = _colour_steps(tf.bfloat16, 0, weights)[4]
+  assert np.abs(exact).max() > 1
+  assert np.abs(reduced - exact).max() < 0.05 * np.abs(exact).max()
+  assert not np.array_equal(reduced, exact)
 
 
 # Runs a script (argv[2:]) with the CPU's bfloat16 support forced to argv[1].
