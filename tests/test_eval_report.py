@@ -11,7 +11,6 @@ import tensorflow.compat.v1 as tf
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.plugins.text import text_plugin
 
-import cifar10_input
 from cifar10_support import data_files
 from cifar10_support import evaluation
 
