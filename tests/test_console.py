@@ -1,11 +1,9 @@
 """What a user sees on the console: the scripts' own lines, no TF noise.
 
 Healthy runs' consoles are pinned line by line (here the two towers';
-cifar10_train.py's in test_train.py, cifar10_eval.py's in test_eval.py), so
-that TensorFlow's start-up lines, deprecation notices or shutdown
-cancellations cannot creep back; what each TF_CPP_MIN_LOG_LEVEL a user may
-set loads TensorFlow with is tested by calls. Every run here has the
-variable unset, as a user's shell has it.
+cifar10_train.py's in test_train.py, cifar10_eval.py's in test_eval.py);
+what each TF_CPP_MIN_LOG_LEVEL a user may set loads TensorFlow with is
+tested by calls. Each run here has it unset, as a user's shell has it.
 """
 
 import logging
