@@ -111,31 +111,24 @@ LOADED_WITH = {
 
 
 @pytest.mark.parametrize('driver', [True, False])
-def test_a_users_quieting_level_never_hides_less_than_the_default(
+def test_a_users_level_is_raised_to_the_default_only_at_a_scripts_start(
     monkeypatch, driver):
   asked = _at_a_scripts_start(monkeypatch, driver)
   for level, loaded_with in LOADED_WITH.items():
     _users_level(monkeypatch, level)
-    del asked[:]
+    console.before_tensorflow('cifar10_train')  # Imported, as tests do.
+    assert (os.environ.get('TF_CPP_MIN_LOG_LEVEL'), asked) == (level, [])
     console.before_tensorflow('__main__')
     assert os.environ.get('TF_CPP_MIN_LOG_LEVEL') == loaded_with[
         0 if driver else 1], level
     # A quiet start looks for the driver as TensorFlow does; 0 does not.
     assert asked == ([] if level in ('0', '-1') else ['libcuda.so.1']), level
-
-
-def test_an_imported_script_or_a_loaded_tensorflow_keeps_the_users_level(
-    monkeypatch):
-  asked = _at_a_scripts_start(monkeypatch, driver=False)
-  for level in (None, '1'):
-    _users_level(monkeypatch, level)
-    console.before_tensorflow('cifar10_train')  # Imported, as tests do.
-    assert os.environ.get('TF_CPP_MIN_LOG_LEVEL') == level
+    del asked[:]
   # TensorFlow loaded already: too late to set a level, so none is set.
   monkeypatch.setattr(console, 'sys', sys)
+  _users_level(monkeypatch, '1')
   console.before_tensorflow('__main__')
-  assert os.environ.get('TF_CPP_MIN_LOG_LEVEL') == '1'
-  assert asked == []
+  assert (os.environ.get('TF_CPP_MIN_LOG_LEVEL'), asked) == ('1', [])
 
 
 def test_python_filter_drops_known_notices_and_keeps_real_warnings():

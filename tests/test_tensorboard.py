@@ -23,7 +23,6 @@ from testutil import ROOT
 pytestmark = pytest.mark.slow
 
 STEPS = 25
-EVERY = 10
 
 
 def _train(train, data_dir, train_dir, towers=(), **kwargs):
@@ -42,7 +41,7 @@ def logdir(data_dir, tmp_path_factory):
   tests read are the same every run."""
   def build(root):
     _train(cifar10_train.train, data_dir, os.path.join(root, 'train'),
-           max_steps=STEPS, save_summaries_steps=EVERY, seed=1)
+           max_steps=STEPS, save_summaries_steps=10, seed=1)
     testutil.evaluate(
         os.path.join(root, 'train'), os.path.join(root, 'eval'),
         evaluation.EvalSettings(data_dir, num_examples=20, batch_size=8,
@@ -63,10 +62,8 @@ def test_save_summaries_steps_zero_writes_no_summaries(data_dir, tmp_path):
 
 def _get(port, path, **query):
   """GET http://127.0.0.1:port/path?query, as JSON."""
-  url = 'http://127.0.0.1:%d%s' % (port, path)
-  if query:
-    url += '?' + urllib.parse.urlencode(query)
-  with urllib.request.urlopen(url, timeout=30) as response:
+  with urllib.request.urlopen('http://127.0.0.1:%d%s?%s' % (
+      port, path, urllib.parse.urlencode(query)), timeout=30) as response:
     return json.loads(response.read())
 
 
