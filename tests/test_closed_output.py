@@ -1,12 +1,9 @@
 """A script whose standard output is closed early (`| head -2`) ends quietly
 with exit status 141 (128 + SIGPIPE); a trainer first ends its step and
-writes a final checkpoint (cifar10_support/signals.py).
-
-Real processes and pipes, and no race with the scheduler: a trainer's pipe
-is closed once it has printed two step lines, while it has far more to write
-than a pipe holds (100,000 steps, a line each); eval, classify and the
-converter start with the reading end already closed, so their first write
-finds no reader whatever the timing.
+writes a final checkpoint (cifar10_support/signals.py). Real pipes, and no
+race with the scheduler: a trainer's closes after two step lines, 100,000
+steps (a line each) before its end; the other scripts start with the
+reading end closed already, so their first write finds no reader.
 """
 
 import contextlib

@@ -364,14 +364,13 @@ def test_follows_training_each_checkpoint_once(data_dir, tmp_path, capsys):
               (12, 'Precision @ 1'): [pytest.approx(0.1)]}
 
 
-def test_bad_flags_are_refused_when_parsed():
+def test_bad_flags_are_refused_before_any_graph(data_dir):
   # absl stops the script at parse time with these messages (the one
-  # process test of such a stop: test_flag_rules.py's), before TensorFlow
-  # builds anything. --eval_data is an enum.
+  # process test of such a stop: test_flag_rules.py's). --eval_data is an
+  # enum; --until_step follows training: with --run_once, a rule.
   with pytest.raises(flags.IllegalFlagValueError,
                      match=r'should be one of <test\|train_eval>'):
     cifar10_eval.FLAGS['eval_data'].parse('train')
-  # --until_step follows training: with --run_once, a rule between flags.
   with pytest.raises(flags.IllegalFlagValueError) as e:
     with testutil.as_script('cifar10_eval.py', ['--run_once',
                                                 '--until_step=5'],
@@ -380,16 +379,11 @@ def test_bad_flags_are_refused_when_parsed():
   assert str(e.value) == (
       'flags until_step=5, run_once=True: --until_step applies to following '
       'training, not to --run_once')
-
-
-@pytest.mark.parametrize('eval_data,num_examples,message', [
-    ('train', 20, "eval_data must be 'test' or 'train_eval'"),
-    ('train_eval', 101, 'num_examples=101 is more than the 100 records')])
-def test_bad_settings_are_named(data_dir, eval_data, num_examples, message):
-  # Checked with the flags, before any graph (fetch_data_then_settings; the
-  # test file's count: test_download.py's
-  # test_eval_flags_prepare_their_dataset).
-  with pytest.raises(ValueError, match=message):
-    evaluation.check_num_examples(num_examples, data_files.describe(data_dir),
-                                  eval_data)
-
+  # Then, with the data (fetch_data_then_settings; the test file's count:
+  # test_download.py's test_eval_flags_prepare_their_dataset).
+  for eval_data, num_examples, message in [
+      ('train', 20, "eval_data must be 'test' or 'train_eval'"),
+      ('train_eval', 101, 'num_examples=101 is more than the 100 records')]:
+    with pytest.raises(ValueError, match=message):
+      evaluation.check_num_examples(num_examples,
+                                    data_files.describe(data_dir), eval_data)
