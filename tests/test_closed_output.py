@@ -69,12 +69,9 @@ def _last_of_step_lines(proc, count, timeout=180):
 
 
 @contextlib.contextmanager
-def _cluster_args(script, tmp_path):
-  """The flags of a cluster's chief for script, whose ps task runs while
-  the block does; none for another script."""
-  if script != 'cifar10_distributed_train.py':
-    yield []
-    return
+def _ps_task(tmp_path):
+  """A cluster's ps task, running while the block does; yields the flags of
+  its chief."""
   ps_port, worker_port = testutil.free_ports(2)
   cluster = ['--ps_hosts=127.0.0.1:%d' % ps_port,
              '--worker_hosts=127.0.0.1:%d' % worker_port]
@@ -100,7 +97,8 @@ def test_trainer_stops_with_a_final_checkpoint_when_output_closes(
   args = ['--data_dir=' + data_dir, '--train_dir=' + train_dir,
           '--batch_size=8', '--max_steps=100000', '--log_frequency=1',
           '--save_checkpoint_secs=3600'] + extra
-  with _cluster_args(script, tmp_path) as cluster:
+  with (_ps_task(tmp_path) if script == 'cifar10_distributed_train.py'
+        else contextlib.nullcontext([])) as cluster:
     proc = _start(script, args + cluster, tmp_path)
     last_read = _last_of_step_lines(proc, 2)
     proc.stdout.close()  # `head` has what it wanted.
