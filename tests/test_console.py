@@ -1,11 +1,9 @@
 """What a user sees on the console: the scripts' own lines, no TF noise.
 
-Each healthy run's console is pinned line by line, so that TensorFlow's
-start-up lines, deprecation notices or shutdown cancellations cannot creep
-back (cifar10_train.py's in test_train.py); what each TF_CPP_MIN_LOG_LEVEL a
-user may set loads TensorFlow with is tested by calls (without an NVIDIA
-driver, as here, 1, 2 and 3 load it as unset does). Every run here has the
-variable unset, as a user's shell has it.
+Healthy runs' consoles are pinned line by line (here the two towers';
+cifar10_train.py's in test_train.py, cifar10_eval.py's in test_eval.py);
+what each TF_CPP_MIN_LOG_LEVEL a user may set loads TensorFlow with is
+tested by calls. Each run here has it unset, as a user's shell has it.
 """
 
 import logging
@@ -20,36 +18,18 @@ import pytest
 
 from cifar10_support import console
 
-from testutil import DATE, ROOT, match_lines, run_script
+from testutil import ROOT, match_lines, run_script
 from testutil import train_args, train_console
 
 
 @pytest.mark.slow  # Starts a process.
-def test_multi_tower_training_and_eval_print_only_their_own_lines(data_dir,
-                                                                 tmp_path):
-  batches = os.path.join(data_dir, 'cifar-10-batches-bin')
+def test_multi_tower_training_prints_only_its_own_lines(data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
   result = run_script('cifar10_multi_gpu_train.py', train_args(
       data_dir, train_dir) + ['--num_gpus=2', '--tower_device=cpu'])
   assert result.returncode == 0, result.stderr[-3000:]
-  match_lines(result.stdout, train_console(batches, train_dir))
-  assert result.stderr == ''
-
-  # cifar10_eval.py on that run's checkpoint.
-  result = run_script('cifar10_eval.py', [
-      '--data_dir=%s' % data_dir, '--checkpoint_dir=%s' % train_dir,
-      '--eval_dir=%s' % (tmp_path / 'eval'), '--run_once',
-      '--num_examples=20', '--batch_size=8'])
-  assert result.returncode == 0, result.stderr[-3000:]
-  match_lines(result.stdout, [
-      r'Data: %s, 1 file, 20 records \(checked\)\.' % re.escape(batches),
-      DATE + r': evaluating %s/model\.ckpt-20 \(global step 20, float32 '
-      r'weights\) on 20 test examples' % re.escape(train_dir),
-      DATE + r': precision @ 1 = [01]\.\d{3}',
-      r'class +examples +correct +precision @ 1  most confused with',
-  ] + [r'%-12s +2 +[0-2] +([01]\.\d{3})  (\w+ \(\d\)|-)' % name
-       for name in ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog',
-                    'frog', 'horse', 'ship', 'truck')])
+  match_lines(result.stdout, train_console(
+      os.path.join(data_dir, 'cifar-10-batches-bin'), train_dir))
   assert result.stderr == ''
 
 
@@ -95,30 +75,21 @@ def test_only_known_noise_is_dropped_from_the_import():
       'E0000 00:00:17.1 1 y.cc:2] a real error', 'from Python', 'after']
 
 
-class _TensorFlowNotLoadedYet:
-  """console's `sys` as a script's first line sees it: no TensorFlow in
-  sys.modules. (before_tensorflow's own `import tensorflow` then finds this
-  process's, loaded already: it loads nothing.)"""
-  modules = {}
-
-  def __getattr__(self, name):
-    return getattr(sys, name)
-
-
-def _without_tensorflow(monkeypatch, driver):
-  """before_tensorflow as at a script's start, on a machine with an NVIDIA
-  driver or without one; the libraries it asks ctypes to load."""
+def _at_a_scripts_start(monkeypatch, driver):
+  """console as at a script's start, on a machine with an NVIDIA driver or
+  without one: no TensorFlow in its sys.modules (its own `import tensorflow`
+  then finds this process's: it loads nothing). Returns the list of the
+  libraries it asks ctypes to load."""
   asked = []
 
   def cdll(name):
     asked.append(name)
     if not driver:
-      raise OSError('%s: cannot open shared object file: No such file or '
-                    'directory' % name)
-    return object()
+      raise OSError(name + ': cannot open shared object file')
 
   monkeypatch.setattr(console, 'ctypes', types.SimpleNamespace(CDLL=cdll))
-  monkeypatch.setattr(console, 'sys', _TensorFlowNotLoadedYet())
+  monkeypatch.setattr(console, 'sys',
+                      types.SimpleNamespace(modules={}, stderr=sys.stderr))
   monkeypatch.setenv('TF_ENABLE_ONEDNN_OPTS', '1')  # Restored afterwards.
   return asked
 
@@ -131,43 +102,33 @@ def _users_level(monkeypatch, level):
 
 
 # The user's TF_CPP_MIN_LOG_LEVEL (None: unset) -> the one TensorFlow loads
-# with (docs/console.md): the default, 2 with an NVIDIA driver and 3
-# without, or the user's where it hides more; 0 or less asks for everything
-# and is left alone. The values without a driver are what the scripts set on
-# this machine, which has none (each run once by hand).
+# with (docs/console.md), with an NVIDIA driver and without (as here: each
+# run once by hand): the default, 2 or 3, or the user's where it hides more;
+# 0 or less asks for everything and is left alone.
 LOADED_WITH = {
-    True: {None: '2', '': '2', '1': '2', '2': '2', '3': '3', 'junk': '2',
-           '0': '0', '-1': '-1'},
-    False: {None: '3', '': '3', '1': '3', '2': '3', '3': '3', 'junk': '3',
-            '0': '0', '-1': '-1'},
-}
+    None: ('2', '3'), '': ('2', '3'), '1': ('2', '3'), '2': ('2', '3'),
+    'junk': ('2', '3'), '3': ('3', '3'), '0': ('0', '0'), '-1': ('-1', '-1')}
 
 
 @pytest.mark.parametrize('driver', [True, False])
-def test_a_users_quieting_level_never_hides_less_than_the_default(
+def test_a_users_level_is_raised_to_the_default_only_at_a_scripts_start(
     monkeypatch, driver):
-  asked = _without_tensorflow(monkeypatch, driver)
-  for level, loaded_with in LOADED_WITH[driver].items():
-    _users_level(monkeypatch, level)
-    del asked[:]
-    console.before_tensorflow('__main__')
-    assert os.environ.get('TF_CPP_MIN_LOG_LEVEL') == loaded_with, level
-    # A quiet start looks for the driver as TensorFlow does; 0 does not.
-    assert asked == ([] if level in ('0', '-1') else ['libcuda.so.1']), level
-
-
-def test_an_imported_script_or_a_loaded_tensorflow_keeps_the_users_level(
-    monkeypatch):
-  asked = _without_tensorflow(monkeypatch, driver=False)
-  for level in (None, '1'):
+  asked = _at_a_scripts_start(monkeypatch, driver)
+  for level, loaded_with in LOADED_WITH.items():
     _users_level(monkeypatch, level)
     console.before_tensorflow('cifar10_train')  # Imported, as tests do.
-    assert os.environ.get('TF_CPP_MIN_LOG_LEVEL') == level
+    assert (os.environ.get('TF_CPP_MIN_LOG_LEVEL'), asked) == (level, [])
+    console.before_tensorflow('__main__')
+    assert os.environ.get('TF_CPP_MIN_LOG_LEVEL') == loaded_with[
+        0 if driver else 1], level
+    # A quiet start looks for the driver as TensorFlow does; 0 does not.
+    assert asked == ([] if level in ('0', '-1') else ['libcuda.so.1']), level
+    del asked[:]
   # TensorFlow loaded already: too late to set a level, so none is set.
   monkeypatch.setattr(console, 'sys', sys)
+  _users_level(monkeypatch, '1')
   console.before_tensorflow('__main__')
-  assert os.environ.get('TF_CPP_MIN_LOG_LEVEL') == '1'
-  assert asked == []
+  assert (os.environ.get('TF_CPP_MIN_LOG_LEVEL'), asked) == ('1', [])
 
 
 def test_python_filter_drops_known_notices_and_keeps_real_warnings():

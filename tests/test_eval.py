@@ -13,13 +13,13 @@ import tensorflow.compat.v1 as tf
 
 import cifar10_classify
 import cifar10_eval
-import cifar10_input
 from cifar10_support import checkpoints
 from cifar10_support import data_files
 from cifar10_support import download
 from cifar10_support import evaluation
 import synthetic
 import testutil
+from testutil import DATE
 from testutil import run_script
 from testutil import save_checkpoint
 from testutil import session_config
@@ -38,21 +38,12 @@ def colour_dir(tmp_path_factory):
   return directory
 
 
-@pytest.fixture(scope='module')
-def colour_reference(data_dir, colour_dir):
-  """_eval_once of colour_dir's checkpoint on the 20 test records at once."""
-  return _eval_once(tf.train.latest_checkpoint(colour_dir), data_dir,
-                    num_examples=20, batch_size=20)
-
-
 def _labels(data_dir, eval_data='test'):
   """The labels of --eval_data's files, in file order."""
-  labels = []
-  for name in (['test_batch.bin'] if eval_data == 'test'
-               else synthetic.TRAIN_FILES):
-    with open(os.path.join(data_dir, 'cifar-10-batches-bin', name), 'rb') as f:
-      labels += list(np.frombuffer(f.read(), np.uint8)[::3073].astype(int))
-  return labels
+  return np.concatenate([synthetic.read_records(os.path.join(
+      data_dir, 'cifar-10-batches-bin', name))[0] for name in (
+          [synthetic.TEST_FILE] if eval_data == 'test'
+          else synthetic.TRAIN_FILES)])
 
 
 def _eval_once(checkpoint, data_dir, **kwargs):
@@ -75,6 +66,7 @@ def _events(eval_dir):
 
 @pytest.mark.slow  # Starts a process; its fixture trains.
 def test_script_run_once_after_training(data_dir, learned_train_dir, tmp_path):
+  # Its whole console, line by line (docs/console.md): no TensorFlow noise.
   eval_dir = tmp_path / 'eval'
   eval_dir.mkdir()
   (eval_dir / 'keep.txt').write_text('not deleted')
@@ -85,30 +77,31 @@ def test_script_run_once_after_training(data_dir, learned_train_dir, tmp_path):
       '--num_examples=20', '--batch_size=8'])
 
   assert result.returncode == 0, result.stderr[-3000:]
-  precisions = [float(p) for p in PRECISION_LINE.findall(result.stdout)]
-  assert len(precisions) == 1
+  assert result.stderr == ''
+  testutil.match_lines(result.stdout, [
+      r'Data: %s, 1 file, 20 records \(checked\)\.'
+      % re.escape(os.path.join(data_dir, 'cifar-10-batches-bin')),
+      DATE + r': evaluating %s/model\.ckpt-%d \(global step %d, float32 '
+      r'weights\) on 20 test examples'
+      % (re.escape(learned_train_dir), TRAIN_STEPS, TRAIN_STEPS),
+      DATE + r': precision @ 1 = [01]\.\d{3}',
+      r'class +examples +correct +precision @ 1  most confused with',
+  ] + [r'%-12s +2 +[0-2] +[01]\.\d{3}  (\w+ \(\d\)|-)' % name  # 2 a class
+       for name in data_files.CLASS_NAMES])
+  precision = float(PRECISION_LINE.search(result.stdout).group(1))
   # Well above chance (0.1); the seeded fixture reached 1.0 in every measured
   # run (testutil.learned_train_dir).
-  assert precisions[0] >= 0.5, result.stdout
-  assert 'model.ckpt-%d (global step %d' % (TRAIN_STEPS, TRAIN_STEPS) in (
-      result.stdout)
-  table = result.stdout.split('most confused with\n')[1].splitlines()[:10]
-  assert [line.split()[0] for line in table] == list(data_files.CLASS_NAMES)
-  # Synthetic test file: 20 records, two of each class.
-  assert [int(line.split()[1]) for line in table] == [2] * 10
+  assert precision >= 0.5, result.stdout
   assert (eval_dir / 'keep.txt').exists()
   events = _events(str(eval_dir))
   assert events[TRAIN_STEPS, 'Precision @ 1'] == [
-      pytest.approx(precisions[0], abs=5e-4)]
-  assert events[TRAIN_STEPS, 'confusion_matrix/image/0'] == ['image']
-  assert events[TRAIN_STEPS, 'confusion_matrix_counts'] == ['tensor']
-  # The per-class table as TensorBoard text (its rows: test_eval_report.py,
-  # test_tensorboard.py).
-  assert events[TRAIN_STEPS, 'precision_by_class'] == ['tensor']
-  assert len(events[TRAIN_STEPS, 'Precision @ 1 by class/truck']) == 1
-  # The eval graph's own summaries, next to them.
-  assert events[TRAIN_STEPS, 'images/image/0'] == ['image']
-  assert len(events[TRAIN_STEPS, 'conv1/conv1/conv1/sparsity']) == 1
+      pytest.approx(precision, abs=5e-4)]
+  # The report's summaries (what they hold: test_eval_report.py,
+  # test_tensorboard.py) and the eval graph's own, at the checkpoint's step.
+  assert {tag for step, tag in events if step == TRAIN_STEPS} >= {
+      'Precision @ 1 by class/truck', 'confusion_matrix/image/0',
+      'confusion_matrix_counts', 'precision_by_class', 'images/image/0',
+      'conv1/conv1/conv1/sparsity'}
 
 
 def test_test_file_alone_is_enough_and_nothing_is_fetched(data_dir, colour_dir,
@@ -117,39 +110,25 @@ def test_test_file_alone_is_enough_and_nothing_is_fetched(data_dir, colour_dir,
   only_test.mkdir(parents=True)
   shutil.copy(os.path.join(data_dir, 'cifar-10-batches-bin', 'test_batch.bin'),
               str(only_test))
+  data = str(only_test.parent)
   # Nothing listens there: any download attempt would fail the run.
   url = 'http://127.0.0.1:%d/cifar-10-binary.tar.gz' % testutil.free_ports(1)[0]
-  args = ['--run_once', '--data_dir=%s' % only_test.parent,
-          '--checkpoint_dir=%s' % colour_dir,
-          '--eval_dir=%s' % (tmp_path / 'e'),
-          '--num_examples=20', '--batch_size=8', '--data_url=%s' % url]
 
-  # What the script's main does with these flags, in this process.
+  # What the script's main does with --data_url=url, in this process.
   download.maybe_download_and_extract(
-      str(only_test.parent), url, download.ARCHIVES['cifar10'].md5,
+      data, url, download.ARCHIVES['cifar10'].md5,
       files=list(data_files.TEST_FILES))
-  testutil.evaluate(colour_dir, str(tmp_path / 'e'),
-                        evaluation.EvalSettings(
-                            str(only_test.parent), num_examples=20,
-                            batch_size=8, run_once=True,
-                            session_config=session_config()))
+  testutil.evaluate(colour_dir, str(tmp_path / 'e'), evaluation.EvalSettings(
+      data, num_examples=20, batch_size=8, run_once=True,
+      session_config=session_config()))
 
   printed = capsys.readouterr().out
   assert len(PRECISION_LINE.findall(printed)) == 1
   assert 'CIFAR-10' not in printed  # No "getting", no "extracting".
   assert os.listdir(str(only_test)) == ['test_batch.bin']
-
-  # The training files are needed for train_eval: that one is named, in the
-  # script's line (what its main runs, with these flags).
-  line = testutil.exit_line(
-      lambda: cifar10_eval.evaluate_as_flagged(cifar10_eval.FLAGS, colour_dir),
-      'cifar10_eval.py', args + ['--eval_data=train_eval'],
-      cifar10_eval.FLAGS)
-  assert ('%s is incomplete (Failed to find file: %s/data_batch_1.bin '
-          % (only_test, only_test)) in capsys.readouterr().out
-  assert line.startswith(
-      'cifar10_eval.py: error: Failed to find file: %s/data_batch_1.bin'
-      % only_test), line
+  # (train_eval's files, missing, are fetched: test_download.py's
+  # test_only_a_missing_file_that_is_read_is_fetched; named where they
+  # cannot be: its test_incomplete_dir_without_archive_names_both_problems.)
 
 
 def test_untrained_checkpoint_is_near_chance(data_dir, tmp_path):
@@ -160,9 +139,7 @@ def test_untrained_checkpoint_is_near_chance(data_dir, tmp_path):
   result = _eval_once(checkpoint, data_dir, eval_data='train_eval',
                       num_examples=100, batch_size=16)
 
-  assert result['global_step'] == 0
-  assert result['num_examples'] == 100
-  assert result['confusion'].sum() == 100
+  assert (result['global_step'], result['num_examples']) == (0, 100)
   assert result['precision'] <= 0.3
 
 
@@ -170,44 +147,42 @@ def test_untrained_checkpoint_is_near_chance(data_dir, tmp_path):
     ('test', 13, 5), ('test', 20, 8), ('test', 20, 32), ('test', 7, 1),
     ('train_eval', 100, 16)])
 def test_counts_exactly_num_examples_and_the_classes_add_up(
-    data_dir, colour_dir, colour_reference, eval_data, num_examples,
-    batch_size):
+    data_dir, colour_dir, capsys, eval_data, num_examples, batch_size):
   result = _eval_once(tf.train.latest_checkpoint(colour_dir), data_dir,
                       eval_data=eval_data, num_examples=num_examples,
                       batch_size=batch_size)
 
-  # The first num_examples records of the files, each once: their labels
-  # are the rows of the confusion matrix.
-  counts = list(np.bincount(_labels(data_dir, eval_data)[:num_examples],
-                            minlength=10))
-  assert result['num_examples'] == result['confusion'].sum() == num_examples
-  assert list(result['confusion'].sum(axis=1)) == counts
-  assert result['precision'] == result['true_count'] / num_examples
-  if (eval_data, num_examples) == ('test', 20):
-    np.testing.assert_array_equal(result['confusion'],
-                                  colour_reference['confusion'])
-  per_class = result['per_class']
-  assert [row['name'] for row in per_class] == list(data_files.CLASS_NAMES)
-  assert [row['examples'] for row in per_class] == counts
-  assert list(np.diag(result['confusion'])) == [
-      row['correct'] for row in per_class]
-  weighted = sum(row['precision'] * row['examples'] for row in per_class
-                 if row['examples'])  # None: no examples.
-  assert weighted / num_examples == pytest.approx(result['precision'])
-  # Well above chance (0.1): a model that tells the colours apart.
-  assert result['precision'] >= 0.5
+  # The first num_examples records of the files, each once, each right (the
+  # colour model): the confusion matrix is their labels' counts, diagonal.
+  counts = np.bincount(_labels(data_dir, eval_data)[:num_examples],
+                       minlength=10)
+  np.testing.assert_array_equal(result['confusion'], np.diag(counts))
+  assert result['num_examples'] == result['true_count'] == num_examples
+  assert result['precision'] == result['precision_at_5'] == 1.0
+  assert result['per_class'] == [
+      {'name': name, 'examples': n, 'correct': n,
+       'precision': 1.0 if n else None}
+      for name, n in zip(data_files.CLASS_NAMES, counts)]
+  # CIFAR-10's console as it was: no precision @ 5 line, though it is made.
+  printed = capsys.readouterr().out
+  assert len(PRECISION_LINE.findall(printed)) == 1
+  assert 'precision @ 5' not in printed
 
 
-# one_hot(-1) is all zeros: every logit is equal. in_top_k alone would call
-# every example right (precision 1.0); the argmax, class 0, is right for the
-# two airplanes only.
-@pytest.mark.parametrize('dtype,shadow_class,predicted', [
-    (tf.float32, 7, 7), (tf.float16, 7, 7), (tf.float32, -1, 0)],
-                         ids=['float32', 'float16', 'tied_logits'])
+# Every image gets the averages' logits: one-hot 7; all equal (one_hot(-1):
+# in_top_k alone would call every example right, the argmax, class 0, is
+# right for the two airplanes only); or classes 0-3 above the fifth largest,
+# 4, 5 and 6 tied at it (in_top_k counts all three: 14 of the 20 records,
+# two a class), 7-9 below. (Of float16 weights:
+# test_mixed_precision.py's test_eval_with_the_flag_predicts_what_the_...)
+@pytest.mark.parametrize('shadow_class,logits,predicted,at_5', [
+    (7, None, 7, 1.0), (-1, None, 0, 1.0),
+    (None, [5, 4, 3, 2, 1, 1, 1, 0, 0, 0], 0, 0.7)],
+                         ids=['one_class', 'tied_logits', 'tied_5th'])
 def test_restores_the_moving_averages_not_the_raw_weights(
-    data_dir, tmp_path, dtype, shadow_class, predicted):
+    data_dir, tmp_path, shadow_class, logits, predicted, at_5):
   save_checkpoint(str(tmp_path / 'model.ckpt'), 5, raw_class=3,
-                  shadow_class=shadow_class, dtype=dtype)
+                  shadow_class=shadow_class, shadow_logits=logits)
 
   result = _eval_once(str(tmp_path / 'model.ckpt-5'), data_dir,
                       num_examples=20, batch_size=8)
@@ -218,101 +193,63 @@ def test_restores_the_moving_averages_not_the_raw_weights(
   assert result['confusion'][:, 3].sum() == 0
   assert result['true_count'] == 2
   assert result['precision'] == pytest.approx(0.1)
+  assert result['precision_at_5'] == pytest.approx(at_5)
 
 
-def test_precision_at_5_counts_a_label_tied_with_the_fifth_logit(
-    data_dir, tmp_path):
-  # Every image gets these logits: classes 0-3 above the fifth largest, 4, 5
-  # and 6 tied at it (in_top_k counts all three), 7-9 below.
-  save_checkpoint(str(tmp_path / 'model.ckpt'), 5, raw_class=3,
-                  shadow_class=None,
-                  shadow_logits=[5, 4, 3, 2, 1, 1, 1, 0, 0, 0])
-
-  # 13 examples in batches of 5: the third batch counts 3 of its 5.
-  result = _eval_once(str(tmp_path / 'model.ckpt-5'), data_dir,
-                      num_examples=13, batch_size=5)
-
-  # By hand: of these labels, 6, 1, 5, 4, 3, 3, 2, 2, 4 are in classes 0-6
-  # (4, 5 and 6 by the tie), 7, 7, 8, 9 not: 9 of 13. None is the argmax, 0.
-  assert list(_labels(data_dir)[:13]) == [7, 6, 1, 5, 4, 3, 3, 7, 8, 9,
-                                               2, 2, 4]
-  assert result['precision_at_5'] == 9 / 13
-  assert result['true_count'] == 0
-
-
-def test_precision_at_5_is_printed_above_ten_classes_only(
-    data_dir, colour_dir, tmp_path, capsys):
+def test_precision_at_5_is_printed_above_ten_classes(tmp_path, capsys):
   hundred_dir = synthetic.make_cifar100_dir(str(tmp_path / 'data'))
   hundred = testutil.model_checkpoint(str(tmp_path / 'train'), step=3,
                                       num_classes=100)
-  ten = _eval_once(tf.train.latest_checkpoint(colour_dir), data_dir,
-                   num_examples=20, batch_size=8)
-  ten_console = capsys.readouterr().out
   result = _eval_once(hundred, hundred_dir, dataset='cifar100', batch_size=50)
   lines = capsys.readouterr().out.splitlines()
 
-  # CIFAR-10's console as it was: no such line, though the number is made.
-  assert len(PRECISION_LINE.findall(ten_console)) == 1
-  assert 'precision @ 5' not in ten_console
-  assert ten['precision_at_5'] == 1.0
-  # CIFAR-100's: the line, in the same format, right after precision @ 1.
+  # The line, in the same format, right after precision @ 1 (none at ten
+  # classes: test_counts_exactly_num_examples_and_the_classes_add_up).
   first = [i for i, line in enumerate(lines) if PRECISION_LINE.match(line)]
   assert len(first) == 1
-  at_5 = re.fullmatch(testutil.DATE + r': precision @ 5 = (\d\.\d{3})',
-                      lines[first[0] + 1])
-  assert at_5.group(1) == '%.3f' % result['precision_at_5']
+  assert re.fullmatch(DATE + r': precision @ 5 = %.3f'
+                      % result['precision_at_5'], lines[first[0] + 1])
   assert sum('precision @ 5' in line for line in lines) == 1
 
 
-def _unusable_checkpoint(directory, fault):
-  """(path, eval's line, classify's line) of a checkpoint in directory that
-  both scripts refuse: one without moving averages, without the model, of
-  another model (testutil.another_models_checkpoint), or whose data file is
-  cut short."""
-  path = os.path.join(directory, 'model.ckpt-5')
-  if fault == 'another model':
-    assert testutil.another_models_checkpoint(directory, 5) == path
-    return path, (
-        'checkpoint %s does not hold the CIFAR-10 model (no '
-        'softmax_linear/biases); point --checkpoint_dir at a cifar10_train.py '
-        '--train_dir' % path), (
-            'checkpoint %s holds no CIFAR-10 model with moving averages (no '
-            'softmax_linear/biases)' % path)
-  if fault == 'no model':
-    with tf.Graph().as_default():
-      tf.get_variable('other', [2], initializer=tf.zeros_initializer())
-      with tf.Session(config=session_config()) as sess:
-        sess.run(tf.global_variables_initializer())
-        tf.train.Saver().save(sess, path)
-    return path, (
-        'checkpoint %s does not hold the CIFAR-10 model (no conv1/weights); '
-        'point --checkpoint_dir at a cifar10_train.py --train_dir' % path), (
-            'checkpoint %s holds no CIFAR-10 model with moving averages (no '
-            'conv1/weights)' % path)
-  save_checkpoint(os.path.join(directory, 'model.ckpt'), 5, raw_class=3,
-                   shadow_class=7, with_averages=fault != 'no averages')
-  if fault == 'no averages':
-    return path, (
+# What eval and classify say of a checkpoint they refuse (%s: its path), by
+# what is wrong with it. (A damaged one's lines: test_classify.py's
+# test_find_checkpoint_names_a_missing_unreadable_or_averageless_one, and
+# test_run_once_on_a_damaged_checkpoint_exits_with_its_skipping_line.)
+REFUSALS = {
+    'no averages': (
         'checkpoint %s has no moving averages of the weights (no '
         'conv1/biases/ExponentialMovingAverage): evaluation uses the averaged '
         'weights, which cifar10_train.py saves; this checkpoint was written '
-        'without them' % path), (
-            'checkpoint %s holds no CIFAR-10 model with moving averages (no '
-            'conv1/weights/ExponentialMovingAverage)' % path)
-  with open(path + '.data-00000-of-00001', 'r+b') as f:
-    f.truncate(100)
-  problem = checkpoints.verified_reader(path)[1]
-  return path, (
-      'cannot read checkpoint %s (pruned by training, not completely '
-      'written, or damaged): %s' % (path, problem)), (
-          'cannot read checkpoint %s: %s' % (path, problem))
+        'without them',
+        'checkpoint %s holds no CIFAR-10 model with moving averages (no '
+        'conv1/weights/ExponentialMovingAverage)'),
+    'another model': (
+        'checkpoint %s does not hold the CIFAR-10 model (no '
+        'softmax_linear/biases); point --checkpoint_dir at a cifar10_train.py '
+        '--train_dir',
+        'checkpoint %s holds no CIFAR-10 model with moving averages (no '
+        'softmax_linear/biases)'),
+}
 
 
-@pytest.mark.parametrize('fault', ['no averages', 'no model', 'another model',
-                                   'damaged'])
+def _unusable_checkpoint(directory, fault):
+  """(eval's line, classify's line) of a checkpoint model.ckpt-5 in
+  directory that both refuse, for REFUSALS' fault."""
+  if fault == 'another model':
+    testutil.another_models_checkpoint(directory, 5)
+  else:
+    save_checkpoint(os.path.join(directory, 'model.ckpt'), 5, raw_class=3,
+                    shadow_class=7, with_averages=False)
+  return tuple(line % os.path.join(directory, 'model.ckpt-5')
+               for line in REFUSALS[fault])
+
+
+@pytest.mark.parametrize('fault', sorted(REFUSALS))
 def test_eval_and_classify_open_a_checkpoint_through_one_function(
     data_dir, tmp_path, monkeypatch, fault):
-  path, eval_line, classify_line = _unusable_checkpoint(str(tmp_path), fault)
+  eval_line, classify_line = _unusable_checkpoint(str(tmp_path), fault)
+  path = str(tmp_path / 'model.ckpt-5')
   opened = []
   open_model_checkpoint = checkpoints.open_model_checkpoint
 
@@ -336,14 +273,15 @@ def test_scripts_refuse_a_checkpoint_they_cannot_use_each_in_its_line(
   # Each script's process test of an error: its one line, exit status 1.
   # Every other checkpoint each refuses, and its line, is a call:
   # test_eval_and_classify_open_a_checkpoint_through_one_function.
-  path, eval_line, classify_line = _unusable_checkpoint(str(tmp_path),
-                                                        'another model')
+  eval_line, classify_line = _unusable_checkpoint(str(tmp_path),
+                                                  'another model')
   refusals = [
       run_script('cifar10_eval.py', [
           '--data_dir=%s' % data_dir, '--checkpoint_dir=%s' % tmp_path,
           '--eval_dir=%s' % (tmp_path / 'eval'), '--run_once']),
       run_script('cifar10_classify.py', [
-          '--checkpoint_path=%s' % path, str(tmp_path)])]
+          '--checkpoint_path=%s' % (tmp_path / 'model.ckpt-5'),
+          str(tmp_path)])]
   assert [(r.returncode, r.stderr.strip().splitlines()[-1])
           for r in refusals] == [
               (1, 'cifar10_eval.py: error: ' + eval_line),
@@ -355,69 +293,45 @@ def test_scripts_refuse_a_checkpoint_they_cannot_use_each_in_its_line(
 def test_run_once_on_a_damaged_checkpoint_exits_with_its_skipping_line(
     data_dir, tmp_path, capsys):
   checkpoint_dir = str(tmp_path / 'train')
-
-  def last_line():
-    # What the script's main runs with these flags (the one line and exit
-    # status 1 of its errors: its process test,
-    # test_scripts_refuse_a_checkpoint_they_cannot_use_each_in_its_line).
-    return testutil.exit_line(
-        lambda: cifar10_eval.evaluate_as_flagged(cifar10_eval.FLAGS,
-                                                 checkpoint_dir),
-        'cifar10_eval.py', [
-            '--run_once', '--data_dir=%s' % data_dir,
-            '--eval_dir=%s' % (tmp_path / 'eval'), '--num_examples=20'],
-        cifar10_eval.FLAGS)
-
-  # No checkpoint yet: the line names checkpoint_dir.
-  os.makedirs(checkpoint_dir)
-  assert last_line().startswith(
-      'cifar10_eval.py: error: No checkpoint file found in checkpoint_dir %s'
-      % checkpoint_dir)
   damaged = testutil.model_checkpoint(checkpoint_dir, step=(0, 5))
   data_file = damaged + '.data-00000-of-00001'
   os.truncate(data_file, os.path.getsize(data_file) // 2)
-  capsys.readouterr()
-  last = last_line()
+
+  # What the script's main runs with these flags (its errors' process test:
+  # test_scripts_refuse_a_checkpoint_they_cannot_use_each_in_its_line).
+  last = testutil.exit_line(
+      lambda: cifar10_eval.evaluate_as_flagged(cifar10_eval.FLAGS,
+                                               checkpoint_dir),
+      'cifar10_eval.py', [
+          '--run_once', '--data_dir=%s' % data_dir,
+          '--eval_dir=%s' % (tmp_path / 'eval'), '--num_examples=20'],
+      cifar10_eval.FLAGS)
 
   # The line that skips it when following training, here the error, with
-  # TensorFlow's reason after the colon.
+  # TensorFlow's reason after the colon; the checkpoint before is not
+  # evaluated either.
   prefix = ('cifar10_eval.py: error: cannot read checkpoint %s (pruned by '
             'training, not completely written, or damaged): ' % damaged)
   assert last.startswith(prefix) and len(last) > len(prefix), last
   assert '\n' not in last
-  # Not the one before it either: nothing was evaluated.
   printed = capsys.readouterr().out
   assert 'evaluating' not in printed
   assert not PRECISION_LINE.search(printed)
 
 
 def test_follows_training_each_checkpoint_once(data_dir, tmp_path, capsys):
-  checkpoint_dir = tmp_path / 'train'
+  checkpoint_dir, eval_dir = tmp_path / 'train', tmp_path / 'eval'
   checkpoint_dir.mkdir()
-  eval_dir = tmp_path / 'eval'
-  eval_dir.mkdir()
-  (eval_dir / 'keep.txt').write_text('not deleted')
 
-  def pruned():
-    tf.train.update_checkpoint_state(str(checkpoint_dir),
-                                     str(checkpoint_dir / 'model.ckpt-9'))
-
-  def half_written():
-    for suffix in ('.index', '.data-00000-of-00001'):
-      (checkpoint_dir / ('model.ckpt-10' + suffix)).write_bytes(b'partial')
-    tf.train.update_checkpoint_state(str(checkpoint_dir),
-                                     str(checkpoint_dir / 'model.ckpt-10'))
-
-  def another_model():
-    testutil.another_models_checkpoint(str(checkpoint_dir), 11)
-
-  # What training does while the evaluator sleeps between looks.
+  # What training does while the evaluator sleeps between looks. (A damaged
+  # checkpoint is skipped too: test_train_dir_faults.py's
+  # test_damaged_newest_checkpoint_falls_back_and_is_skipped_by_eval.)
   actions = [
       lambda: save_checkpoint(str(checkpoint_dir / 'model.ckpt'), 1, 0, 1),
       lambda: None,  # No new checkpoint: nothing is evaluated.
-      pruned,
-      half_written,
-      another_model,
+      lambda: tf.train.update_checkpoint_state(  # Listed, then pruned.
+          str(checkpoint_dir), str(checkpoint_dir / 'model.ckpt-9')),
+      lambda: testutil.another_models_checkpoint(str(checkpoint_dir), 11),
       lambda: save_checkpoint(str(checkpoint_dir / 'model.ckpt'), 12, 0, 2),
   ]
   sleeps = []
@@ -436,67 +350,40 @@ def test_follows_training_each_checkpoint_once(data_dir, tmp_path, capsys):
   assert [r['global_step'] for r in results] == [1, 12]
   assert [r['confusion'][:, c].sum() for r, c in zip(results, (1, 2))] == [
       20, 20]
-  assert sleeps == [3] * 6
+  assert sleeps == [3] * 5
   assert 'No checkpoint file found in %s; waiting' % checkpoint_dir in output
   assert 'Skipping: cannot read checkpoint %s' % (
       checkpoint_dir / 'model.ckpt-9') in output
-  assert 'Skipping: cannot read checkpoint %s' % (
-      checkpoint_dir / 'model.ckpt-10') in output
   assert ('Skipping: checkpoint %s does not hold the CIFAR-10 model (no '
           'softmax_linear/biases)' % (checkpoint_dir / 'model.ckpt-11')
           in output)
   assert output.count('precision @ 1 =') == 2
-  assert (eval_dir / 'keep.txt').exists()
-  events = _events(str(eval_dir))
-  assert events[1, 'Precision @ 1'] == [pytest.approx(0.1)]
-  assert events[12, 'Precision @ 1'] == [pytest.approx(0.1)]
-  assert len([key for key in events if key[1] == 'Precision @ 1']) == 2
+  assert {key: value for key, value in _events(str(eval_dir)).items()
+          if key[1] == 'Precision @ 1'} == {
+              (1, 'Precision @ 1'): [pytest.approx(0.1)],
+              (12, 'Precision @ 1'): [pytest.approx(0.1)]}
 
 
-def test_bad_eval_data_flag_is_rejected_when_parsed():
-  # --eval_data is an enum: absl stops the script at parse time with this
-  # message, before TensorFlow builds anything.
+def test_bad_flags_are_refused_before_any_graph(data_dir):
+  # absl stops the script at parse time with these messages (the one
+  # process test of such a stop: test_flag_rules.py's). --eval_data is an
+  # enum; --until_step follows training: with --run_once, a rule.
   with pytest.raises(flags.IllegalFlagValueError,
                      match=r'should be one of <test\|train_eval>'):
     cifar10_eval.FLAGS['eval_data'].parse('train')
-  assert cifar10_eval.FLAGS['eval_data'].default == 'test'
-
-
-@pytest.mark.parametrize('kwargs,message', [
-    ({'eval_data': 'train'}, "eval_data must be 'test' or 'train_eval'"),
-    ({'eval_data': 'test', 'num_examples': 21},
-     r'num_examples=21 is more than the 20 records in .*test_batch\.bin'),
-    ({'eval_data': 'train_eval', 'num_examples': 101},
-     'num_examples=101 is more than the 100 records'),
-])
-def test_bad_settings_are_named(data_dir, kwargs, message):
-  # Checked with the flags, before any graph (fetch_data_then_settings).
-  settings = dict({'num_examples': 20}, **kwargs)
-  with pytest.raises(ValueError, match=message):
-    evaluation.check_num_examples(settings['num_examples'],
-                                  data_files.describe(data_dir),
-                                  settings['eval_data'])
-
-
-def test_confusion_image_shows_row_fractions():
-  confusion = np.zeros([10, 10], np.int64)
-  confusion[0, 0] = 4
-  confusion[1, 0] = 2
-  confusion[1, 1] = 2
-  cell = evaluation.CONFUSION_CELL_PIXELS
-
-  image = evaluation.confusion_image(confusion, data_files.CLASS_NAMES)
-
-  assert image.ndim == 4 and image.dtype == np.uint8
-  assert image.shape[0] == 1 and image.shape[3] == 3
-  # The grid (10 cells and a closing line each way) sits below and right of
-  # the labels: its first full-length grey lines.
-  grey = (image[0] == 200).all(axis=-1)
-  top = np.flatnonzero(grey.sum(axis=1) >= 10 * cell)[0]
-  left = np.flatnonzero(grey.sum(axis=0) >= 10 * cell)[0]
-  grid = image[0, top:top + 10 * cell + 1, left:left + 10 * cell + 1]
-  assert list(grid[2, 2]) == list(evaluation.CONFUSION_FULL_RGB)
-  assert list(grid[cell + 2, 2]) == list(grid[cell + 2, cell + 2])  # halves
-  assert list(grid[2, cell + 2]) == [255, 255, 255]
-  assert list(grid[0, 0]) == [200, 200, 200]  # grid line
-  assert list(grid[-1, -1]) == [200, 200, 200]  # closing grid line
+  with pytest.raises(flags.IllegalFlagValueError) as e:
+    with testutil.as_script('cifar10_eval.py', ['--run_once',
+                                                '--until_step=5'],
+                            cifar10_eval.FLAGS):
+      pass
+  assert str(e.value) == (
+      'flags until_step=5, run_once=True: --until_step applies to following '
+      'training, not to --run_once')
+  # Then, with the data (fetch_data_then_settings; the test file's count:
+  # test_download.py's test_eval_flags_prepare_their_dataset).
+  for eval_data, num_examples, message in [
+      ('train', 20, "eval_data must be 'test' or 'train_eval'"),
+      ('train_eval', 101, 'num_examples=101 is more than the 100 records')]:
+    with pytest.raises(ValueError, match=message):
+      evaluation.check_num_examples(num_examples,
+                                    data_files.describe(data_dir), eval_data)

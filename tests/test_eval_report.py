@@ -3,6 +3,7 @@ its summaries as TensorBoard reads and renders them, for names as users write
 them."""
 
 import io
+import re
 
 import numpy as np
 from PIL import Image
@@ -10,7 +11,6 @@ import tensorflow.compat.v1 as tf
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.plugins.text import text_plugin
 
-import cifar10_input
 from cifar10_support import data_files
 from cifar10_support import evaluation
 
@@ -63,19 +63,14 @@ def _summaries(report, tmp_path):
   return events
 
 
-def _html(events, tag):
-  """A text summary as TensorBoard's Text dashboard renders it."""
+def _table(events, tag):
+  """The cells, row by row, of a text summary's table as TensorBoard's Text
+  dashboard renders it."""
   text, = events.Tensors(tag)
-  return text_plugin.text_array_to_html(
-      tf.make_ndarray(text.tensor_proto), enable_markdown=True)
-
-
-def _cells(html):
-  """The cells of an HTML table, row by row."""
-  rows = html.split('<tr>')[1:]
-  return [[cell.split('>', 1)[1].split('</t')[0]
-           for cell in row.split('</tr>')[0].split('\n') if '<t' in cell]
-          for row in rows]
+  html = text_plugin.text_array_to_html(tf.make_ndarray(text.tensor_proto),
+                                        enable_markdown=True)
+  return [re.findall(r'<t[hd](?: [^>]*)?>(.*?)</t[hd]>', row)
+          for row in html.split('<tr>')[1:]]
 
 
 def test_ten_classes_keep_their_table_and_summaries(tmp_path):
@@ -95,46 +90,33 @@ def test_ten_classes_keep_their_table_and_summaries(tmp_path):
   assert Image.open(io.BytesIO(image.encoded_image_string)).size == (377, 377)
   assert sorted(tags['tensors']) == ['confusion_matrix_counts',
                                      'precision_by_class']
-  counts = _cells(_html(events, 'confusion_matrix_counts'))
+  counts = _table(events, 'confusion_matrix_counts')
   assert counts[0] == ['true \\ predicted'] + list(NAMES)
   assert counts[1] == ['<strong>airplane</strong>', '50', '2', '0', '10'] + (
       ['0'] * 6)
-  table = _cells(_html(events, 'precision_by_class'))
+  table = _table(events, 'precision_by_class')
   assert table[0] == list(evaluation.TABLE_HEADER)
   assert table[1:] == [line.split(None, 4)
                        for line in TEN_TABLE.splitlines()[1:]]
 
 
-def test_twenty_classes_print_them_all():
-  names = ['class %d' % c for c in range(20)]
-  table = _report(names, np.diag(np.arange(1, 21))).table().splitlines()
-
-  assert [line[:12].rstrip() for line in table[1:]] == names
-
-
-def _hundred():
-  """100 classes, the last without examples; the others 100 examples each,
-  as many of them right as their place in a shuffle of 0 .. 98 plus one,
-  and the rest mostly taken for the class 7 after them."""
-  rng = np.random.RandomState(5)
-  right = rng.permutation(99) + 1
+def test_twenty_classes_print_all_and_a_hundred_ten_keeping_all_in_tensorboard(
+    tmp_path):
+  names = ['species %02d' % c for c in range(100)]
+  # Up to 20 classes, the console shows them all.
+  twenty = _report(names[:20], np.diag(np.arange(1, 21))).table()
+  assert [line[:12].rstrip() for line in twenty.splitlines()[1:]] == (
+      names[:20])
+  # 100 classes, the last without examples; the others 100 examples each,
+  # as many of them right as their place in a shuffle of 1 .. 99 (so each
+  # precision differs), most of the rest taken for the class 7 after them.
+  right = np.random.RandomState(5).permutation(99) + 1
   confusion = np.zeros([100, 100], np.int64)
   for c in range(99):
     wrong = 100 - right[c]
-    confusion[c, c] = right[c]
-    confusion[c, (c + 7) % 99] = wrong - wrong // 3
-    confusion[c, (c + 3) % 99] = wrong // 3
-  return confusion, right
-
-
-def test_hundred_classes_print_ten_and_keep_every_class_in_tensorboard(
-    tmp_path):
-  names = ['species %02d' % c for c in range(100)]
-  confusion, right = _hundred()
-  # Independently of the report: each class's precision is right[c] / 100,
-  # all different; the class it is most taken for is 7 after it.
-  lowest = [int(np.flatnonzero(right == k)[0]) for k in range(1, 11)]
-  highest = [int(np.flatnonzero(right == k)[0]) for k in range(99, 89, -1)]
+    confusion[c, [c, (c + 7) % 99, (c + 3) % 99]] = (
+        right[c], wrong - wrong // 3, wrong // 3)
+  by_precision = list(np.argsort(right))
 
   report = _report(names, confusion)
   lines = report.table().splitlines()
@@ -145,7 +127,8 @@ def test_hundred_classes_print_ten_and_keep_every_class_in_tensorboard(
   assert lines[24] == ("All 100 classes (1 without examples): "
                        "precision_by_class in TensorBoard's Text dashboard.")
   assert len(lines) == 25
-  for shown, classes in ((lines[2:12], lowest), (lines[14:24], highest)):
+  for shown, classes in ((lines[2:12], by_precision[:10]),
+                         (lines[14:24], by_precision[:-11:-1])):
     for line, c in zip(shown, classes):
       wrong = 100 - right[c]
       assert line == '%-12s %8d %8d %14.3f  %s (%d)' % (
@@ -154,23 +137,12 @@ def test_hundred_classes_print_ten_and_keep_every_class_in_tensorboard(
 
   events = _summaries(report, tmp_path)
 
-  table = _cells(_html(events, 'precision_by_class'))
+  table = _table(events, 'precision_by_class')
   assert [row[0] for row in table[1:]] == names
   assert [row[2] for row in table[1:]] == [str(r) for r in right] + ['0']
   assert len(events.Tags()['scalars']) == 99
   image, = events.Images('confusion_matrix/image/0')
   assert image.width == image.height <= 1200
-
-
-def test_wide_names_line_up_in_the_console():
-  names = ['飛行機', 'автомобиль', 'a much longer name than twelve']
-  table = _report(names, np.diag([1, 2, 3])).table().splitlines()
-
-  # Each column ends in the same terminal column: the wide characters of
-  # 飛行機 count twice.
-  assert table[1] == '飛行機' + ' ' * 24 + '        1        1          1.000  -'
-  assert table[3].startswith(names[2] + '        3')
-  assert table[0].startswith('class'.ljust(len(names[2])) + ' examples')
 
 
 def test_a_slash_in_a_name_does_not_nest_its_tag(tmp_path):
@@ -193,27 +165,32 @@ def test_a_slash_in_a_name_does_not_nest_its_tag(tmp_path):
   assert [events.Scalars(tag)[0].value for tag in tags] == [1, 1, 1]
 
 
-def test_names_the_font_cannot_draw_are_numbered_in_every_table(tmp_path):
-  names = ['飛行機', 'Кириллица', 'plain']
-  confusion = np.array([[3, 1, 0], [0, 2, 0], [0, 0, 1]])
-  report = _report(names, confusion)
+def test_wide_names_line_up_and_those_the_font_cannot_draw_are_numbered(
+    tmp_path):
+  names = ['飛行機', 'Кириллица', 'longer than twelve']
+  report = _report(names, np.array([[3, 1, 0], [0, 2, 0], [0, 0, 1]]))
+  # The console keeps the names, which a terminal draws; each column ends in
+  # the same terminal column (the wide characters of 飛行機 count twice).
+  assert report.table() == """\
+class              examples  correct  precision @ 1  most confused with
+飛行機                    4        3          0.750  Кириллица (1)
+Кириллица                 2        2          1.000  -
+longer than twelve        1        1          1.000  -"""
   assert report.numbered
 
   events = _summaries(report, tmp_path)
 
   # The image's numbers, and what they stand for, in TensorBoard's text.
-  table = _cells(_html(events, 'precision_by_class'))
+  table = _table(events, 'precision_by_class')
   assert table[0] == ['#'] + list(evaluation.TABLE_HEADER)
   assert table[1:] == [['0', '飛行機', '4', '3', '0.750', 'Кириллица (1)'],
                        ['1', 'Кириллица', '2', '2', '1.000', '-'],
-                       ['2', 'plain', '1', '1', '1.000', '-']]
-  counts = _cells(_html(events, 'confusion_matrix_counts'))
+                       ['2', 'longer than twelve', '1', '1', '1.000', '-']]
+  counts = _table(events, 'confusion_matrix_counts')
   assert counts[0] == ['true \\ predicted', '0', '1', '2']
   assert [row[0] for row in counts[1:]] == [
       '<strong>0 飛行機</strong>', '<strong>1 Кириллица</strong>',
-      '<strong>2 plain</strong>']
-  # The console keeps the names, which a terminal draws.
-  assert report.table().splitlines()[1].startswith('飛行機 ')
+      '<strong>2 longer than twelve</strong>']
 
 
 def test_markdown_characters_in_names_read_as_themselves(tmp_path):
@@ -223,13 +200,13 @@ def test_markdown_characters_in_names_read_as_themselves(tmp_path):
   confusion[0, 1] = 1
   events = _summaries(_report(names, confusion), tmp_path)
 
-  table = _cells(_html(events, 'precision_by_class'))
+  table = _table(events, 'precision_by_class')
   assert all(len(row) == 5 for row in table)
   shown = ['a|b', '*bold* _it_', '&lt;i&gt;x&lt;/i&gt;', 'AT&amp;amp;T',
            'back\\slash', '# [link](u) `c` 1. - +!']
   assert [row[0] for row in table[1:]] == shown
   assert table[1][4] == '*bold* _it_ (1)'
-  counts = _cells(_html(events, 'confusion_matrix_counts'))
+  counts = _table(events, 'confusion_matrix_counts')
   assert counts[0][1:] == shown
   assert [row[0] for row in counts[1:]] == [
       '<strong>%s</strong>' % name for name in shown]

@@ -1,12 +1,9 @@
-"""Each trainer learns, as a user runs it: the script as a process with its
-own hyper-parameters and a seed on learnable synthetic data, then what
-cifar10_eval.py --run_once gives on its checkpoint (testutil.eval_precision, a call),
-asserting a precision an untrained model cannot reach (testutil.LEARNED;
-chance is 0.1).
-
-One device and CPU towers here; the cluster trainers learn in the tests
-that run their clusters already: asynchronous and --sync_replicas in
-test_distributed_train.py, the managed chief in test_managed_clusters.py.
+"""Each trainer learns as a user runs it: the script as a process, its own
+hyper-parameters and a seed, on learnable synthetic data; then what
+cifar10_eval.py --run_once gives on its checkpoint (a call:
+testutil.eval_precision) is a precision an untrained model cannot reach
+(testutil.LEARNED; chance is 0.1). The cluster trainers learn in their
+clusters' tests (test_distributed_train.py, test_managed_clusters.py).
 """
 
 import pytest
@@ -21,26 +18,17 @@ SEED = 0
 STEPS = 100
 
 
-def _train_and_evaluate(script, args, data_dir, tmp_path):
+@pytest.mark.slow  # A process that trains.
+@pytest.mark.parametrize('script,args', [
+    ('cifar10_train.py', []),
+    ('cifar10_multi_gpu_train.py', ['--num_gpus=2', '--tower_device=cpu'])],
+                         ids=['one_device', 'two_cpu_towers'])
+def test_each_trainer_learns(learnable_data_dir, tmp_path, script, args):
   train_dir = str(tmp_path / 'train')
   result = testutil.run_script(script, [
-      '--data_dir=%s' % data_dir, '--train_dir=%s' % train_dir,
+      '--data_dir=%s' % learnable_data_dir, '--train_dir=%s' % train_dir,
       '--max_steps=%d' % STEPS, '--seed=%d' % SEED] + args, timeout=300)
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
   assert 'Done: step %d reached' % STEPS in result.stdout
-  return testutil.eval_precision(data_dir, train_dir, str(tmp_path / 'eval'))
-
-
-@pytest.mark.slow  # A process that trains.
-def test_one_device_learns(learnable_data_dir, tmp_path):
-  precision = _train_and_evaluate('cifar10_train.py', [], learnable_data_dir,
-                                  tmp_path)
-  assert precision >= testutil.LEARNED
-
-
-@pytest.mark.slow  # A process that trains.
-def test_two_cpu_towers_learn(learnable_data_dir, tmp_path):
-  precision = _train_and_evaluate(
-      'cifar10_multi_gpu_train.py', ['--num_gpus=2', '--tower_device=cpu'],
-      learnable_data_dir, tmp_path)
-  assert precision >= testutil.LEARNED
+  assert testutil.eval_precision(learnable_data_dir, train_dir, str(
+      tmp_path / 'eval')) >= testutil.LEARNED

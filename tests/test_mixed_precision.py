@@ -16,7 +16,6 @@ import cifar10_train
 from cifar10_support import data_files
 from cifar10_support import evaluation
 from cifar10_support import mixed_precision
-from cifar10_support import run_flags
 from cifar10_support import train_dirs
 import synthetic
 from testutil import save_checkpoint
@@ -47,7 +46,7 @@ def test_cpu_support_is_read_from_the_flags_line(cpuinfo, expected):
   assert mixed_precision.cpu_bf16_feature(cpuinfo) == expected
 
 
-def test_choice_and_its_line_for_each_machine():
+def test_choice_and_its_line_for_each_machine(monkeypatch, capsys):
   choose = mixed_precision.choose
   assert choose('off', False, 'avx512_bf16', None) == (None, None)
   assert choose('off', True, None, (9, 0)) == (None, None)
@@ -57,11 +56,14 @@ def test_choice_and_its_line_for_each_machine():
   assert line == ('Mixed precision: bfloat16 on the CPU (avx512_bf16); '
                   'variables, loss, gradients and checkpoints stay float32.')
 
-  dtype, line = choose('bf16', False, None, None)
-  assert dtype is None
-  assert line == ('--mixed_precision=bf16: this CPU has neither AVX512_BF16 '
-                  'nor AMX, so bfloat16 would be emulated and slower than '
-                  'float32: running in float32.')
+  # The CPU's answer forced, as _FORCED_CPU does for a script: printed.
+  monkeypatch.setattr(mixed_precision, 'cpu_bf16_feature',
+                      lambda cpuinfo=None: None)
+  assert mixed_precision.compute_dtype_for_this_machine('bf16', False) is None
+  assert capsys.readouterr().out == (
+      '--mixed_precision=bf16: this CPU has neither AVX512_BF16 nor AMX, so '
+      'bfloat16 would be emulated and slower than float32: running in '
+      'float32.\n')
 
   dtype, line = choose('bf16', True, None, (9, 0))
   assert dtype == tf.bfloat16 and 'compute capability 9.0' in line
@@ -71,16 +73,9 @@ def test_choice_and_its_line_for_each_machine():
     assert 'float16 with dynamic loss scaling' in line
 
 
-def _variables_by_name():
-  return {v.op.name: (v.dtype.base_dtype, v.shape.as_list())
-          for v in tf.global_variables()}
-
-
 def _types(op):
   """The dtypes of op's 'T' attribute (one, or a list); empty without one."""
-  if 'T' not in op.node_def.attr:
-    return set()
-  value = op.get_attr('T')
+  value = op.get_attr('T') if 'T' in op.node_def.attr else []
   return set(value) if isinstance(value, list) else {value}
 
 
@@ -89,25 +84,32 @@ def _reduced_ops(graph):
 
 
 def _training_graph(compute_dtype, batch=4):
-  graph = tf.Graph()
-  with graph.as_default():
+  """The training graph, its logits and loss, and {variable name: (dtype,
+  shape)}."""
+  with tf.Graph().as_default() as graph:
     global_step = tf.train.get_or_create_global_step()
-    images = tf.zeros([batch, 24, 24, 3])
-    labels = tf.zeros([batch], tf.int32)
-    logits = cifar10.inference(images, compute_dtype)
-    loss = cifar10.loss(logits, labels)
+    logits = cifar10.inference(tf.zeros([batch, 24, 24, 3]), compute_dtype)
+    loss = cifar10.loss(logits, tf.zeros([batch], tf.int32))
     cifar10.train(loss, global_step, batch, compute_dtype)
-  return graph, logits, loss
+    return graph, logits, loss, {
+        v.op.name: (v.dtype.base_dtype, v.shape.as_list())
+        for v in tf.global_variables()}
 
 
-def test_reduced_precision_ops_appear_only_with_the_flag():
-  graph, logits, _ = _training_graph(None)
+def test_reduced_precision_ops_appear_only_with_the_flag(data_dir):
+  graph, _, _, float32_variables = _training_graph(None)
   assert _reduced_ops(graph) == []
-  with graph.as_default():
-    float32_variables = _variables_by_name()
+  # The eval graph's convolutions in bfloat16 too (what it predicts:
+  # test_eval_with_the_flag_predicts_what_the_weights_say).
+  with tf.Graph().as_default() as graph:
+    settings = evaluation.EvalSettings(data_dir, batch_size=10,
+                                       compute_dtype=tf.bfloat16)
+    cifar10_eval.build_eval_graph(settings, testutil.described(settings))
+  assert [op.get_attr('T') for op in graph.get_operations()
+          if op.type == 'Conv2D'] == [tf.bfloat16] * 2
 
   for dtype in REDUCED:
-    graph, logits, loss = _training_graph(dtype)
+    graph, logits, loss, variables = _training_graph(dtype)
     reduced = _reduced_ops(graph)
     types = {op.type for op in reduced}
     assert {'Conv2D', 'Conv2DBackpropFilter', 'Conv2DBackpropInput',
@@ -126,134 +128,52 @@ def test_reduced_precision_ops_appear_only_with_the_flag():
         assert _types(op) == {tf.float32}, op.name
     assert logits.dtype == tf.float32 and loss.dtype == tf.float32
     assert logits.op.name == 'softmax_linear/softmax_linear'
-    with graph.as_default():
-      # The same variables, names, shapes and dtypes: the same checkpoint.
-      assert {name: variable for name, variable in _variables_by_name().items()
-              if not name.startswith('loss_scale/')} == float32_variables
-      # Beside them float16 saves its loss scale, no other dtype anything.
-      scale = [v.op.name for v in tf.global_variables()
-               if v.op.name.startswith('loss_scale')]
-    assert scale == (['loss_scale/scale', 'loss_scale/good_steps']
-                     if dtype == tf.float16 else [])
+    # The same variables, names, shapes and dtypes: the same checkpoint;
+    # beside them float16 saves its loss scale, no other dtype anything.
+    assert variables == dict(float32_variables, **(
+        {'loss_scale/scale': (tf.float32, []),
+         'loss_scale/good_steps': (tf.int64, [])}
+        if dtype == tf.float16 else {}))
 
 
-def test_bfloat16_forward_pass_is_close_to_float32():
-  images = np.random.RandomState(0).normal(size=(16, 24, 24, 3))
-  outputs = []
-  for dtype in (None, tf.bfloat16):
-    with tf.Graph().as_default():
-      tf.set_random_seed(1)
-      logits = cifar10.inference(tf.constant(images, tf.float32), dtype)
-      # Larger weights than the initial ones, so that the logits differ.
-      scale = [v.assign(v * 4) for v in tf.trainable_variables()
-               if 'weights' in v.op.name]
-      with tf.Session(config=session_config()) as sess:
-        sess.run(tf.global_variables_initializer())
-        sess.run(scale)
-        outputs.append(sess.run(logits))
-  exact, reduced = outputs
-  assert np.abs(exact).max() > 0.1
-  # About 3 significant digits: close, and not identical (it computed in
-  # bfloat16).
-  assert np.abs(reduced - exact).max() < 0.05 * np.abs(exact).max()
-  assert not np.array_equal(reduced, exact)
-
-
-def _loss_scale_step(grads):
-  """Two steps of the float16 optimizer; returns the new weight, scale and
-  good steps, for a loss whose scaled gradients at the first scale are
-  `grads`, of a weight 1.0."""
+# Two steps of the float16 optimizer on a weight [1, 1] of gradients
+# `grads`, the second after clean steps one short of growing the scale. Each
+# step's (weight, scale in first scales, clean steps): a clean step is
+# unscaled (1 - 1, 1 + 2), the growth step still by the old scale, which it
+# then doubles; an overflowing step is skipped and halves it.
+@pytest.mark.parametrize('grads,steps', [
+    ([1, -2], [([0, 3], 1, 1), ([-1, 5], 2, 0)]),
+    ([np.inf, 1], [([1, 1], 0.5, 0), ([1, 1], 0.25, 0)])],
+                         ids=['clean', 'overflow'])
+def test_loss_scale_unscales_grows_and_skips_overflowing_steps(grads, steps):
+  start = mixed_precision.LOSS_SCALE_START
   with tf.Graph().as_default():
     global_step = tf.train.get_or_create_global_step()
     weight = tf.get_variable('w', initializer=tf.ones([2]))
     loss_scale = mixed_precision.optimizer(
         tf.train.GradientDescentOptimizer(1.0), tf.float16)
-    loss = tf.reduce_sum(
-        tf.constant(grads, tf.float32) / mixed_precision.LOSS_SCALE_START
-        * weight)
+    loss = tf.reduce_sum(tf.constant(grads, tf.float32) * weight)
     train_op = loss_scale.apply_gradients(
         loss_scale.compute_gradients(loss), global_step)
     with tf.Session(config=session_config()) as sess:
       sess.run([tf.global_variables_initializer(),
                 tf.local_variables_initializer()])
-      assert sess.run(loss_scale.scale) == mixed_precision.LOSS_SCALE_START
-      sess.run(train_op)
-      first = sess.run([weight, loss_scale.scale, loss_scale.good_steps])
-      sess.run(loss_scale.good_steps.assign(
-          mixed_precision.LOSS_SCALE_GROWTH_STEPS - 1))
-      sess.run(train_op)
-      second = sess.run([weight, loss_scale.scale, loss_scale.good_steps,
-                         global_step])
-  return first, second
-
-
-def test_loss_scale_unscales_and_grows_after_clean_steps():
-  start = mixed_precision.LOSS_SCALE_START
-  (weight, scale, good), (weight2, scale2, good2, step) = _loss_scale_step(
-      [start, -2 * start])
-  np.testing.assert_allclose(weight, [0.0, 3.0])  # 1 - 1, 1 + 2
-  assert (scale, good) == (start, 1)
-  # The growth step is still unscaled by the old scale, then doubles it.
-  np.testing.assert_allclose(weight2, [-1.0, 5.0])
-  assert (scale2, good2, step) == (2 * start, 0, 2)
-
-
-def test_loss_scale_skips_an_overflowing_step_and_halves():
-  start = mixed_precision.LOSS_SCALE_START
-  (weight, scale, good), (weight2, scale2, _, step) = _loss_scale_step(
-      [np.inf, 1.0])
-  np.testing.assert_allclose(weight, [1.0, 1.0])  # unchanged
-  assert (scale, good) == (start / 2, 0)
-  np.testing.assert_allclose(weight2, [1.0, 1.0])
-  assert scale2 == start / 4 and step == 2  # the step still counts
+      assert sess.run(loss_scale.scale) == start
+      for i, (moved, scale, good) in enumerate(steps):
+        if i:
+          sess.run(loss_scale.good_steps.assign(
+              mixed_precision.LOSS_SCALE_GROWTH_STEPS - 1))
+        sess.run(train_op)
+        np.testing.assert_allclose(sess.run(weight), moved)
+        assert sess.run([loss_scale.scale, loss_scale.good_steps]) == [
+            scale * start, good]
+      assert sess.run(global_step) == 2  # An overflowing step counts too.
 
 
 def _checkpoint_contents(checkpoint):
   reader = tf.train.load_checkpoint(checkpoint)
   return {name: (reader.get_variable_to_dtype_map()[name], shape)
           for name, shape in reader.get_variable_to_shape_map().items()}
-
-
-@pytest.mark.slow  # Trains.
-def test_bfloat16_checkpoint_is_float32_and_evaluates_both_ways(data_dir,
-                                                                tmp_path):
-  # Trained with and without the flag, each evaluated with and without it.
-  dirs = {}
-  for name, dtype in (('float32', None), ('bfloat16', tf.bfloat16)):
-    dirs[name] = str(tmp_path / name)
-    testutil.train(cifar10_train.train, run_flags.TrainSettings(
-        data_dir, dirs[name], max_steps=3, batch_size=8, input_threads=1,
-        save_checkpoint_secs=3600, compute_dtype=dtype))
-  checkpoints = {name: tf.train.latest_checkpoint(path)
-                 for name, path in dirs.items()}
-  contents = _checkpoint_contents(checkpoints['bfloat16'])
-  assert contents == _checkpoint_contents(checkpoints['float32'])
-  assert len(contents) == 25
-  assert {dtype for dtype, _ in contents.values()} == {tf.float32, tf.int64}
-  for name, checkpoint in checkpoints.items():
-    results = [testutil.eval_once(checkpoint, evaluation.EvalSettings(
-                   data_dir, num_examples=20, batch_size=10,
-                   session_config=session_config(), compute_dtype=dtype))
-               for dtype in (None, tf.bfloat16)]
-    assert [r['global_step'] for r in results] == [3, 3], name
-    assert [r['num_examples'] for r in results] == [20, 20], name
-  # Each resumes in training the other way round.
-  for name, dtype in (('float32', tf.bfloat16), ('bfloat16', None)):
-    stats = testutil.train(cifar10_train.train, run_flags.TrainSettings(
-        data_dir, dirs[name], max_steps=5, batch_size=8, input_threads=1,
-        save_checkpoint_secs=3600, compute_dtype=dtype))
-    assert stats['global_step'] == 5, name
-    assert _checkpoint_contents(tf.train.latest_checkpoint(dirs[name])) == (
-        contents)
-
-
-def test_eval_graph_computes_in_bfloat16_and_predicts_as_float32(data_dir):
-  with tf.Graph().as_default() as graph:
-    settings = evaluation.EvalSettings(data_dir, batch_size=10,
-                                       compute_dtype=tf.bfloat16)
-    cifar10_eval.build_eval_graph(settings, testutil.described(settings))
-  convs = [op for op in graph.get_operations() if op.type == 'Conv2D']
-  assert [op.get_attr('T') for op in convs] == [tf.bfloat16] * 2
 
 
 @pytest.mark.parametrize('dtype', [tf.float32, tf.float16])
@@ -276,8 +196,8 @@ def test_eval_with_the_flag_predicts_what_the_weights_say(data_dir, tmp_path,
 def _start(train_dir, data_set, dtype, scale=None):
   """A training session of dtype on train_dir's newest checkpoint, started
   as the trainers start one; returns its (global step, loss scale, clean
-  steps), None for a graph without a loss scale. With `scale` (scale,
-  clean steps), sets those and saves them at step 7 instead."""
+  steps) as started, None for a graph without a loss scale. With `scale`
+  (scale, clean steps), then sets those and saves them at step 7."""
   with train_dirs.claim(train_dir, False, data_set) as start:
     with tf.Graph().as_default():
       global_step = tf.train.get_or_create_global_step()
@@ -291,12 +211,12 @@ def _start(train_dir, data_set, dtype, scale=None):
       scaffold = start.scaffold()
       with tf.train.MonitoredSession(tf.train.ChiefSessionCreator(
           scaffold, config=session_config())) as sess:
+        values = sess.run(state)
         if scale is not None:
           sess.run(setters)
           scaffold.saver.save(sess._tf_sess(),  # pylint: disable=protected-access
                               os.path.join(train_dir, 'model.ckpt'),
                               global_step=7)
-        values = sess.run(state)
   return tuple(values) if dtype == tf.float16 else (values[0], None, None)
 
 
@@ -305,75 +225,99 @@ def test_float16_saves_its_loss_scale_and_resumes_from_float32_and_back(
     data_dir, tmp_path, capsys):
   # The loss scale's state goes with float16's checkpoint, so that a resumed
   # run goes on with the scale the unstopped one had; float32 checkpoints
-  # keep the original's 25 variables, and each resumes the other's.
+  # keep the original's 25 variables, as bfloat16's (the same checkpoint:
+  # either evaluates either way), and each resumes the others'.
   train_dir, data_set = str(tmp_path), data_files.describe(data_dir)
   start = mixed_precision.LOSS_SCALE_START
   assert _start(train_dir, data_set, tf.float16, scale=(256.0, 5)) == (
-      7, 256.0, 5)
+      0, start, 0)
   checkpoint = tf.train.latest_checkpoint(train_dir)
   assert checkpoint.endswith('model.ckpt-7')
   contents = _checkpoint_contents(checkpoint)
-  assert len(contents) == 27
-  assert contents['loss_scale/scale'] == (tf.float32, [])
-  assert contents['loss_scale/good_steps'] == (tf.int64, [])
   assert _start(train_dir, data_set, tf.float16) == (7, 256.0, 5)
   # Evaluation reads it, the loss scale ignored.
   assert testutil.eval_once(checkpoint, evaluation.EvalSettings(
       data_dir, num_examples=20, batch_size=10,
       session_config=session_config()))['global_step'] == 7
-  # A float32 run resumes from it, and saves the 25 alone.
-  assert _start(train_dir, data_set, None, scale=()) == (7, None, None)
-  assert len(_checkpoint_contents(tf.train.latest_checkpoint(train_dir))) == 25
+  # A float32 run resumes from it, and saves the 25 alone; a bfloat16 run
+  # resumes that and saves the same, which float32 resumes.
+  saved = []
+  for dtype in (None, tf.bfloat16, None):
+    assert _start(train_dir, data_set, dtype, scale=()) == (7, None, None)
+    saved.append(_checkpoint_contents(tf.train.latest_checkpoint(train_dir)))
+  assert saved[0] == saved[1] == saved[2] and len(saved[0]) == 25
+  assert {dtype for dtype, _ in saved[0].values()} == {tf.float32, tf.int64}
+  assert contents == dict(saved[0], **{'loss_scale/scale': (tf.float32, []),
+                                       'loss_scale/good_steps': (tf.int64, [])})
   # A float16 run resumes from that one, its loss scale started afresh.
-  capsys.readouterr()
+  assert 'Starting fresh' not in capsys.readouterr().out
   assert _start(train_dir, data_set, tf.float16) == (7, start, 0)
   assert ('Starting fresh (not in model.ckpt-7, which another trainer or '
           'precision wrote): '
           'loss_scale/good_steps, loss_scale/scale.') in capsys.readouterr().out
 
 
-def _colour_batch():
-  """32 cropped, normalized synthetic colour images and their labels."""
+def _colour_steps(dtype, steps, start=None):
+  """`steps` plain SGD steps (cifar10.train's, with its loss scale for
+  float16) of the model in dtype on one batch of 32 cropped, normalized
+  synthetic colour images, from the weights `start` (None: graph seed 0's).
+  Returns the weights before and after, each step's cross-entropy, the
+  loss scale's state ([] but for float16) and the logits after."""
   labels = np.arange(32) % 10
-  images = synthetic.visible_label_images(labels, np.random.RandomState(0))
-  images = images[:, 4:28, 4:28]
-  return (images - images.mean()) / images.std(), labels
+  images = synthetic.visible_label_images(
+      labels, np.random.RandomState(0))[:, 4:28, 4:28]
+  with tf.Graph().as_default() as graph:
+    tf.set_random_seed(0)
+    global_step = tf.train.get_or_create_global_step()
+    logits = cifar10.inference(tf.constant(
+        (images - images.mean()) / images.std(), tf.float32), dtype)
+    train_op = cifar10.train(cifar10.loss(logits, tf.constant(labels)),
+                             global_step, 32, compute_dtype=dtype)
+    cross_entropy = graph.get_tensor_by_name('cross_entropy:0')
+    weights = {v.op.name: v for v in tf.trainable_variables()}
+    scale = [v for v in tf.global_variables()
+             if v.op.name.startswith('loss_scale/')]
+    with tf.Session(config=session_config()) as sess:
+      sess.run([tf.global_variables_initializer(),
+                tf.local_variables_initializer()])
+      if start is not None:
+        sess.run([var.assign(start[name]) for name, var in weights.items()])
+      before = sess.run(weights)
+      losses = [sess.run([train_op, cross_entropy])[1] for _ in range(steps)]
+      return before, sess.run(weights), losses, sess.run(scale), sess.run(
+          logits)
 
 
 def test_float16_step_scales_the_loss_and_moves_the_weights_as_float32():
-  images, labels = _colour_batch()
-  start, moved = None, {}
-  for dtype in (None, tf.float16):
-    with tf.Graph().as_default():
-      global_step = tf.train.get_or_create_global_step()
-      logits = cifar10.inference(tf.constant(images, tf.float32), dtype)
-      train_op = cifar10.train(cifar10.loss(logits, tf.constant(labels)),
-                               global_step, 32, compute_dtype=dtype)
-      weights = {v.op.name: v for v in tf.trainable_variables()}
-      with tf.Session(config=session_config()) as sess:
-        sess.run([tf.global_variables_initializer(),
-                  tf.local_variables_initializer()])
-        if start is None:
-          start = sess.run(weights)
-        # The same start for both.
-        sess.run([var.assign(start[name]) for name, var in weights.items()])
-        sess.run(train_op)
-        moved[dtype] = {name: value - start[name]
-                        for name, value in sess.run(weights).items()}
-        if dtype == tf.float16:
-          scale = sess.run([v for v in tf.global_variables()
-                            if v.op.name.startswith('loss_scale/')])
+  start, exact = _colour_steps(None, 1)[:2]
+  _, reduced, _, scale, _ = _colour_steps(tf.float16, 1, start)
   # Unscaled: each variable moved as in float32, to float16's precision (a
   # missing scale would leave the gradients 32,768 times too small, a
   # missing unscaling as many times too large: a relative error near 1 or
   # far above it). Compared as whole vectors, not element by element: a
   # ReLU input near zero can round to the other side in float16, and on
   # some CPUs does, which changes that unit's gradients outright.
-  for name, delta in moved[None].items():
+  for name, value in exact.items():
+    delta = value - start[name]
     assert np.abs(delta).max() > 0, name
-    error = np.linalg.norm(moved[tf.float16][name] - delta)
+    error = np.linalg.norm(reduced[name] - value)
     assert error < 0.1 * np.linalg.norm(delta), name
   assert scale == [mixed_precision.LOSS_SCALE_START, 1]
+
+
+def test_bfloat16_learns_a_batch_as_float32_does_computing_close_to_it():
+  # 60 steps at the original's learning rate (which makes the loss jump
+  # about); the cross-entropy starts at ln(10) = 2.30.
+  for dtype in (tf.bfloat16, None):  # float32's weights and logits last.
+    _, weights, losses, _, exact = _colour_steps(dtype, 60)
+    assert losses[0] == pytest.approx(np.log(10), abs=0.05)
+    assert np.mean(losses[-20:]) < 0.75 * np.log(10), (dtype, losses)
+  # float32's trained weights (their logits far from the initial ones' 0) in
+  # bfloat16: about 3 significant digits, close and not identical.
+  reduced = _colour_steps(tf.bfloat16, 0, weights)[4]
+  assert np.abs(exact).max() > 1
+  assert np.abs(reduced - exact).max() < 0.05 * np.abs(exact).max()
+  assert not np.array_equal(reduced, exact)
 
 
 # Runs a script (argv[2:]) with the CPU's bfloat16 support forced to argv[1].
@@ -388,38 +332,11 @@ runpy.run_path(sys.argv[0], run_name='__main__')
 """
 
 
-def _losses(stdout):
-  return [float(m['loss']) for m in step_line().finditer(stdout)]
-
-
-def test_bfloat16_training_learns_a_batch_as_float32_does():
-  # One fixed batch of the synthetic colour images, 60 plain SGD steps at
-  # the original's learning rate (which makes the loss jump about); the
-  # cross-entropy starts at ln(10) = 2.30.
-  images, labels = _colour_batch()
-  late = {}
-  for dtype in (None, tf.bfloat16):
-    with tf.Graph().as_default() as graph:
-      tf.set_random_seed(0)
-      global_step = tf.train.get_or_create_global_step()
-      logits = cifar10.inference(tf.constant(images, tf.float32), dtype)
-      train_op = cifar10.train(cifar10.loss(logits, tf.constant(labels)),
-                               global_step, 32)
-      cross_entropy = graph.get_tensor_by_name('cross_entropy:0')
-      with tf.Session(config=session_config()) as sess:
-        sess.run(tf.global_variables_initializer())
-        losses = [sess.run([train_op, cross_entropy])[1] for _ in range(60)]
-    assert losses[0] == pytest.approx(np.log(10), abs=0.05)
-    late[dtype] = np.mean(losses[-20:])
-  assert late[tf.bfloat16] < 0.75 * np.log(10), late
-  assert late[None] < 0.75 * np.log(10), late
-
-
 @pytest.mark.slow  # Starts a process.
 def test_training_script_with_the_flag_says_how_first_and_trains(data_dir,
                                                                  tmp_path):
-  # The console: the line before anything else, nothing on stderr. That the
-  # checkpoint is float32: test_bfloat16_checkpoint_is_float32_and_... above.
+  # The console: the line before anything else, nothing on stderr; the
+  # 25 float32 variables (test_float16_saves_its_loss_scale_and_...).
   train_dir = str(tmp_path / 'train')
   # The CPU's answer decides only where no GPU is visible.
   result = testutil.run_script('cifar10_train.py', [
@@ -431,26 +348,18 @@ def test_training_script_with_the_flag_says_how_first_and_trains(data_dir,
   assert result.stdout.splitlines()[0] == (
       'Mixed precision: bfloat16 on the CPU (avx512_bf16); variables, loss, '
       'gradients and checkpoints stay float32.')
-  assert len(_losses(result.stdout)) == 2, result.stdout
+  assert len(step_line().findall(result.stdout)) == 2, result.stdout
   assert re.search(r'^Done: step 10 reached', result.stdout, re.M)
   assert result.stderr == ''
-
-
-def test_cpu_without_bfloat16_says_so_and_computes_in_float32(monkeypatch,
-                                                              capsys):
-  # The CPU's answer forced, as _FORCED_CPU does for a script.
-  monkeypatch.setattr(mixed_precision, 'cpu_bf16_feature',
-                      lambda cpuinfo=None: None)
-  assert mixed_precision.compute_dtype_for_this_machine('bf16', False) is None
-  assert capsys.readouterr().out == (
-      '--mixed_precision=bf16: this CPU has neither AVX512_BF16 nor AMX, so '
-      'bfloat16 would be emulated and slower than float32: running in '
-      'float32.\n')
+  contents = _checkpoint_contents(tf.train.latest_checkpoint(train_dir))
+  assert len(contents) == 25
+  assert {dtype for dtype, _ in contents.values()} == {tf.float32, tf.int64}
 
 
 def test_this_machine_prints_its_own_answer(data_dir, tmp_path, capsys):
   # cifar10_eval.py's flags as a user gives them, on this machine's real
-  # detection; no checkpoint there: the usual error, after the line.
+  # detection; no checkpoint there: its error, after the line, names
+  # the directory.
   line = testutil.exit_line(
       lambda: cifar10_eval.evaluate_as_flagged(cifar10_eval.FLAGS,
                                                str(tmp_path)),
@@ -458,7 +367,8 @@ def test_this_machine_prints_its_own_answer(data_dir, tmp_path, capsys):
                           '--eval_dir=%s' % (tmp_path / 'eval'),
                           '--num_examples=20', '--mixed_precision=bf16'],
       cifar10_eval.FLAGS)
-  assert 'No checkpoint file found' in line
+  assert line.startswith('cifar10_eval.py: error: No checkpoint file found '
+                         'in checkpoint_dir %s' % tmp_path), line
   out = capsys.readouterr().out
   if tf.config.list_physical_devices('GPU'):
     # A GPU's line depends on its compute capability (tested above).

@@ -23,37 +23,32 @@ from testutil import ROOT
 pytestmark = pytest.mark.slow
 
 STEPS = 25
-EVERY = 10
 
 
-def _train(train, data_dir, train_dir, **kwargs):
-  """A trainer's train function, in this process, as its script calls it."""
-  towers = {name: kwargs.pop(name) for name in ('num_towers', 'tower_device')
-            if name in kwargs}
-  testutil.train(train, run_flags.TrainSettings(data_dir, train_dir, batch_size=8,
-                                   log_frequency=100, **kwargs), **towers)
+def _train(train, data_dir, train_dir, towers=(), **kwargs):
+  """A trainer's train function, in this process, as its script calls it;
+  towers: its num_towers and tower_device."""
+  testutil.train(train, run_flags.TrainSettings(
+      data_dir, train_dir, batch_size=8, log_frequency=100, **kwargs),
+                 **dict(zip(('num_towers', 'tower_device'), towers)))
 
 
 @pytest.fixture(scope='module')
 def logdir(data_dir, tmp_path_factory):
-  """A TensorBoard logdir: runs 'train' (STEPS steps), 'eval' and 'towers'.
-
-  Written by the scripts' own train and eval functions in this process,
-  once per test run (testutil.shared_dir): what is tested here is what
-  TensorBoard shows of them. Seeded, so that the loss curves the tests read
-  are the same every run.
-  """
+  """A TensorBoard logdir: runs 'train' (STEPS steps), 'eval' and 'towers',
+  written by the scripts' own train and eval functions in this process once
+  per test run (testutil.shared_dir); seeded, so that the loss curves the
+  tests read are the same every run."""
   def build(root):
     _train(cifar10_train.train, data_dir, os.path.join(root, 'train'),
-           max_steps=STEPS, save_summaries_steps=EVERY, seed=1)
-    testutil.evaluate(os.path.join(root, 'train'),
-                          os.path.join(root, 'eval'),
-                          evaluation.EvalSettings(data_dir, num_examples=20,
-                                                  batch_size=8,
-                                                  run_once=True))
+           max_steps=STEPS, save_summaries_steps=10, seed=1)
+    testutil.evaluate(
+        os.path.join(root, 'train'), os.path.join(root, 'eval'),
+        evaluation.EvalSettings(data_dir, num_examples=20, batch_size=8,
+                                run_once=True))
     _train(cifar10_multi_gpu_train.train, data_dir,
-           os.path.join(root, 'towers'), max_steps=12,
-           save_summaries_steps=5, num_towers=2, tower_device='cpu', seed=1)
+           os.path.join(root, 'towers'), (2, 'cpu'), max_steps=12,
+           save_summaries_steps=5, seed=1)
   return testutil.shared_dir(tmp_path_factory, 'logdir', build)
 
 
@@ -67,10 +62,8 @@ def test_save_summaries_steps_zero_writes_no_summaries(data_dir, tmp_path):
 
 def _get(port, path, **query):
   """GET http://127.0.0.1:port/path?query, as JSON."""
-  url = 'http://127.0.0.1:%d%s' % (port, path)
-  if query:
-    url += '?' + urllib.parse.urlencode(query)
-  with urllib.request.urlopen(url, timeout=30) as response:
+  with urllib.request.urlopen('http://127.0.0.1:%d%s?%s' % (
+      port, path, urllib.parse.urlencode(query)), timeout=30) as response:
     return json.loads(response.read())
 
 
@@ -89,8 +82,7 @@ def tensorboard(logdir, tmp_path_factory):
 
   def start():
     port, = testutil.free_ports(1)
-    # Its console goes to a file: a pipe nobody reads could fill and block
-    # it.
+    # Its console to a file: a pipe nobody reads could fill and block it.
     with open(console, 'w') as log:
       server = subprocess.Popen(
           [sys.executable, '-m', 'tensorboard.main', '--logdir', logdir,
@@ -99,20 +91,16 @@ def tensorboard(logdir, tmp_path_factory):
           cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
       testutil.wait_for('TensorBoard to show every run of ' + logdir,
-                        lambda: (server.poll() is not None or
-                                 _shows_every_run(port)), [console])
+                        lambda: _shows_every_run(port), [console],
+                        lambda: server.poll() is not None and 'it ended')
     except BaseException:
       server.kill()
       server.wait()
+      with open(console) as f:  # Another process took the port first?
+        if 'TensorBoard could not bind to port %d, it was already in use' % (
+            port) in f.read():
+          raise testutil.PortTaken()
       raise
-    if server.poll() is not None:
-      with open(console) as f:
-        output = f.read()
-      # Another process bound the port after free_ports picked it.
-      if 'TensorBoard could not bind to port %d, it was already in use' % (
-          port) in output:
-        raise testutil.PortTaken()
-      pytest.fail('TensorBoard ended:\n' + output[-3000:])
     return server, port
 
   server, port = testutil.retry_port_taken(start)
@@ -142,21 +130,8 @@ def test_tensorboard_shows_loss_curves_from_their_start_to_the_last_step(
   assert all(p[2] > 0 for p in rates)
 
 
-def test_tensorboard_shows_the_per_class_table_beside_the_counts(tensorboard):
-  tags = tensorboard('/data/plugin/text/tags')
-  assert {'precision_by_class', 'confusion_matrix_counts'} <= set(tags['eval'])
-  table = tensorboard('/data/plugin/text/text', run='eval',
-                      tag='precision_by_class')
-  assert [entry['step'] for entry in table] == [STEPS]
-  html = table[0]['text']
-  # Rendered from markdown: a header row and one row per class.
-  for cell in ('<th>precision @ 1</th>', '<th>most confused with</th>',
-               '<td>airplane</td>', '<td>truck</td>'):
-    assert cell in html, html
-  assert html.count('<tr>') == 11
-
-
-def test_tensorboard_charts_precision_at_5_beside_precision_at_1(tensorboard):
+def test_tensorboard_shows_both_precisions_and_the_per_class_table(
+    tensorboard):
   assert {'Precision @ 1', 'Precision @ 5'} <= set(
       tensorboard('/data/plugin/scalars/tags')['eval'])
   at_1, at_5 = [
@@ -166,3 +141,14 @@ def test_tensorboard_charts_precision_at_5_beside_precision_at_1(tensorboard):
   assert len(at_1) == len(at_5) == 1
   assert at_5[0][:2] == at_1[0][:2] and at_5[0][1] == STEPS
   assert at_1[0][2] <= at_5[0][2] <= 1
+
+  tags = tensorboard('/data/plugin/text/tags')
+  assert {'precision_by_class', 'confusion_matrix_counts'} <= set(tags['eval'])
+  table, = tensorboard('/data/plugin/text/text', run='eval',
+                       tag='precision_by_class')
+  assert table['step'] == STEPS
+  # Rendered from markdown: a header row and one row per class.
+  for cell in ('<th>precision @ 1</th>', '<th>most confused with</th>',
+               '<td>airplane</td>', '<td>truck</td>'):
+    assert cell in table['text'], table['text']
+  assert table['text'].count('<tr>') == 11

@@ -5,12 +5,12 @@ ranges (no negative count) are test_flag_rules.py's."""
 import pytest
 
 from cifar10_support import sessions
-import testutil
+from testutil import config_threads
 
 
 @pytest.mark.parametrize('cores', [1, 2, 3, 4, 5, 8, 16, 64])
 def test_one_op_at_a_time_only_on_few_cores_without_a_gpu(cores):
-  few = cores <= sessions.ONE_OP_AT_A_TIME_MAX_CORES
+  few = cores <= 4  # sessions.ONE_OP_AT_A_TIME_MAX_CORES
   assert sessions.thread_settings(cores, gpu=False) == (0, 1 if few else 0)
   # A GPU, or towers meant to overlap: TensorFlow's defaults.
   assert sessions.thread_settings(cores, gpu=True) == (0, 0)
@@ -23,43 +23,30 @@ def test_the_flags_win_over_the_rule():
   assert sessions.thread_settings(2, False, inter=0) == (0, 0)
   assert sessions.thread_settings(16, True, intra=1) == (1, 0)
   assert sessions.thread_settings(16, False, num_towers=4, inter=1) == (0, 1)
-  assert sessions.ONE_OP_AT_A_TIME_MAX_CORES == 4
 
 
-@pytest.fixture
-def cores(monkeypatch):
-  def set_cores(n):
-    monkeypatch.setattr(sessions, 'usable_cores', lambda: n)
-  return set_cores
-
-
-def test_session_configs_follow_the_rule_and_the_flags(cores):
-  cores(2)
+def test_session_configs_follow_the_rule_and_the_flags(monkeypatch):
+  monkeypatch.setattr(sessions, 'usable_cores', lambda: 2)
   config = sessions.session_config()
-  assert testutil.config_threads(config) == (0, 1)
+  assert config_threads(config) == (0, 1)
   assert config.session_inter_op_thread_pool[0].global_name
-  assert testutil.config_threads(
-      sessions.eval_config()) == (0, 1)
-  assert testutil.config_threads(
+  assert config_threads(sessions.eval_config()) == (0, 1)
+  assert config_threads(
       sessions.training_config(num_towers=1, tower_device='cpu')) == (0, 1)
-  assert testutil.config_threads(
+  assert config_threads(
       sessions.training_config(num_towers=2, tower_device='cpu')) == (0, 0)
   # A cluster task's threads are its server's; TF's default, or the flags.
-  assert testutil.config_threads(
-      sessions.server_config()) == (0, 0)
-  assert testutil.config_threads(
-      sessions.server_config((2, 1))) == (2, 1)
+  assert config_threads(sessions.server_config()) == (0, 0)
+  assert config_threads(sessions.server_config((2, 1))) == (2, 1)
   assert not sessions.worker_config(
       '/job:worker/task:0', 60).session_inter_op_thread_pool
 
-  cores(16)
+  monkeypatch.setattr(sessions, 'usable_cores', lambda: 16)
   config = sessions.session_config()
-  assert testutil.config_threads(config) == (0, 0)
+  assert config_threads(config) == (0, 0)
   assert not config.session_inter_op_thread_pool
 
   explicit = sessions.training_config((3, 2), 2, 'cpu')
-  assert testutil.config_threads(explicit) == (3, 2)
+  assert config_threads(explicit) == (3, 2)
   assert explicit.device_count['CPU'] == 2
-  assert testutil.config_threads(
-      sessions.eval_config((1, 0))) == (1, 0)
-
+  assert config_threads(sessions.eval_config((1, 0))) == (1, 0)
