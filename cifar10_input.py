@@ -343,11 +343,9 @@ def inputs(eval_data, data_dir, batch_size, num_threads=NUM_PREPROCESS_THREADS,
 
   with tf.device('/cpu:0'):
     with tf.name_scope('input'):
-      if single_pass:
-        filename_queue = tf.train.string_input_producer(
-            filenames, num_epochs=1, shuffle=False)
-      else:
-        filename_queue = tf.train.string_input_producer(filenames)
+      filename_queue = tf.train.string_input_producer(
+          filenames, num_epochs=1 if single_pass else None,
+          shuffle=not single_pass)
       labels, planes = read_cifar10_chunk(filename_queue, data_set.layout)
       images = eval_preprocess(planes)
       min_queue_examples = int(num_records * MIN_FRACTION_OF_EXAMPLES_IN_QUEUE)

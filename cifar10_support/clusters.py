@@ -23,6 +23,7 @@ from cifar10_support import run_flags
 from cifar10_support import signals
 
 CHIEF_JOBS = ('chief', 'master')
+POLL_SECS = 2  # How often the watches ask whether a task answers.
 ONE_EVALUATOR = ('one evaluator follows a run, as TensorFlow allows at most '
                  'one: set the evaluator replicas to 1')
 
@@ -279,14 +280,12 @@ def wait_for_lost_ps_tasks(label, ps_tasks, wait_secs, error):
 
 
 class BoundedSessionCreator(tf.train.SessionCreator):
-  """A worker's sessions for its MonitoredSession, the waits for the chief's
-  variables and for a lost ps task bounded by startup_wait_secs; each new one
-  says what it starts from. `scaffold`: the chief's restores `start` (its
-  train_dirs.StartPoint), then the newest checkpoint, and its saver saves;
-  `hooks`: a non-chief's ChiefWatch, the chief's WorkersWatch (given
-  max_steps and token_op); its first session checks `classes`
-  (chief_classes_variable, its DataSet); `lost_session_errors`: gets TF's
-  log lines that begin with RECOVERED_ERROR_LOG (what lost a session)."""
+  """A worker's sessions, the waits for the chief's variables and for a lost
+  ps task bounded by startup_wait_secs; each new one says what it starts
+  from. The chief's `scaffold` restores `start` (a train_dirs.StartPoint),
+  then the newest checkpoint; `hooks`: ChiefWatch, or the chief's
+  WorkersWatch; a first session checks `classes` (chief_classes_variable,
+  DataSet); `lost_session_errors` gets TF's RECOVERED_ERROR_LOG lines."""
 
   RECOVERED_ERROR_LOG = 'An error was raised'
 
@@ -368,13 +367,11 @@ class ChiefWatch(tf.train.SessionRunHook):
   task.startup_wait_secs: as a non-chief worker's hook (which meanwhile
   trains on, unsaved, and says so), or polled by `run_evaluator`."""
 
-  POLL_SECS = 2
-
   def __init__(self, task):
     self._chief = describe(task.chief_task, task.chief_job)
     self._task = task
     self._away_since = None
-    self._next_poll = time.time() + self.POLL_SECS
+    self._next_poll = time.time() + POLL_SECS
 
   def poll_chief(self, then):
     """Whether the chief answers; TimeoutError + `then` if away too long."""
@@ -389,7 +386,7 @@ class ChiefWatch(tf.train.SessionRunHook):
 
   def after_run(self, run_context, run_values):
     if time.time() >= self._next_poll:
-      self._next_poll = time.time() + self.POLL_SECS
+      self._next_poll = time.time() + POLL_SECS
       was_away, label = self._away_since is not None, self._task.label
       answers = self.poll_chief(': stopping, since nothing is saved without '
                                 'it. Start it again, then this worker.')
@@ -403,13 +400,11 @@ class ChiefWatch(tf.train.SessionRunHook):
 
 
 def run_evaluator(task, flag_values, eval_script):
-  """Runs eval_script (cifar10_eval.py) given the flags set in flag_values,
-  following --train_dir until --max_steps, in a session of its own, its
-  lines passed on, and SIGINT, SIGTERM and SIGHUP. From TF_CONFIG, while it
-  waits for a checkpoint, once the chief has been away
-  task.startup_wait_secs and none at --max_steps is in --train_dir, stops
-  it. Returns its exit status (128 + N for signal N), or the line saying
-  why it was stopped."""
+  """Runs eval_script (cifar10_eval.py) with the flags set, following
+  --train_dir until --max_steps, its lines and SIGINT, SIGTERM and SIGHUP
+  passed on; from TF_CONFIG, stops it once it waits, the chief has been away
+  task.startup_wait_secs and no checkpoint is at --max_steps. Returns its
+  exit status (128 + N for signal N), or the line saying why it stopped."""
   train_dir, max_steps = flag_values.train_dir, flag_values.max_steps
   given = run_flags.given(flag_values)
   command = ([sys.executable, eval_script] + list(given.values()) +
@@ -422,7 +417,7 @@ def run_evaluator(task, flag_values, eval_script):
   watch, waiting = ChiefWatch(task) if task.cluster else None, False
   try:
     while True:
-      if select.select([evaluator.stdout], [], [], ChiefWatch.POLL_SECS)[0]:
+      if select.select([evaluator.stdout], [], [], POLL_SECS)[0]:
         line = evaluator.stdout.readline()
         if not line:
           code = evaluator.wait()
@@ -445,16 +440,11 @@ def run_evaluator(task, flag_values, eval_script):
       evaluator.wait()
 
 
-
 class WorkersWatch(tf.train.SessionRunHook):
-  """The chief's: a thread of each session says when another training task
-  that answered stops answering (once, until it answers again) and when it
-  is back; training goes on. Synchronous, it then runs token_op (else
-  None): the worker may have taken with it the token the next update waits
-  for. Nothing is said once the global step reaches max_steps or this task
-  stops (end()): the others end too."""
-
-  POLL_SECS = 2
+  """The chief's: a thread says when another training task that answered
+  stops answering, once, and when it is back; synchronous, it then runs
+  token_op (the worker may have taken the token the next update waits for).
+  Silent once the global step reaches max_steps or this task ends."""
 
   def __init__(self, task, global_step, max_steps, token_op):
     self._task, self._global_step = task, global_step
@@ -483,7 +473,7 @@ class WorkersWatch(tf.train.SessionRunHook):
       pass  # A closed output: the main thread's next line stops the run.
 
   def _watch(self, session, coord):
-    while not coord.wait_for_stop(self.POLL_SECS):
+    while not coord.wait_for_stop(POLL_SECS):
       down = unreachable(self._others)
       for name in sorted(self._others):
         if coord.should_stop() or self._ended:

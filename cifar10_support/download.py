@@ -1,11 +1,8 @@
-"""Downloads, verifies and extracts a data set's official binary archive.
-
-* The download goes to a temporary name, moved into place once complete (the
-  length announced) and of data_md5 (unless ''); a timeout, a server error or
-  a short or corrupt transfer is retried, nothing else.
-* Runs started together download and extract once (a lock file); none sees a
-  half-extracted directory, nor one data set's extraction touch another's.
-* Links, special files and paths outside data_dir in the archive are refused."""
+"""Downloads, verifies and extracts a data set's official binary archive:
+moved into place once complete and of data_md5 (unless ''), a timeout, server
+error or short or corrupt transfer retried; once for runs started together (a
+lock file), never seen half-extracted nor touching another data set; links,
+special files and paths outside data_dir in the archive refused."""
 
 import collections
 import hashlib
@@ -102,8 +99,7 @@ def maybe_download_and_extract(data_dir, data_url=None, data_md5=None,
   (http(s), or a file:// URL or path used in place; None or '': the official
   archive; data_md5 None: its MD5, '': no check). Returns data_set (None:
   described here) if whole, else what the archive put there; DataError names
-  the problem and the fix. Only a missing or broken file has the archive
-  extracted again, never over a data set that is not the download."""
+  the problem and the fix. Never extracts over a converted data set."""
   archive = ARCHIVES[dataset]
   data_url = data_url or archive.url
   data_md5 = archive.md5 if data_md5 is None else data_md5

@@ -37,9 +37,8 @@ checkpoint at or past it is evaluated)."""
 
 
 def define_eval_flags():
-  """Defines cifar10_eval.py's own flags; the distributed trainer takes them
-  too, for its evaluator task (every task of a managed cluster may be given
-  them), with EvalSettings' defaults; once per process."""
+  """Defines cifar10_eval.py's own flags, with EvalSettings' defaults, once;
+  every task of the distributed trainer takes them, for its evaluator."""
   if 'eval_dir' in flags.FLAGS:
     return
   default = EvalSettings._field_defaults

@@ -59,8 +59,7 @@ def lrn(x, depth_radius=5, bias=1.0, alpha=1.0, beta=0.5, name=None):
 def histogram_summary(name, values):
   """Replaces `tf.summary.histogram` (the same tag; takes NaN values):
   HISTOGRAM_BUCKETS equal-width buckets of non-empty float `values`, in TF 2's
-  format (plugin 'histograms', [k, 3] float64: left edge, right edge, count).
-  """
+  format (plugin 'histograms', [k, 3] float64: left edge, right edge, count)."""
   with tf.name_scope(name + '_buckets'):
     flat = tf.cast(tf.reshape(values, [-1]), tf.float32)  # no-op for float32
     low = tf.reduce_min(flat)
@@ -85,14 +84,12 @@ def histogram_summary(name, values):
 def distort(planes, offsets, flips, deltas, factors, image_size):
   """Replaces tf.image's random_crop, random_flip_left_right,
   random_brightness, random_contrast and per_image_standardization, their
-  random draws given, over a whole chunk at once.
-
+  random draws given, over a whole chunk at once:
   planes: uint8 or float32 [n, 3, 32, 32], 0-255, the records' RGB planes;
   offsets: int32 [n, 2], each crop's top-left (row, column); flips: bool [n],
   True mirrors the crop; deltas: float32 [n], brightness added; factors:
   float32 [n], contrast factor; image_size: the crop's height and width.
-  Returns float32 [n, image_size, image_size, 3], standardized images.
-  """
+  Returns float32 [n, image_size, image_size, 3], standardized images."""
   steps = tf.range(image_size)
   rows = offsets[:, :1] + steps
   cols = offsets[:, 1:] + tf.where_v2(flips[:, None], steps[::-1], steps)

@@ -1,9 +1,7 @@
 """--local_cluster: every task of a cluster as a child process of one
 command, in a network namespace whose only interface is loopback, so that no
-other machine reaches their servers (docs/distributed.md#security).
-
-Loads no TensorFlow: inside a new namespace it runs as
-`python -m cifar10_support.local_cluster`, given the tasks' commands."""
+other machine reaches their servers (docs/distributed.md#security). Loads no
+TensorFlow: `python -m cifar10_support.local_cluster` runs it in the new one."""
 
 import json
 import os
@@ -92,15 +90,10 @@ def run(num_ps, num_workers, flag_values, first_port=2222):
 
 def run_tasks(ps_commands, worker_commands, poll_secs=0.5):
   """Starts the commands, each a process in a session of its own; SIGINT
-  goes to the workers as SIGINT, SIGTERM and SIGHUP as SIGTERM (a chief
-  then writes its final checkpoint). Once a worker fails unasked, the
-  others get SIGTERM: they would wait for it. The ps tasks get SIGTERM once
-  every worker has ended.
-
-  Returns:
-    The exit status of the first worker that failed (128 + N for signal N),
-    else 0.
-  """
+  goes to the workers as SIGINT, SIGTERM and SIGHUP as SIGTERM (a chief then
+  writes its final checkpoint). Once a worker fails unasked, the others get
+  SIGTERM; the ps tasks get it once every worker has ended. Returns the exit
+  status of the first worker that failed (128 + N for signal N), else 0."""
   ps_tasks = [subprocess.Popen(c, start_new_session=True)
               for c in ps_commands]
   workers = [subprocess.Popen(c, start_new_session=True)

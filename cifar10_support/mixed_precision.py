@@ -96,10 +96,9 @@ class LossScaleOptimizer(object):
   """compute_gradients and apply_gradients with a dynamic loss scale, summary
   'loss_scale'. A step where any tower's gradients overflow applies zeros and
   halves the scale, never below 1; LOSS_SCALE_GROWTH_STEPS clean steps in a
-  row double it. The scale and its count of clean steps are saved with the
-  checkpoint (loss_scale/scale, loss_scale/good_steps), so that a float16
-  run resumed from it goes on as the unstopped run; only float16 graphs have
-  them, and a checkpoint without them starts them afresh."""
+  row double it. Both are saved (loss_scale/scale, loss_scale/good_steps;
+  a checkpoint without them starts them afresh): resumed, a float16 run goes
+  on as the unstopped run."""
 
   def __init__(self, opt):
     self._opt = opt

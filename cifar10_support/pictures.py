@@ -38,8 +38,7 @@ def _gif_or_bmp(encoded):
 
 def decode(encoded):
   """uint8 [32, 32, 3] RGB pixels of a string scalar: an encoded PNG, JPEG,
-  BMP or GIF file of any size; InvalidArgumentError when run on anything
-  else."""
+  BMP or GIF file of any size; InvalidArgumentError when run on others."""
   image = tf.cond(
       tf.io.is_jpeg(encoded),
       lambda: tf.cast(tf.io.decode_jpeg(

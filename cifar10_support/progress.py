@@ -33,10 +33,9 @@ def diverged_error(step, train_dir=None):
 class StepLogger(tf.train.SessionRunHook):
   """Prints a step line every `log_frequency` steps (a run: batches_per_step
   batches of batch_size); a NaN loss raises diverged_error before the later
-  hooks save that step. step None: this process makes every step, counted
-  from session creation; else a worker's int64 tensor, fetched each run.
-  Attributes: last_step, the last run's global step; global_step, where
-  training stands after it; last_loss; last_examples_per_sec; own_steps."""
+  hooks save that step. step: a worker's int64 tensor, fetched each run
+  (None: this process makes every step). Attributes: last_step, global_step
+  (after it), last_loss, last_examples_per_sec, own_steps."""
 
   def __init__(self, loss, batch_size, log_frequency, train_dir=None,
                step=None, batches_per_step=1, label=''):

@@ -116,10 +116,10 @@ class StartPoint(object):
                    checkpoints.saved_step(reader) or 0)
 
   def scaffold(self, **kwargs):
-    """The Scaffold (restoring_scaffold's **kwargs) of the complete graph; once
-    the checkpoint fits it (changing nothing before), writes the class names
-    and the seed beside it (whole, unless there), says the seed and any other
-    one the checkpoint was trained with, and removes interrupted saves."""
+    """The Scaffold (restoring_scaffold's **kwargs) of the complete graph;
+    once the checkpoint fits it, writes the class names and seed beside it,
+    says the seed (and the checkpoint's, if other), removes interrupted
+    saves."""
     plan = None
     if self.checkpoint is not None:
       plan = checkpoints.plan_restore(self.checkpoint)
@@ -149,11 +149,13 @@ class StartPoint(object):
       with tf.io.gfile.GFile(path) as f:
         recorded = f.read().strip()
     # A train_dir of a run before --seed existed was trained without one.
-    if self.checkpoint is not None and (recorded or 'none') != seed:
+    was = recorded or 'none'
+    if self.checkpoint is not None and was != seed:
       print('Note: steps up to %d were trained with %s; the steps from here '
             'on are %s.' % (
-                self.step, _seed_words(recorded or 'none'), 'not reproducible'
-                if self.seed is None else '--seed=%s\'s' % seed))
+                self.step, 'no --seed' if was == 'none' else '--seed=' + was,
+                'not reproducible' if self.seed is None else
+                '--seed=%s\'s' % seed))
     if recorded != seed:
       _write_whole(path, (seed + '\n').encode())
 
@@ -181,10 +183,6 @@ def claim(train_dir, fresh_start, data_set, seed=None):
         elif name != LOCK_NAME:
           tf.io.gfile.remove(path)
     yield StartPoint(train_dir, data_set, seed)
-
-
-def _seed_words(recorded):
-  return 'no --seed' if recorded == 'none' else '--seed=' + recorded
 
 
 def _write_whole(path, contents):
