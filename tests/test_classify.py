@@ -35,6 +35,13 @@ def colour_model(tmp_path_factory):
   return data_dir, str(root / 'train')
 
 
+def _classify(train_dir, files, **kwargs):
+  """cifar10_classify.classify of files by train_dir's checkpoint."""
+  checkpoint, dtype, _ = cifar10_classify.find_checkpoint(train_dir)
+  return cifar10_classify.classify(files, checkpoint, dtype, session_config=(
+      testutil.session_config()), **kwargs)
+
+
 def _test_records(data_dir):
   """uint8 [N, 32, 32, 3] pictures of test_batch.bin, in file order."""
   return synthetic.read_records(
@@ -64,17 +71,12 @@ def test_png_of_each_test_record_gets_the_eval_graphs_class(colour_model,
                                                            pngs):
   # The evaluation graph's class of each of these records is its label, every
   # one (testutil.colour_checkpoint: precision 1.000 measured on them).
-  data_dir, train_dir = colour_model
-  checkpoint, dtype, _ = cifar10_classify.find_checkpoint(train_dir)
-
-  classified = list(cifar10_classify.classify(
-      pngs, checkpoint, dtype, batch_size=64,
-      session_config=testutil.session_config()))
+  classified = list(_classify(colour_model[1], pngs, batch_size=64))
 
   assert [problem for _, _, problem in classified] == [None] * len(pngs)
   assert [path for path, _, _ in classified] == pngs
-  labels = synthetic.read_records(
-      os.path.join(data_dir, 'cifar-10-batches-bin', 'test_batch.bin'))[0]
+  labels = synthetic.read_records(os.path.join(
+      colour_model[0], 'cifar-10-batches-bin', 'test_batch.bin'))[0]
   assert len(set(labels)) == 10
   np.testing.assert_array_equal([p.argmax() for _, p, _ in classified],
                                 labels)
@@ -84,11 +86,8 @@ def test_each_batch_is_classified_before_the_next_is_read(colour_model, pngs,
                                                           tmp_path):
   # The script prints each picture's line as it comes: a batch's results
   # come before the next batch's files are even opened.
-  checkpoint, dtype, _ = cifar10_classify.find_checkpoint(colour_model[1])
   later = str(tmp_path / 'later.png')
-  results = cifar10_classify.classify(
-      [pngs[0], later, pngs[1]], checkpoint, dtype, batch_size=1,
-      session_config=testutil.session_config())
+  results = _classify(colour_model[1], [pngs[0], later, pngs[1]], batch_size=1)
   first = next(results)
   assert first[0] == pngs[0] and first[2] is None
   # Between results the caller's default graph is its own, not classify's.
@@ -105,13 +104,9 @@ def test_a_file_that_does_not_decode_leaves_its_batchs_pictures_as_they_are(
     colour_model, pngs, tmp_path):
   # The batch fails as a whole; its pictures are classified without the bad
   # file, exactly as in a batch of their own.
-  checkpoint, dtype, _ = cifar10_classify.find_checkpoint(colour_model[1])
   text = _write(str(tmp_path / 'notes.png'), b'not a picture at all\n')
-  alone = list(cifar10_classify.classify(
-      pngs[:3], checkpoint, dtype, session_config=testutil.session_config()))
-  mixed = list(cifar10_classify.classify(
-      [pngs[0], text] + pngs[1:3], checkpoint, dtype,
-      session_config=testutil.session_config()))
+  alone = list(_classify(colour_model[1], pngs[:3]))
+  mixed = list(_classify(colour_model[1], [pngs[0], text] + pngs[1:3]))
   assert [path for path, _, _ in mixed] == [pngs[0], text] + pngs[1:3]
   assert mixed[1][1] is None and mixed[1][2].startswith(
       '%s: not a PNG, JPEG, BMP or GIF picture TensorFlow can read (' % text)
@@ -228,8 +223,7 @@ def test_savedmodel_serves_what_the_script_prints(colour_model, pngs, tmp_path):
                   json.dumps(files), out], check=True, env=env, timeout=120)
   served = np.load(out)
 
-  expected = np.stack([p for _, p, _ in cifar10_classify.classify(
-      files, checkpoint, dtype, session_config=testutil.session_config())])
+  expected = np.stack([p for _, p, _ in _classify(train_dir, files)])
   np.testing.assert_allclose(served['probabilities'], expected, atol=1e-5)
   np.testing.assert_allclose(served['pixels'], expected[:1], atol=1e-5)
   assert list(served['classes']) == [
