@@ -7,6 +7,7 @@ own _start() call for a slow test's and leave these out of the quick loop.
 """
 
 import collections
+import concurrent.futures
 import fcntl
 import functools
 import hashlib
@@ -546,13 +547,7 @@ def test_concurrent_runs_download_once_and_never_see_partial_files(
   monkeypatch.setattr(fcntl, 'flock', flock)
   batches = str(tmp_path / archive.official.directory)
   names = archive.layout.train_files + archive.layout.test_files
-  errors, seen_partial, done = [], [], threading.Event()
-
-  def run():
-    try:
-      fetch_source(tmp_path, server.url, archive)
-    except Exception as e:  # pylint: disable=broad-except
-      errors.append(e)
+  seen_partial, done = [], threading.Event()
 
   def watch():
     while not done.is_set():
@@ -561,24 +556,19 @@ def test_concurrent_runs_download_once_and_never_see_partial_files(
         if problem:
           seen_partial.append(problem)
 
-  threads = [threading.Thread(target=run) for _ in range(2)]
-  watcher = threading.Thread(target=watch)
-  watcher.start()
-  try:
-    for t in threads:
-      t.start()
-    try:
-      one_waited = waiting.wait(60)
-    finally:
-      hold.set()  # Either way: the download goes on, the runs end.
-    for t in threads:
-      t.join(60)
-  finally:
-    done.set()
-    watcher.join(10)
+  pool = concurrent.futures.ThreadPoolExecutor(3)
+  watcher = pool.submit(watch)
+  runs = [pool.submit(fetch_source, tmp_path, server.url, archive)
+          for _ in range(2)]
+  one_waited = waiting.wait(60)
+  hold.set()  # Either way: the download goes on, the runs end.
+  concurrent.futures.wait(runs, 60)
+  done.set()
+  pool.shutdown(wait=False)
   assert one_waited, 'no run waited for the lock within 60 s'
-  assert not any(t.is_alive() for t in threads + [watcher])
-  assert errors == [] and seen_partial == []
+  for each in runs + [watcher]:
+    each.result(10)  # Raises what it raised; fails while it still runs.
+  assert seen_partial == []
   assert server.requests == 1
   assert ('Waiting for another process to finish downloading into %s'
           % tmp_path) in printed()
