@@ -19,6 +19,7 @@ import shutil
 import tarfile
 import threading
 import types
+from unittest import mock
 import urllib.error
 import urllib.request
 
@@ -344,11 +345,7 @@ def test_offline_without_archive_says_where_to_put_it(tmp_path, printed,
 def test_official_archive_by_default(tmp_path, monkeypatch, dataset):
   # data_url and data_md5 None (the flags' defaults): --dataset's own archive.
   official = download.ARCHIVES[dataset]
-  urls = []
-
-  def offline(url, **unused_kwargs):
-    urls.append(url)
-    raise urllib.error.URLError('no network here')
+  offline = mock.Mock(side_effect=urllib.error.URLError('no network here'))
   monkeypatch.setattr(urllib.request, 'urlopen', offline)
   for data_url in (None, ''):  # An empty --data_url= is the official one.
     with pytest.raises(data_files.DataError) as e:
@@ -356,7 +353,7 @@ def test_official_archive_by_default(tmp_path, monkeypatch, dataset):
     assert str(e.value).startswith(
         'Could not download %s: no network here (offline?). To use a copy you '
         'already have, put %s ' % (official.url, official.name))
-  assert urls == [official.url] * 2
+  assert [call.args[0] for call in offline.call_args_list] == [official.url] * 2
   copy = tmp_path / 'copy.tar.gz'
   copy.write_bytes(b'not the archive')
   with pytest.raises(data_files.DataError) as e:
