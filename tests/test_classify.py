@@ -253,8 +253,7 @@ def test_savedmodel_serves_what_the_script_prints(colour_model, pngs, tmp_path):
 
 def test_find_checkpoint_names_a_missing_unreadable_or_averageless_one(
     tmp_path):
-  # The script's line is 'cifar10_classify.py: ' and each message (its
-  # process test of an error: test_eval.py's
+  # The script's line: 'cifar10_classify.py: ' and each message (test_eval.py's
   # test_scripts_refuse_a_checkpoint_they_cannot_use_each_in_its_line).
   with pytest.raises(cifar10_classify.ClassifyError) as refused:
     cifar10_classify.find_checkpoint(str(tmp_path))

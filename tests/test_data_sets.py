@@ -7,6 +7,7 @@ import re
 import shutil
 
 import numpy as np
+from PIL import Image
 import pytest
 import tensorflow.compat.v1 as tf
 
@@ -308,7 +309,6 @@ PICTURE_CLASSES = {'red cat': 0, 'зелёный': 3, '青 blue': 6}
 def _write_picture_tree(root, per_class, rng):
   """PICTURES/<class>/ of per_class pictures each, in several formats, sizes
   and modes, plus one file that is not a picture; returns its path."""
-  from PIL import Image  # pylint: disable=g-import-not-at-top
   kinds = [('png', 'RGB', (40, 30)), ('jpg', 'RGB', (64, 64)),
            ('bmp', 'RGB', (32, 32)), ('gif', 'P', (48, 48)),
            ('png', 'RGBA', (32, 32))]
@@ -378,7 +378,6 @@ def test_own_pictures_convert_train_evaluate_and_classify_by_name(tmp_path,
 
   new = tmp_path / 'new'
   new.mkdir()
-  from PIL import Image  # pylint: disable=g-import-not-at-top
   for name, color in PICTURE_CLASSES.items():
     Image.fromarray(synthetic.visible_label_images([color], rng)[0]).save(
         str(new / ('%s.png' % name)))
