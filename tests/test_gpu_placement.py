@@ -126,8 +126,8 @@ def test_mixed_precision_computes_on_the_gpus_and_applies_float32(graph):
              if op.node_def.attr['T'].type == graph.compute_dtype.as_datatype_enum]
   for op_type in ('Conv2D', 'Conv2DBackpropFilter', 'MatMul', 'BiasAddGrad',
                   'MaxPool', 'Relu'):
-    assert len([op for op in reduced if op.type == op_type]) >= NUM_TOWERS, (
-        op_type)
+    found = [op for op in reduced if op.type == op_type]
+    assert len(found) >= NUM_TOWERS, op_type
   # All of it in the towers, on their GPUs: none in the shared update.
   assert {_device(op) for op in reduced} == {
       '/device:GPU:%d' % i for i in range(NUM_TOWERS)}
