@@ -43,9 +43,9 @@ def _classify(train_dir, files, **kwargs):
 
 
 def _test_records(data_dir):
-  """uint8 [N, 32, 32, 3] pictures of test_batch.bin, in file order."""
+  """(labels, uint8 [N, 32, 32, 3] pictures) of test_batch.bin, in order."""
   return synthetic.read_records(
-      os.path.join(data_dir, 'cifar-10-batches-bin', 'test_batch.bin'))[1]
+      os.path.join(data_dir, 'cifar-10-batches-bin', 'test_batch.bin'))
 
 
 def _write(path, data):
@@ -64,7 +64,7 @@ def pngs(colour_model, tmp_path_factory):
   """The test records written as PNG files, in file order."""
   folder = tmp_path_factory.mktemp('pngs')
   return [_write(str(folder / ('record_%03d.png' % i)), record)
-          for i, record in enumerate(_test_records(colour_model[0]))]
+          for i, record in enumerate(_test_records(colour_model[0])[1])]
 
 
 def test_png_of_each_test_record_gets_the_eval_graphs_class(colour_model,
@@ -75,8 +75,7 @@ def test_png_of_each_test_record_gets_the_eval_graphs_class(colour_model,
 
   assert [problem for _, _, problem in classified] == [None] * len(pngs)
   assert [path for path, _, _ in classified] == pngs
-  labels = synthetic.read_records(os.path.join(
-      colour_model[0], 'cifar-10-batches-bin', 'test_batch.bin'))[0]
+  labels = _test_records(colour_model[0])[0]
   assert len(set(labels)) == 10
   np.testing.assert_array_equal([p.argmax() for _, p, _ in classified],
                                 labels)
@@ -115,8 +114,9 @@ def test_a_file_that_does_not_decode_leaves_its_batchs_pictures_as_they_are(
                                 np.stack([p for _, p, _ in alone]))
 
 
-def _odd_pictures(folder, records):
-  """A grey PNG, an RGBA PNG, a 1000x800 JPEG and a BMP."""
+def _odd_pictures(folder, data_dir):
+  """Grey and RGBA PNGs, a 1000x800 JPEG, a BMP: data_dir's test records."""
+  records = _test_records(data_dir)[1]
   rng = np.random.RandomState(1)
   alpha = np.concatenate([records[1], np.full((32, 32, 1), 128, np.uint8)], 2)
   big = np.kron(records[2], np.ones((25, 31, 1), np.uint8))[:800, :1000]
@@ -134,7 +134,7 @@ def test_script_classifies_odd_pictures_and_names_each_bad_file(
   # picture's line in the order given, each bad file's line, exit status 1.
   train_dir = learned_train_dir
   export_dir = str(tmp_path / 'model')
-  good = _odd_pictures(tmp_path, _test_records(data_dir))
+  good = _odd_pictures(tmp_path, data_dir)
   empty = _write(str(tmp_path / 'empty.jpg'), b'')
   text = _write(str(tmp_path / 'notes.png'), b'not a picture at all\n')
   no_pictures = tmp_path / 'no_pictures'
@@ -210,7 +210,7 @@ np.savez(sys.argv[3], probabilities=out['probabilities'].numpy(),
 @pytest.mark.slow  # Starts a process.
 def test_savedmodel_serves_what_the_script_prints(colour_model, pngs, tmp_path):
   data_dir, train_dir = colour_model
-  files = pngs[:20] + _odd_pictures(tmp_path, _test_records(data_dir))[2:3]
+  files = pngs[:20] + _odd_pictures(tmp_path, data_dir)[2:3]
   export_dir = str(tmp_path / 'model')
   # What --export_dir runs (its line: the script's console test above).
   checkpoint, dtype, names = cifar10_classify.find_checkpoint(train_dir)
