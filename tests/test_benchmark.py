@@ -7,12 +7,18 @@ import re
 import sys
 
 import pytest
+import tensorflow.compat.v1 as tf
 
+from cifar10_support import mixed_precision
+from cifar10_support import sessions
+import testutil
 from testutil import ROOT
 from testutil import run_script
 
-# benchmark.py and step_time.py, imported by the step-split tests.
 sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
+# pylint: disable=g-import-not-at-top,wrong-import-position
+import benchmark
+import step_time
 
 # The test's matrix products: small, so that a round stays short.
 MATMULS = ['matmul %d x%d' % (n, k) for n in (256, 512) for k in (1, 2)]
@@ -26,14 +32,12 @@ ROW = re.compile(
 CEILING = (r'^%sceiling: (%s \d+ x\d+) = \d+ independent \d+x\d+ %s '
            r'products? in one session\.run, ([\d.]+) GFLOP/s \(the best median '
            r'of (\d+) matmul configurations\)(.*)$')
+# A trace's time 0: microseconds since the epoch, as TF records them.
+T = 1795432394000000
 
 
 @pytest.mark.slow  # Starts a process.
 def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
-  import benchmark
-  from cifar10_support import mixed_precision
-  sessions, tf = benchmark.sessions, benchmark.tf
-
   result = run_script('benchmarks/benchmark.py', [
       '--data_dir=%s' % data_dir, '--rounds=2', '--steps=3',
       '--batch_size=8', '--startup_runs=1', '--traced_steps=2',
@@ -126,8 +130,6 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
 
 
 def test_describe_machine_reports_cpu_cores_features_tf_and_onednn(monkeypatch):
-  import benchmark
-
   monkeypatch.setattr(benchmark.platform, 'processor', lambda: 'x86_64')
   xeon = ('processor\t: 0\nvendor_id\t: GenuineIntel\n'
           'model name\t: Intel(R) Xeon(R) Platinum 8480+\n'
@@ -151,14 +153,11 @@ def test_describe_machine_reports_cpu_cores_features_tf_and_onednn(monkeypatch):
 
   # Each argument None: this machine's.
   assert benchmark.describe_machine() == benchmark.describe_machine(
-      benchmark.mixed_precision.read_cpuinfo(), os.cpu_count(),
-      benchmark.sessions.usable_cores(), os.environ, benchmark.tf.__version__)
+      mixed_precision.read_cpuinfo(), os.cpu_count(),
+      sessions.usable_cores(), os.environ, tf.__version__)
 
 
 def test_describe_threads_describes_a_session_config():
-  import benchmark
-  tf, sessions = benchmark.tf, benchmark.sessions
-
   configs = [
       tf.ConfigProto(),
       tf.ConfigProto(intra_op_parallelism_threads=4,
@@ -182,9 +181,6 @@ def test_each_ceiling_is_the_best_median_and_ratios_are_against_their_own():
   """Hand-set rates: a ceiling is the matmul configuration of its type of
   the highest median (not the one with the single fastest round, nor the
   first), and each ratio is to it: the bf16 one for the bfloat16 rows."""
-  import benchmark
-  tf = benchmark.tf
-
   matmuls = [benchmark.MatmulVariant(n, k, dtype) for n, k, dtype in (
       (8, 1, None), (8, 2, None), (16, 4, None), (8, 1, tf.bfloat16),
       (8, 2, tf.bfloat16))]
@@ -229,9 +225,6 @@ def test_matmul_products_run_side_by_side():
   on TF's inter-op pool of one thread a core (the model's sessions on a CPU
   with few cores run one op at a time), and in the graph that runs (after
   Grappler) neither product waits for the other."""
-  import benchmark
-  tf = benchmark.tf
-
   variant = benchmark.MatmulVariant(512, 2)
   try:
     metadata = tf.RunMetadata()
@@ -255,10 +248,11 @@ def test_matmul_products_run_side_by_side():
 
 
 def _node(device, name, op, start, duration):
-  """Adds a NodeExecStats to `device`: label 'name = op(...)', times in us."""
+  """Adds a NodeExecStats to `device`: label 'name = op(...)', times in us
+  after T."""
   return device.node_stats.add(node_name=name,
                                timeline_label='%s = %s(x)' % (name, op),
-                               all_start_micros=start,
+                               all_start_micros=T + start,
                                all_end_rel_micros=duration)
 
 
@@ -270,29 +264,26 @@ def test_step_split_of_a_hand_built_trace():
   300-400, and 420-500. A GPU's kernel 200-450 is listed by two streams. A
   node named like a dequeue but of another op type is compute. A node
   without a start time is ignored."""
-  import tensorflow.compat.v1 as tf
-  import step_time
-
-  t = 1795432394000000  # microseconds since the epoch, as TF records them
   metadata = tf.RunMetadata()
   cpu = metadata.step_stats.dev_stats.add(
       device='/job:localhost/replica:0/task:0/device:CPU:0')
-  _node(cpu, '_SOURCE', 'NoOp', t + 100, 5)
-  dequeue = _node(cpu, 'shuffle_batch', 'QueueDequeueManyV2', t + 110, 40)
+  _node(cpu, '_SOURCE', 'NoOp', 100, 5)
+  dequeue = _node(cpu, 'shuffle_batch', 'QueueDequeueManyV2', 110, 40)
   dequeue.timeline_label = '[mklcpu 0.8MB 0.8MB] ' + dequeue.timeline_label
-  _node(cpu, 'conv1/weights/read', 'Identity', t + 120, 10)
-  conv = _node(cpu, 'conv1/Conv2D', '_MklConv2D', 0, 0)  # in nanoseconds:
-  conv.all_start_nanos, conv.all_end_rel_nanos = (t + 150) * 1000, 150000
-  _node(cpu, 'QueueDequeue_like', 'Mul', t + 300, 100)
-  _node(cpu, 'train_op', 'NoOp', t + 420, 80)
+  _node(cpu, 'conv1/weights/read', 'Identity', 120, 10)
+  cpu.node_stats.add(node_name='conv1/Conv2D',  # Its times in nanoseconds.
+                     timeline_label='conv1/Conv2D = _MklConv2D(x)',
+                     all_start_nanos=(T + 150) * 1000, all_end_rel_nanos=150000)
+  _node(cpu, 'QueueDequeue_like', 'Mul', 300, 100)
+  _node(cpu, 'train_op', 'NoOp', 420, 80)
   cpu.node_stats.add(node_name='never_started')
   for stream in ('/device:GPU:0/stream:all', '/device:GPU:0/stream:7'):
     gpu = metadata.step_stats.dev_stats.add(device=stream)
     gpu.node_stats.add(node_name='conv2/Conv2D', timeline_label='volta_sgemm',
-                       all_start_micros=t + 200, all_end_rel_micros=250)
+                       all_start_micros=T + 200, all_end_rel_micros=250)
 
-  split = step_time.split_step(metadata.step_stats, (t + 50) / 1e6,
-                               (t + 600) / 1e6)
+  split = step_time.split_step(metadata.step_stats, (T + 50) / 1e6,
+                               (T + 600) / 1e6)
 
   expected = {'step': 550, 'input': 30, 'compute': 365, 'host': 155,
               'before': 50, 'between': 5, 'after': 100}
@@ -303,10 +294,6 @@ def test_step_split_of_a_hand_built_trace():
 def test_op_costs_sum_each_op_type_in_each_output_dtype():
   """Op time by (type, first output's dtype), costliest first; a GPU's stream
   entries, which repeat its ops, and labels without an op type left out."""
-  import tensorflow.compat.v1 as tf
-  import step_time
-
-  t = 1795432394000000
   metadata = tf.RunMetadata()
   cpu = metadata.step_stats.dev_stats.add(device='/device:CPU:0')
   for name, kind, start, length, dtype in (
@@ -315,13 +302,13 @@ def test_op_costs_sum_each_op_type_in_each_output_dtype():
       ('cast', 'Cast', 600, 50, tf.float32),
       ('cast_1', 'Cast', 650, 30, tf.bfloat16),
       ('train_op', 'NoOp', 700, 5, None)):
-    node = _node(cpu, name, kind, t + start, length)
+    node = _node(cpu, name, kind, start, length)
     if dtype is not None:
       node.output.add().tensor_description.dtype = dtype.as_datatype_enum
-  cpu.node_stats.add(node_name='no_label', all_start_micros=t,
+  cpu.node_stats.add(node_name='no_label', all_start_micros=T,
                      all_end_rel_micros=1000)
   stream = metadata.step_stats.dev_stats.add(device='/device:GPU:0/stream:7')
-  _node(stream, 'conv1/Conv2D', 'Conv2D', t + 100, 300)
+  _node(stream, 'conv1/Conv2D', 'Conv2D', 100, 300)
 
   assert step_time.cost_lines('train_bf16', metadata.step_stats) == [
       'train_bf16: op time by type and output dtype (0.6 ms of ops in all):',
@@ -347,11 +334,8 @@ def test_op_costs_sum_each_op_type_in_each_output_dtype():
 def test_step_split_of_a_real_cpu_training_step_adds_up(data_dir, tmp_path):
   """cifar10_train's own session, traced: three parts >= 0, sum = step (the
   lines that print them: test_benchmark_prints_every_variant_with_its_ratio)."""
-  import benchmark
-  import testutil
-
   # The script's session configuration, with a bound on a starved dequeue.
-  config = benchmark.sessions.session_config(
+  config = sessions.session_config(
       operation_timeout_in_ms=testutil.OP_TIMEOUT_MS)
   variant = benchmark.TrainScriptVariant(1, data_dir, str(tmp_path), 8,
                                          config)
@@ -373,8 +357,6 @@ def test_step_split_of_a_real_cpu_training_step_adds_up(data_dir, tmp_path):
 
 
 def test_mixed_precision_rows_follow_the_scripts_except_emulation():
-  import tensorflow.compat.v1 as tf
-  import benchmark
   rows = benchmark.mixed_precision_rows
 
   assert rows('off', False, 'amx_bf16', None) == (None, None, '')
@@ -398,11 +380,8 @@ def test_mixed_precision_rows_follow_the_scripts_except_emulation():
 def test_bound_rows_build_the_train_op_of_their_type(dtype_name):
   # bound_bf16 (bound_fp16 on an older GPU) is train_bf16's ceiling only if
   # it computes in the same type, with the same loss scaling.
-  import tensorflow.compat.v1 as tf
-  import benchmark
-
   dtype = None if dtype_name == 'float32' else tf.as_dtype(dtype_name)
-  bound = benchmark.bound_variant(1, 8, benchmark.sessions.training_config(),
+  bound = benchmark.bound_variant(1, 8, sessions.training_config(),
                                   dtype)
   bound.close()
   assert bound.name == benchmark.row_name('bound', dtype)

@@ -35,10 +35,17 @@ def colour_model(tmp_path_factory):
   return data_dir, str(root / 'train')
 
 
+def _classify(train_dir, files, **kwargs):
+  """cifar10_classify.classify of files by train_dir's checkpoint."""
+  checkpoint, dtype, _ = cifar10_classify.find_checkpoint(train_dir)
+  return cifar10_classify.classify(files, checkpoint, dtype, session_config=(
+      testutil.session_config()), **kwargs)
+
+
 def _test_records(data_dir):
-  """uint8 [N, 32, 32, 3] pictures of test_batch.bin, in file order."""
+  """(labels, uint8 [N, 32, 32, 3] pictures) of test_batch.bin, in order."""
   return synthetic.read_records(
-      os.path.join(data_dir, 'cifar-10-batches-bin', 'test_batch.bin'))[1]
+      os.path.join(data_dir, 'cifar-10-batches-bin', 'test_batch.bin'))
 
 
 def _write(path, data):
@@ -57,24 +64,18 @@ def pngs(colour_model, tmp_path_factory):
   """The test records written as PNG files, in file order."""
   folder = tmp_path_factory.mktemp('pngs')
   return [_write(str(folder / ('record_%03d.png' % i)), record)
-          for i, record in enumerate(_test_records(colour_model[0]))]
+          for i, record in enumerate(_test_records(colour_model[0])[1])]
 
 
 def test_png_of_each_test_record_gets_the_eval_graphs_class(colour_model,
                                                            pngs):
   # The evaluation graph's class of each of these records is its label, every
   # one (testutil.colour_checkpoint: precision 1.000 measured on them).
-  data_dir, train_dir = colour_model
-  checkpoint, dtype, _ = cifar10_classify.find_checkpoint(train_dir)
-
-  classified = list(cifar10_classify.classify(
-      pngs, checkpoint, dtype, batch_size=64,
-      session_config=testutil.session_config()))
+  classified = list(_classify(colour_model[1], pngs, batch_size=64))
 
   assert [problem for _, _, problem in classified] == [None] * len(pngs)
   assert [path for path, _, _ in classified] == pngs
-  labels = synthetic.read_records(
-      os.path.join(data_dir, 'cifar-10-batches-bin', 'test_batch.bin'))[0]
+  labels = _test_records(colour_model[0])[0]
   assert len(set(labels)) == 10
   np.testing.assert_array_equal([p.argmax() for _, p, _ in classified],
                                 labels)
@@ -84,11 +85,8 @@ def test_each_batch_is_classified_before_the_next_is_read(colour_model, pngs,
                                                           tmp_path):
   # The script prints each picture's line as it comes: a batch's results
   # come before the next batch's files are even opened.
-  checkpoint, dtype, _ = cifar10_classify.find_checkpoint(colour_model[1])
   later = str(tmp_path / 'later.png')
-  results = cifar10_classify.classify(
-      [pngs[0], later, pngs[1]], checkpoint, dtype, batch_size=1,
-      session_config=testutil.session_config())
+  results = _classify(colour_model[1], [pngs[0], later, pngs[1]], batch_size=1)
   first = next(results)
   assert first[0] == pngs[0] and first[2] is None
   # Between results the caller's default graph is its own, not classify's.
@@ -105,13 +103,9 @@ def test_a_file_that_does_not_decode_leaves_its_batchs_pictures_as_they_are(
     colour_model, pngs, tmp_path):
   # The batch fails as a whole; its pictures are classified without the bad
   # file, exactly as in a batch of their own.
-  checkpoint, dtype, _ = cifar10_classify.find_checkpoint(colour_model[1])
   text = _write(str(tmp_path / 'notes.png'), b'not a picture at all\n')
-  alone = list(cifar10_classify.classify(
-      pngs[:3], checkpoint, dtype, session_config=testutil.session_config()))
-  mixed = list(cifar10_classify.classify(
-      [pngs[0], text] + pngs[1:3], checkpoint, dtype,
-      session_config=testutil.session_config()))
+  alone = list(_classify(colour_model[1], pngs[:3]))
+  mixed = list(_classify(colour_model[1], [pngs[0], text] + pngs[1:3]))
   assert [path for path, _, _ in mixed] == [pngs[0], text] + pngs[1:3]
   assert mixed[1][1] is None and mixed[1][2].startswith(
       '%s: not a PNG, JPEG, BMP or GIF picture TensorFlow can read (' % text)
@@ -120,8 +114,9 @@ def test_a_file_that_does_not_decode_leaves_its_batchs_pictures_as_they_are(
                                 np.stack([p for _, p, _ in alone]))
 
 
-def _odd_pictures(folder, records):
-  """A grey PNG, an RGBA PNG, a 1000x800 JPEG and a BMP."""
+def _odd_pictures(folder, data_dir):
+  """Grey and RGBA PNGs, a 1000x800 JPEG, a BMP: data_dir's test records."""
+  records = _test_records(data_dir)[1]
   rng = np.random.RandomState(1)
   alpha = np.concatenate([records[1], np.full((32, 32, 1), 128, np.uint8)], 2)
   big = np.kron(records[2], np.ones((25, 31, 1), np.uint8))[:800, :1000]
@@ -139,7 +134,7 @@ def test_script_classifies_odd_pictures_and_names_each_bad_file(
   # picture's line in the order given, each bad file's line, exit status 1.
   train_dir = learned_train_dir
   export_dir = str(tmp_path / 'model')
-  good = _odd_pictures(tmp_path, _test_records(data_dir))
+  good = _odd_pictures(tmp_path, data_dir)
   empty = _write(str(tmp_path / 'empty.jpg'), b'')
   text = _write(str(tmp_path / 'notes.png'), b'not a picture at all\n')
   no_pictures = tmp_path / 'no_pictures'
@@ -215,7 +210,7 @@ np.savez(sys.argv[3], probabilities=out['probabilities'].numpy(),
 @pytest.mark.slow  # Starts a process.
 def test_savedmodel_serves_what_the_script_prints(colour_model, pngs, tmp_path):
   data_dir, train_dir = colour_model
-  files = pngs[:20] + _odd_pictures(tmp_path, _test_records(data_dir))[2:3]
+  files = pngs[:20] + _odd_pictures(tmp_path, data_dir)[2:3]
   export_dir = str(tmp_path / 'model')
   # What --export_dir runs (its line: the script's console test above).
   checkpoint, dtype, names = cifar10_classify.find_checkpoint(train_dir)
@@ -228,8 +223,7 @@ def test_savedmodel_serves_what_the_script_prints(colour_model, pngs, tmp_path):
                   json.dumps(files), out], check=True, env=env, timeout=120)
   served = np.load(out)
 
-  expected = np.stack([p for _, p, _ in cifar10_classify.classify(
-      files, checkpoint, dtype, session_config=testutil.session_config())])
+  expected = np.stack([p for _, p, _ in _classify(train_dir, files)])
   np.testing.assert_allclose(served['probabilities'], expected, atol=1e-5)
   np.testing.assert_allclose(served['pixels'], expected[:1], atol=1e-5)
   assert list(served['classes']) == [
@@ -259,8 +253,7 @@ def test_savedmodel_serves_what_the_script_prints(colour_model, pngs, tmp_path):
 
 def test_find_checkpoint_names_a_missing_unreadable_or_averageless_one(
     tmp_path):
-  # The script's line is 'cifar10_classify.py: ' and each message (its
-  # process test of an error: test_eval.py's
+  # The script's line: 'cifar10_classify.py: ' and each message (test_eval.py's
   # test_scripts_refuse_a_checkpoint_they_cannot_use_each_in_its_line).
   with pytest.raises(cifar10_classify.ClassifyError) as refused:
     cifar10_classify.find_checkpoint(str(tmp_path))

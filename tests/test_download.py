@@ -7,6 +7,7 @@ own _start() call for a slow test's and leave these out of the quick loop.
 """
 
 import collections
+import concurrent.futures
 import fcntl
 import functools
 import hashlib
@@ -18,6 +19,7 @@ import shutil
 import tarfile
 import threading
 import types
+from unittest import mock
 import urllib.error
 import urllib.request
 
@@ -36,27 +38,26 @@ DATASETS = ['cifar10', 'cifar100']
 OTHER = {'cifar10': 'cifar100', 'cifar100': 'cifar10'}
 
 Source = collections.namedtuple('Source', [
-    'dataset', 'path', 'body', 'md5', 'root', 'official', 'names'])
+    'dataset', 'path', 'body', 'md5', 'root', 'official', 'layout'])
 
 
 @pytest.fixture(scope='module', params=DATASETS)
 def archive(request, tmp_path_factory):
   """A synthetic archive of each data set at `path` (its bytes `body`, their
-  `md5`), extracted from root/<official.directory>: the data files `names`."""
-  dataset, layout = request.param, data_files.LAYOUTS[request.param]
+  `md5`), extracted from root/<official.directory>: layout's data files."""
+  dataset = request.param
   root = str(tmp_path_factory.mktemp('archive_source_' + dataset))
   path = (synthetic.make_cifar10_archive if dataset == 'cifar10'
           else synthetic.make_cifar100_archive)(root, seed=1)
   with open(path, 'rb') as f:
     body = f.read()
   return Source(dataset, path, body, hashlib.md5(body).hexdigest(), root,
-                download.ARCHIVES[dataset],
-                list(layout.train_files + layout.test_files))
+                download.ARCHIVES[dataset], data_files.LAYOUTS[dataset])
 
 
 @pytest.fixture
 def printed(monkeypatch):
-  """take(): what download.py printed since the last take (pytest sets
+  """A function: what download.py printed since its last call (pytest sets
   sys.stdout again for each test phase: a fixture cannot redirect it)."""
   buffer = io.StringIO()
   monkeypatch.setattr(download, 'print', functools.partial(print, file=buffer),
@@ -67,7 +68,7 @@ def printed(monkeypatch):
     buffer.seek(0)
     buffer.truncate()
     return text
-  return types.SimpleNamespace(take=take)
+  return take
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -147,6 +148,14 @@ def assert_extracted_like(data_dir, source):
       os.path.join(source.root, directory))
 
 
+def make_other(data_dir, dataset):
+  """The other data set than `dataset`, extracted in data_dir."""
+  if dataset == 'cifar10':
+    synthetic.make_cifar100_dir(str(data_dir), records=10, seed=5)
+  else:
+    synthetic.make_data_dir(str(data_dir), records_per_file=10, seed=5)
+
+
 def leftovers(data_dir):
   """Temporary files or directories left in data_dir."""
   return sorted(n for n in os.listdir(str(data_dir))
@@ -162,9 +171,9 @@ def snapshot(directory):
 
 def test_http_download_verified_extracted_and_done_once(tmp_path, server,
                                                         archive, printed):
-  layout = data_files.LAYOUTS[archive.dataset]
+  layout = archive.layout
   fetch_source(tmp_path, server.url, archive, files=layout.train_files)
-  out = printed.take()
+  out = printed()
   name = archive.official.name
   assert ('%s does not exist yet (%s are read from it): getting %s.'
           % (tmp_path / archive.official.directory,
@@ -179,7 +188,7 @@ def test_http_download_verified_extracted_and_done_once(tmp_path, server,
   # Complete now: a second call, of every file, neither downloads nor prints.
   fetch_source(tmp_path, server.url, archive)
   assert server.requests == 1
-  assert printed.take() == ''
+  assert printed() == ''
 
 
 def test_prepare_describes_the_data_once_and_returns_it(tmp_path, archive,
@@ -199,7 +208,7 @@ def test_prepare_describes_the_data_once_and_returns_it(tmp_path, archive,
     return real_check(data_set, names)
   monkeypatch.setattr(data_files, 'describe', describe)
   monkeypatch.setattr(data_files.DataSet, 'check', check)
-  layout = data_files.LAYOUTS[archive.dataset]
+  layout = archive.layout
   data_dir = str(tmp_path)
 
   fetched = download.prepare(data_dir, archive.path, archive.md5,
@@ -216,14 +225,14 @@ def test_prepare_describes_the_data_once_and_returns_it(tmp_path, archive,
     assert described == [data_set] and data_set == fetched
     assert checked == [list(files)]
   assert 'Data: %s, 1 file, 20 records (checked).' % fetched.directory in (
-      printed.take())
+      printed())
 
 
 @pytest.mark.parametrize('reads, fetched', [('test', False),
                                             ('train_eval', True)])
 def test_only_a_missing_file_that_is_read_is_fetched(tmp_path, server, archive,
                                                      printed, reads, fetched):
-  layout = data_files.LAYOUTS[archive.dataset]
+  layout = archive.layout
   batches = tmp_path / archive.official.directory
   batches.mkdir()
   test_file, = layout.test_files
@@ -233,7 +242,7 @@ def test_only_a_missing_file_that_is_read_is_fetched(tmp_path, server, archive,
 
   fetch_source(tmp_path, server.url, archive, files=files)
 
-  out = printed.take()
+  out = printed()
   assert server.requests == int(fetched)
   if fetched:
     assert ('%s is incomplete (Failed to find file: %s ' % (
@@ -261,7 +270,7 @@ def test_a_failed_download_is_retried_and_never_taken_for_the_archive(
   retried = 'Download attempt 1 of 2 failed: ' + reason
   if plan[-1] == 'ok':
     fetch_source(tmp_path, server.url, archive)
-    assert retried + '; retrying' in printed.take()
+    assert retried + '; retrying' in printed()
     assert_extracted_like(tmp_path, archive)
     assert leftovers(tmp_path) == []
   else:
@@ -273,7 +282,7 @@ def test_a_failed_download_is_retried_and_never_taken_for_the_archive(
     assert ('(2 attempts)' in message) == (len(plan) == 2)
     assert '. To use a copy you already have, put %s ' % (
         archive.official.name) in message
-    assert (retried in printed.take()) == (len(plan) == 2)
+    assert (retried in printed()) == (len(plan) == 2)
     assert sorted(os.listdir(str(tmp_path))) == [download.LOCK_NAME]
   assert server.requests == len(plan)
 
@@ -307,16 +316,16 @@ def test_offline_without_archive_says_where_to_put_it(tmp_path, printed,
   message = str(e.value)
   assert message.startswith('Could not download %s: ' % url)
   assert message.endswith(expected.format(d=tmp_path))
-  # No connection at all is not retried: one message, not three.
-  assert 'Download attempt' not in printed.take()
+  assert os.listdir(str(tmp_path)) == [download.LOCK_NAME]  # Nothing else.
+  # No connection at all is not retried: one message, not three. (That a
+  # script ends with the line, exit status 1: test_reliability.py's
+  # process test of a DataError, raised in the same download.prepare.)
+  assert 'Download attempt' not in printed()
   with pytest.raises(data_files.DataError, match='names no file'):
     fetch(tmp_path, 'file://' + str(tmp_path / 'nowhere.tar.gz'), '', dataset)
   # The other data set in data_dir: named, with the --dataset that reads it.
   other = download.ARCHIVES[OTHER[dataset]]
-  if dataset == 'cifar10':
-    synthetic.make_cifar100_dir(str(tmp_path), records=4)
-  else:
-    synthetic.make_data_dir(str(tmp_path), records_per_file=4)
+  make_other(tmp_path, dataset)
   with pytest.raises(data_files.DataError) as e:
     fetch(tmp_path, url, None, dataset)
   assert str(e.value).endswith(expected.format(d=tmp_path) + (
@@ -339,11 +348,7 @@ def test_offline_without_archive_says_where_to_put_it(tmp_path, printed,
 def test_official_archive_by_default(tmp_path, monkeypatch, dataset):
   # data_url and data_md5 None (the flags' defaults): --dataset's own archive.
   official = download.ARCHIVES[dataset]
-  urls = []
-
-  def offline(url, **unused_kwargs):
-    urls.append(url)
-    raise urllib.error.URLError('no network here')
+  offline = mock.Mock(side_effect=urllib.error.URLError('no network here'))
   monkeypatch.setattr(urllib.request, 'urlopen', offline)
   for data_url in (None, ''):  # An empty --data_url= is the official one.
     with pytest.raises(data_files.DataError) as e:
@@ -351,7 +356,7 @@ def test_official_archive_by_default(tmp_path, monkeypatch, dataset):
     assert str(e.value).startswith(
         'Could not download %s: no network here (offline?). To use a copy you '
         'already have, put %s ' % (official.url, official.name))
-  assert urls == [official.url] * 2
+  assert [call.args[0] for call in offline.call_args_list] == [official.url] * 2
   copy = tmp_path / 'copy.tar.gz'
   copy.write_bytes(b'not the archive')
   with pytest.raises(data_files.DataError) as e:
@@ -372,31 +377,16 @@ def test_data_flags_default_to_the_official_archive_of_dataset():
   assert "empty (--data_md5=) to skip the check" in flags.FLAGS['data_md5'].help
 
 
-@pytest.mark.slow  # Starts a process.
-def test_offline_script_exits_with_one_message(tmp_path):
-  data_dir = str(tmp_path / 'data')
-  url = closed_port_url()
-  result = testutil.run_script('cifar10_train.py', [
-      '--data_dir=' + data_dir, '--train_dir=' + str(tmp_path / 'train'),
-      '--data_url=' + url, '--max_steps=1'], timeout=120)
-  assert result.returncode == 1
-  assert 'Traceback' not in result.stderr
-  last = result.stderr.strip().splitlines()[-1]
-  assert last.startswith('cifar10_train.py: Could not download %s: ' % url)
-  assert 'put cifar-10-binary.tar.gz' in last and data_dir in last
-  assert not os.path.exists(os.path.join(data_dir, 'cifar-10-batches-bin'))
-
-
 def test_incomplete_extraction_is_redone_from_the_archive(tmp_path, archive,
                                                           printed):
   batches = tmp_path / archive.official.directory
   batches.mkdir()
-  first = archive.names[0]
+  first = archive.layout.train_files[0]
   (batches / first).write_bytes(b'x' * 5000)  # Cut short.
   (tmp_path / archive.official.name).write_bytes(archive.body)
   fetch_source(tmp_path, closed_port_url(), archive)  # Never contacted.
   assert 'is incomplete (Data file %s has 5000 bytes' % (
-      batches / first) in printed.take()
+      batches / first) in printed()
   assert_extracted_like(tmp_path, archive)
   assert leftovers(tmp_path) == []
 
@@ -406,7 +396,7 @@ def test_archive_with_wrong_md5_is_moved_aside(tmp_path, server, archive,
   target = tmp_path / archive.official.name
   target.write_bytes(b'half a download')
   fetch_source(tmp_path, server.url, archive)
-  assert 'moved it to %s.bad; downloading it again' % target in printed.take()
+  assert 'moved it to %s.bad; downloading it again' % target in printed()
   assert (tmp_path / (archive.official.name + '.bad')).read_bytes() == (
       b'half a download')
   assert_extracted_like(tmp_path, archive)
@@ -464,10 +454,10 @@ def test_unreadable_archive_is_reported(tmp_path, archive, cut):
 
 def test_archive_lacking_the_data_is_reported(tmp_path, archive):
   # The official directory, with the test file alone.
-  directory = archive.official.directory
+  directory, layout = archive.official.directory, archive.layout
   partial = tmp_path / 'partial'
   (partial / directory).mkdir(parents=True)
-  shutil.copy(os.path.join(archive.root, directory, archive.names[-1]),
+  shutil.copy(os.path.join(archive.root, directory, layout.test_files[0]),
               str(partial / directory))
   bad = synthetic.make_archive(str(tmp_path / 'partial.tar.gz'), str(partial),
                                directory)
@@ -477,9 +467,8 @@ def test_archive_lacking_the_data_is_reported(tmp_path, archive):
       '%s does not hold the %s binary data: Failed to find file: '
       '<archive>/%s/%s (expected a %s binary file of %d-byte records; see '
       'README.md, "Data")' % (
-          bad, archive.official.title, directory, archive.names[0],
-          data_files.LAYOUTS[archive.dataset].title,
-          data_files.LAYOUTS[archive.dataset].record_bytes))
+          bad, archive.official.title, directory, layout.train_files[0],
+          layout.title, layout.record_bytes))
   assert sorted(os.listdir(str(tmp_path / 'data'))) == [download.LOCK_NAME]
   # The other data set's archive: named, with the --dataset that reads it.
   wanted = OTHER[archive.dataset]
@@ -500,10 +489,7 @@ def test_archive_lacking_the_data_is_reported(tmp_path, archive):
 def test_extraction_beside_the_other_data_set_leaves_it_alone(tmp_path,
                                                               archive):
   other = download.ARCHIVES[OTHER[archive.dataset]].directory
-  if archive.dataset == 'cifar10':
-    synthetic.make_cifar100_dir(str(tmp_path), records=10, seed=5)
-  else:
-    synthetic.make_data_dir(str(tmp_path), records_per_file=10, seed=5)
+  make_other(tmp_path, archive.dataset)
   before = snapshot(tmp_path / other)
   mtimes = {name: os.stat(str(tmp_path / other / name)).st_mtime_ns
             for name in before}
@@ -545,43 +531,32 @@ def test_concurrent_runs_download_once_and_never_see_partial_files(
     return real_flock(file, operation)
   monkeypatch.setattr(fcntl, 'flock', flock)
   batches = str(tmp_path / archive.official.directory)
-  errors, seen_partial, done = [], [], threading.Event()
-
-  def run():
-    try:
-      fetch_source(tmp_path, server.url, archive)
-    except Exception as e:  # pylint: disable=broad-except
-      errors.append(e)
+  names = archive.layout.train_files + archive.layout.test_files
+  seen_partial, done = [], threading.Event()
 
   def watch():
     while not done.is_set():
       if os.path.isdir(batches):
-        problem = download.batches_problem(batches, archive.names,
-                                           archive.dataset)
+        problem = download.batches_problem(batches, names, archive.dataset)
         if problem:
           seen_partial.append(problem)
 
-  threads = [threading.Thread(target=run) for _ in range(2)]
-  watcher = threading.Thread(target=watch)
-  watcher.start()
-  try:
-    for t in threads:
-      t.start()
-    try:
-      one_waited = waiting.wait(60)
-    finally:
-      hold.set()  # Either way: the download goes on, the runs end.
-    for t in threads:
-      t.join(60)
-  finally:
-    done.set()
-    watcher.join(10)
+  pool = concurrent.futures.ThreadPoolExecutor(3)
+  watcher = pool.submit(watch)
+  runs = [pool.submit(fetch_source, tmp_path, server.url, archive)
+          for _ in range(2)]
+  one_waited = waiting.wait(60)
+  hold.set()  # Either way: the download goes on, the runs end.
+  concurrent.futures.wait(runs, 60)
+  done.set()
+  pool.shutdown(wait=False)
   assert one_waited, 'no run waited for the lock within 60 s'
-  assert not any(t.is_alive() for t in threads + [watcher])
-  assert errors == [] and seen_partial == []
+  for each in runs + [watcher]:
+    each.result(10)  # Raises what it raised; fails while it still runs.
+  assert seen_partial == []
   assert server.requests == 1
   assert ('Waiting for another process to finish downloading into %s'
-          % tmp_path) in printed.take()
+          % tmp_path) in printed()
   assert_extracted_like(tmp_path, archive)
 
 
@@ -603,7 +578,7 @@ def test_converted_set_is_never_replaced_by_a_download(tmp_path, printed,
   for split in ('train', 'test', 'train_eval'):
     data_set = download.prepare(str(tmp_path), url, None, split=split)
     assert data_set.class_names == ('cat', 'dog', 'seven')
-  out = printed.take()
+  out = printed()
   assert ('Data: %s, %d file%s, %d records (checked).\nClasses: 3 classes '
           '(cat, dog, seven), from %s/batches.meta.txt.\n'
           % (batches, train_files, 's' if train_files > 1 else '',
@@ -646,7 +621,7 @@ def test_cifar100_data_line_classes_and_label_bytes(tmp_path, printed,
   count = 100 if dataset == 'cifar100' else 20
   prefix = 'fine' if dataset == 'cifar100' else 'coarse'
   assert data_set.num_classes == count
-  assert printed.take() == (
+  assert printed() == (
       'Data: %s, 1 file, 30 records (checked).\nClasses: %d classes (%s, '
       '...), from %s.\n' % (tmp_path / 'cifar-100-binary', count, ', '.join(
           '%s_%d' % (prefix, i) for i in range(10)),
@@ -667,25 +642,23 @@ def test_cifar100_data_line_classes_and_label_bytes(tmp_path, printed,
         'Data file %s, record 3 (byte offset 9222): %s (1 records in the file '
         'have a bad label): the file is corrupt, or not CIFAR-100%s binary '
         'data of %d classes' % (path, expected, coarse, value))
-  assert printed.take() == ''  # Labels never trigger a download.
+  assert printed() == ''  # Labels never trigger a download.
 
 
-@pytest.mark.parametrize('written, read, expected', [
+@pytest.mark.parametrize('written, read, records, expected', [
     # Whole records of the other layout are not whole records of this one.
-    ('cifar10', 'cifar100', 'has 61460 bytes, which is not a whole number of '
-     '3074-byte records (19 records and 3054 bytes left over): the file is '
+    ('cifar10', 'cifar100', 20, 'has 61460 bytes, which is not a whole number '
+     'of 3074-byte records (19 records and 3054 bytes left over): the file is '
      'truncated or not CIFAR-100 binary data'),
-    ('cifar100', 'cifar10', 'has 61480 bytes, which is not a whole number of '
-     '3073-byte records (20 records and 20 bytes left over): the file is '
+    ('cifar100', 'cifar10', 20, 'has 61480 bytes, which is not a whole number '
+     'of 3073-byte records (20 records and 20 bytes left over): the file is '
      'truncated or not CIFAR-10 binary data'),
     # 3,074 CIFAR-10 records are 3,073 CIFAR-100 ones: the labels tell.
-    ('cifar10', 'cifar100', 'coarse label byte is 2'),
-    ('cifar100', 'cifar10', 'label byte is 1'),
+    ('cifar10', 'cifar100', 3074, 'coarse label byte is 2'),
+    ('cifar100', 'cifar10', 3073, 'label byte is 1'),
 ])
-def test_a_file_of_the_other_layout_is_named(tmp_path, written, read,
+def test_a_file_of_the_other_layout_is_named(tmp_path, written, read, records,
                                              expected):
-  records = 20 if 'whole number' in expected else 3074 if (
-      written == 'cifar10') else 3073
   rng = np.random.RandomState(0)
   labels = np.arange(records) % 10 + 10 * (written == 'cifar100')
   if written == 'cifar100':

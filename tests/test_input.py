@@ -45,8 +45,7 @@ def test_both_readers_return_exact_records(tmp_path):
       chunk_labels, planes = sess.run(chunk)
 
   assert (record.height, record.width, record.depth) == (32, 32, 3)
-  assert record.label.dtype == tf.int32
-  assert record.uint8image.dtype == tf.uint8
+  assert (record.label.dtype, record.uint8image.dtype) == (tf.int32, tf.uint8)
   assert record.uint8image.shape.as_list() == [32, 32, 3]
   (_, label, image), results = results[0], results[1:]
   assert label.tolist() == [7]
@@ -60,11 +59,6 @@ def test_both_readers_return_exact_records(tmp_path):
   assert chunk_labels.tolist() == [[7]] + [[label] for label in labels]
   np.testing.assert_array_equal(planes[0].reshape(-1), raw[1:])
   np.testing.assert_array_equal(planes[1:], images.transpose(0, 3, 1, 2))
-
-
-def _standardize(x):
-  x = x.astype(np.float64)
-  return (x - x.mean()) / max(x.std(), 1.0 / np.sqrt(x.size))
 
 
 @pytest.fixture(scope='module')
@@ -101,11 +95,11 @@ def test_eval_inputs_are_the_standardized_central_crop(same_image):
   images, labels, out = _run_batches(
       lambda: cifar10_input.inputs('test', batches, batch_size=5), 2)
 
-  assert images.shape.as_list() == [5, 24, 24, 3]
-  assert images.dtype == tf.float32
-  assert labels.shape.as_list() == [5]
-  assert labels.dtype == tf.int32
-  expected = _standardize(image[4:28, 4:28])
+  assert (images.shape.as_list(), labels.shape.as_list()) == ([5, 24, 24, 3],
+                                                              [5])
+  assert (images.dtype, labels.dtype) == (tf.float32, tf.int32)
+  crop = image[4:28, 4:28].astype(np.float64)
+  expected = (crop - crop.mean()) / max(crop.std(), 1 / np.sqrt(crop.size))
   for batch_images, batch_labels in out:
     assert set(batch_labels.tolist()) <= set(range(10))
     for got in batch_images:
@@ -226,13 +220,12 @@ def test_distort_matches_tf_image_ops_one_image_at_a_time(dtype):
 
 
 @pytest.mark.parametrize('pipeline', ['train', 'eval'])
-def test_pipelines_transpose_floats_only_after_grappler(tmp_path, pipeline):
+def test_pipelines_transpose_floats_only_after_grappler(same_image, pipeline):
   # A uint8 transpose is several times slower than a float32 one of the crop
   # (benchmarks/README.md, change 16), and Grappler would move a transpose
   # to the uint8 side of a bare cast. The graph that actually runs, in the
   # scripts' session configuration, must transpose float32 only.
-  batches = os.path.join(synthetic.make_data_dir(str(tmp_path), 4),
-                         'cifar-10-batches-bin')
+  batches = same_image[1]
   with tf.Graph().as_default():
     if pipeline == 'train':
       images, _ = cifar10_input.distorted_inputs(batches, 4, num_threads=1)

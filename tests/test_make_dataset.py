@@ -18,9 +18,9 @@ import synthetic
 import testutil
 
 
-def _pixels(height=32, width=32, channels=3, seed=0):
+def _pixels(channels=3, seed=0):
   return np.random.RandomState(seed).randint(
-      0, 256, (height, width, channels)).astype(np.uint8)
+      0, 256, (32, 32, channels)).astype(np.uint8)
 
 
 def _encoded(image, fmt, **kwargs):
@@ -57,7 +57,7 @@ def _convert(root, data_dir, **kwargs):
   return dataset, lines
 
 
-def _tree(root, per_class, size=(32, 32), seed=0):
+def _tree(root, per_class, seed=0):
   """A folder per class, {name: number of 32x32 PNGs}; returns {name:
   [uint8 [32, 32, 3] arrays]} in file-name order."""
   rng = np.random.RandomState(seed)
@@ -65,7 +65,7 @@ def _tree(root, per_class, size=(32, 32), seed=0):
   for name, count in per_class.items():
     written[name] = []
     for i in range(count):
-      pixels = rng.randint(0, 256, size + (3,)).astype(np.uint8)
+      pixels = rng.randint(0, 256, (32, 32, 3)).astype(np.uint8)
       _save(os.path.join(str(root), name, '%03d.png' % i),
             Image.fromarray(pixels))
       written[name].append(pixels)
@@ -167,14 +167,10 @@ def test_palette_bmp_and_broken_files_are_named_with_a_reason(tmp_path):
   paths = [_save(str(tmp_path / name), data) for name, data in files.items()]
   outcomes = [pictures.read(path) for path in paths]
   pictures.mark_undecodable(paths, outcomes, lambda data: _decoded([data]))
-  problems = [problem for problem, _ in outcomes]
-  assert problems[0].startswith(
-      '%s: %s (assertion failed: [a BMP of fewer than 24 bits'
-      % (paths[0], pictures.NOT_A_PICTURE))
-  assert problems[1].startswith('%s: %s (' % (paths[1],
-                                              pictures.NOT_A_PICTURE))
-  assert problems[2].startswith('%s: %s (' % (paths[2],
-                                              pictures.NOT_A_PICTURE))
+  reasons = ['(assertion failed: [a BMP of fewer than 24 bits', '(', '(']
+  for path, (problem, _), reason in zip(paths, outcomes, reasons):
+    assert problem.startswith('%s: %s %s' % (path, pictures.NOT_A_PICTURE,
+                                             reason)), problem
   assert outcomes[3] == (None, good)
 
 

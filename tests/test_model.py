@@ -7,7 +7,6 @@ import tensorflow.compat.v1 as tf
 import cifar10
 from cifar10_support import fast_ops
 from cifar10_support import sessions
-import testutil
 from testutil import session_config
 
 EXPECTED_SHAPES = {
@@ -32,9 +31,7 @@ def test_inference_shapes_names_count_and_placement(dtype):
     assert {v.op.name: v.shape.as_list() for v in variables} == EXPECTED_SHAPES
     assert sum(int(np.prod(v.shape.as_list())) for v in variables) == 1068298
     assert all(v.dtype.base_dtype == dtype for v in variables)
-    for v in variables:
-      assert tf.DeviceSpec.from_string(v.device).device_type == 'CPU', v.device
-      assert tf.DeviceSpec.from_string(v.device).device_index == 0, v.device
+    assert {v.device for v in variables} == {'/device:CPU:0'}
 
 
 def test_initial_values_follow_the_original_initializers():
@@ -193,10 +190,7 @@ def test_session_config_follows_the_thread_rule_and_skips_rewrites():
   if tf.config.list_physical_devices('GPU'):
     assert not config.session_inter_op_thread_pool
     assert not short.graph_options.rewrite_options.disable_meta_optimizer
-  else:
-    # The thread counts follow the rule for this machine (test_threads.py).
-    assert testutil.config_threads(config) == sessions.thread_settings(
-        sessions.usable_cores(), gpu=False)
+  else:  # Its threads: test_threads.py.
     assert not config.graph_options.rewrite_options.disable_meta_optimizer
     assert short.graph_options.rewrite_options.disable_meta_optimizer
     assert short.session_inter_op_thread_pool == config.session_inter_op_thread_pool

@@ -54,13 +54,14 @@ def _grid(image, cell, n=10):
   return rows[0], columns[0]
 
 
-def _row_labels_read(image, cell, labels, size):
-  """Whether each row's strip, left of the grid, ends in its label."""
+def _row_labels_read(image, cell, labels, size, turns=0):
+  """Whether each row's strip, left of the grid, ends in its label (turned
+  `turns` times 90 degrees anticlockwise)."""
   dark = _dark(image)
   top, left = _grid(image, cell, len(labels))
   for i, label in enumerate(labels):
     strip = dark[top + i * cell + 1:top + (i + 1) * cell, :left]
-    expected = _text(label, size)
+    expected = np.rot90(_text(label, size), turns)
     right = np.flatnonzero(strip.any(axis=0))[-1]
     if not np.array_equal(
         _ink_box(strip[:, right - expected.shape[1] + 1:right + 1]),
@@ -108,14 +109,11 @@ def test_confusion_image_names_rows_left_columns_above_and_its_axes():
   assert not dark[top:, left:].any()  # nothing on or right of/below the grid
   # Row i's own strip, left of the grid: its name ends at the right.
   assert _row_labels_read(image, cell, NAMES, evaluation.FONT_SIZE)
-  for j, name in enumerate(NAMES):
-    # Column j's strip, above the grid: its name, turned, starts at the bottom.
-    strip = dark[:top, left + j * cell + 1:left + (j + 1) * cell]
-    expected = np.rot90(_text(name))
-    bottom = np.flatnonzero(strip.any(axis=1))[-1]
-    assert np.array_equal(
-        _ink_box(strip[bottom - expected.shape[0] + 1:bottom + 1]),
-        expected), name
+  # Column j's strip, above the grid: its name, turned anticlockwise, starts
+  # at the bottom; the picture turned so too has them as row names, last
+  # first and upside down.
+  assert _row_labels_read(np.rot90(image), cell, NAMES[::-1],
+                          evaluation.FONT_SIZE, turns=2)
   assert not dark[:top, :left].any()  # the corner stays empty
   # The axis titles, each on its own side.
   predicted = _text('predicted')
