@@ -107,6 +107,17 @@ def test_a_failed_sessions_signal_handlers_are_not_kept_by_the_next():
   assert {signum: signal.getsignal(signum) for signum in before} == before
 
 
+def _readable_checkpoint_steps(train_dir):
+  """Reads every tensor of every checkpoint the index lists; their steps."""
+  state = tf.train.get_checkpoint_state(train_dir)
+  assert state.model_checkpoint_path == state.all_model_checkpoint_paths[-1]
+  steps = [int(path.rsplit('-', 1)[1])
+           for path in state.all_model_checkpoint_paths]
+  for path, step in zip(state.all_model_checkpoint_paths, steps):
+    assert testutil.checkpoint_values(path)['global_step'] == step
+  return steps
+
+
 # --- NaN loss -----------------------------------------------------------------
 
 def _nan_from_step(first_bad_step):
@@ -143,34 +154,15 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(
       % good)
   # Checkpoints 0-7 were written, one a step; the saver keeps the newest 5.
   # A save of the NaN step would have pruned model.ckpt-3.
-  kept = [os.path.join(train_dir, 'model.ckpt-%d' % step)
-          for step in range(3, 8)]
-  state = tf.train.get_checkpoint_state(train_dir)
-  assert list(state.all_model_checkpoint_paths) == kept
-  assert state.model_checkpoint_path == good
+  assert _readable_checkpoint_steps(train_dir) == [3, 4, 5, 6, 7]
   on_disk = {name.split('.')[1] for name in os.listdir(train_dir)
              if name.startswith('model.ckpt-')}
   assert on_disk == {'ckpt-%d' % step for step in range(3, 8)}
-  reader = tf.train.load_checkpoint(good)
-  for name in reader.get_variable_to_shape_map():
-    assert np.all(np.isfinite(reader.get_tensor(name))), name
+  for name, value in testutil.checkpoint_values(good).items():
+    assert np.all(np.isfinite(value)), name
 
 
 # --- SIGKILL, SIGTERM, SIGINT -------------------------------------------------
-
-def _readable_checkpoint_steps(train_dir):
-  """Reads every tensor of every checkpoint the index lists; their steps."""
-  state = tf.train.get_checkpoint_state(train_dir)
-  assert state.model_checkpoint_path == state.all_model_checkpoint_paths[-1]
-  steps = []
-  for path in state.all_model_checkpoint_paths:
-    reader = tf.train.load_checkpoint(path)
-    for name in reader.get_variable_to_shape_map():
-      reader.get_tensor(name)
-    steps.append(int(path.rsplit('-', 1)[1]))
-    assert reader.get_tensor('global_step') == steps[-1]
-  return steps
-
 
 @pytest.mark.slow  # Starts a process.
 def test_sigkill_then_restart_resumes_and_signals_stop_cleanly(data_dir,

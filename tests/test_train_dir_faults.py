@@ -90,24 +90,6 @@ def test_second_trainer_stops_and_eval_runs_beside_it(
     first.wait(30)
 
 
-def test_fresh_start_keeps_the_lock_file(data_dir, tmp_path, capsys):
-  train_dir = str(tmp_path / 'train')
-  (tmp_path / 'train' / 'old').mkdir(parents=True)
-  (tmp_path / 'train' / 'old.txt').write_text('deleted by --fresh_start')
-  lock = os.path.join(train_dir, train_dirs.LOCK_NAME)
-  with train_dirs.train_dir_lock(train_dir):
-    lock_inode = os.stat(lock).st_ino
-  # What every trainer claims its train_dir with.
-  with train_dirs.claim(train_dir, True, data_files.describe(data_dir)) as (
-      start):
-    assert start.checkpoint is None
-    assert os.listdir(train_dir) == [train_dirs.LOCK_NAME]
-  assert '--fresh_start: deleting the contents of %s' % train_dir in (
-      capsys.readouterr().out)
-  # The same file: a trainer waiting on it would lock the one in use.
-  assert os.stat(lock).st_ino == lock_inode
-
-
 # --- A full disk --------------------------------------------------------------
 
 def _mount_tmpfs(path, megabytes):
@@ -271,7 +253,7 @@ def test_training_resumes_the_checkpoint_before_a_damaged_one(
   assert 'Checkpoint %s is damaged and left as it is (' % damaged in printed
   assert_resumed(printed.splitlines(True), train_dir, 0)
   assert tf.train.latest_checkpoint(train_dir).endswith('model.ckpt-6')
-  # The trainer's index is relative: test_checkpoints_are_found_..._a_move.
+  # The trainer's index is relative: test_checkpoints_are_found_after_...
   with open(os.path.join(train_dir, 'checkpoint')) as f:
     assert f.readline() == 'model_checkpoint_path: "model.ckpt-6"\n'
   # Skipped, never deleted nor listed again.
@@ -304,38 +286,25 @@ def test_only_damaged_checkpoints_stop_with_one_line(data_dir, two_checkpoints,
   assert _contents(os.path.join(train_dir, 'model.ckpt-*')) == files
 
 
-def test_a_listed_checkpoint_whose_files_are_gone_is_skipped(
-    data_dir, two_checkpoints, tmp_path, capsys):
-  train_dir = shutil.copytree(two_checkpoints, str(tmp_path / 'train'))
-  first, gone = (os.path.join(train_dir, 'model.ckpt-%d' % value)
-                 for value in (0, 4))
-  for path in glob.glob(gone + '.*'):
-    os.remove(path)
-  assert tf.train.get_checkpoint_state(
-      train_dir).all_model_checkpoint_paths == [first, gone]
-
-  capsys.readouterr()
-  with train_dirs.claim(train_dir, False, data_files.describe(data_dir)) as (
-      start):
-    assert (start.checkpoint, start.step) == (first, 0)
-  assert capsys.readouterr().out == (
-      'Checkpoint %s is listed but its files are missing: trying the one '
-      'before it.\n' % gone)
-
-
-def test_checkpoints_are_found_without_the_index_and_after_a_move(
-    two_checkpoints, tmp_path):
-  lines = []
+@pytest.mark.parametrize('gone, newest, line', [
+    ('model.ckpt-4.*', 'model.ckpt-0', 'Checkpoint %s/model.ckpt-4 is listed '
+     'but its files are missing: trying the one before it.'),
+    ('checkpoint', 'model.ckpt-4', 'The checkpoint index of %s is missing or '
+     'unreadable: looking at the checkpoint files themselves.'),
+], ids=['listed_files', 'index'])
+def test_checkpoints_are_found_after_a_move_without_the_index_or_files(
+    two_checkpoints, tmp_path, gone, newest, line):
   # Its index is relative, as a trainer's, so TensorFlow's own lookup (the
   # original's eval) finds a moved train_dir's checkpoints too.
   moved = shutil.copytree(two_checkpoints, str(tmp_path / 'moved'))
-  newest = os.path.join(moved, 'model.ckpt-4')
-  assert tf.train.latest_checkpoint(moved) == newest
-  assert checkpoints.newest_restorable(moved, lines.append) == newest
-  os.remove(os.path.join(moved, 'checkpoint'))
-  assert checkpoints.newest_restorable(moved, lines.append) == newest
-  assert lines == ['The checkpoint index of %s is missing or unreadable: '
-                   'looking at the checkpoint files themselves.' % moved]
+  assert tf.train.latest_checkpoint(moved) == os.path.join(moved,
+                                                           'model.ckpt-4')
+  for path in glob.glob(os.path.join(moved, gone)):
+    os.remove(path)
+  lines = []  # What every trainer's claim prints.
+  assert checkpoints.newest_restorable(moved, lines.append) == os.path.join(
+      moved, newest)
+  assert lines == [line % moved]
 
 
 @pytest.mark.slow  # Trains.
