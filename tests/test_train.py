@@ -123,16 +123,15 @@ def test_each_checkpoint_line_has_the_time_left_at_the_recent_speed(
   announcer = progress.SaveAnnouncer('/runs/a', 100000, label='Chief')
   for step in (10000, 22000, 23000):
     announcer.after_save(None, step)
-  lines = capsys.readouterr().out.splitlines()
-  assert len(lines) == 3
   # The first line knows no speed yet; then 12,000 steps in 10 min, and
   # 1,000 in 100 s: the most recent speed counts.
-  for line, tail in zip(lines, [
-      'model.ckpt-10000; step 10,000 of 100,000',
-      'model.ckpt-22000; step 22,000 of 100,000; about 1 h 5 min left',
-      'model.ckpt-23000; step 23,000 of 100,000; about 2 h 8 min left']):
-    assert re.fullmatch('Chief: %s: saved checkpoint /runs/a/%s' % (
-        testutil.DATE, re.escape(tail)), line), line
+  match_lines(capsys.readouterr().out, [
+      'Chief: %s: saved checkpoint /runs/a/%s' % (testutil.DATE,
+                                                  re.escape(tail))
+      for tail in [
+          'model.ckpt-10000; step 10,000 of 100,000',
+          'model.ckpt-22000; step 22,000 of 100,000; about 1 h 5 min left',
+          'model.ckpt-23000; step 23,000 of 100,000; about 2 h 8 min left']])
 
 
 class _SessionAsked(Exception):
