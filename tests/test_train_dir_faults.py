@@ -211,7 +211,7 @@ def _contents(pattern):
 
 
 @pytest.mark.parametrize('damage', sorted(DAMAGE))
-def test_damaged_newest_checkpoint_falls_back_and_is_skipped_by_eval(
+def test_damaged_checkpoints_are_skipped_and_none_left_is_one_line(
     data_dir, two_checkpoints, tmp_path, capsys, damage):
   train_dir, damaged, files = _damaged_copy(
       two_checkpoints, str(tmp_path / 'train'), damage)
@@ -238,6 +238,23 @@ def test_damaged_newest_checkpoint_falls_back_and_is_skipped_by_eval(
       capsys.readouterr().out)
   assert _contents(damaged + '.*') == files
 
+  # That one damaged too: no checkpoint restores, and nothing is changed.
+  DAMAGE[damage](start.checkpoint)
+  files = _contents(os.path.join(train_dir, 'model.ckpt-*'))
+  line = testutil.trainer_line(
+      'cifar10_train.py', cifar10_train.train,
+      run_flags.TrainSettings(data_dir, train_dir, max_steps=6,
+                              batch_size=BATCH))
+  printed = capsys.readouterr().out
+  for path in (start.checkpoint, damaged):
+    assert 'Checkpoint %s is damaged and left as it is (' % path in printed
+  assert line == (
+      'cifar10_train.py: no checkpoint in --train_dir=%s restores: all 2 are '
+      'damaged or missing (see the lines above). Nothing was changed; move '
+      'them away (or --fresh_start deletes them) to train from step 0, or give '
+      'another --train_dir' % train_dir)
+  assert _contents(os.path.join(train_dir, 'model.ckpt-*')) == files
+
 
 @pytest.mark.slow  # Trains.
 def test_training_resumes_the_checkpoint_before_a_damaged_one(
@@ -260,30 +277,6 @@ def test_training_resumes_the_checkpoint_before_a_damaged_one(
   assert _contents(damaged + '.*') == files
   assert damaged not in tf.train.get_checkpoint_state(
       train_dir).all_model_checkpoint_paths
-
-
-def test_only_damaged_checkpoints_stop_with_one_line(data_dir, two_checkpoints,
-                                                     tmp_path, capsys):
-  train_dir = shutil.copytree(two_checkpoints, str(tmp_path / 'train'))
-  for step in (0, 4):
-    DAMAGE['truncated .data'](os.path.join(train_dir, 'model.ckpt-%d' % step))
-  files = _contents(os.path.join(train_dir, 'model.ckpt-*'))
-
-  line = testutil.trainer_line(
-      'cifar10_train.py', cifar10_train.train,
-      run_flags.TrainSettings(data_dir, train_dir, max_steps=6,
-                              batch_size=BATCH))
-
-  printed = capsys.readouterr().out
-  for step in (0, 4):
-    assert 'Checkpoint %s is damaged and left as it is (' % os.path.join(
-        train_dir, 'model.ckpt-%d' % step) in printed, printed
-  assert line == (
-      'cifar10_train.py: no checkpoint in --train_dir=%s restores: all 2 are '
-      'damaged or missing (see the lines above). Nothing was changed; move '
-      'them away (or --fresh_start deletes them) to train from step 0, or give '
-      'another --train_dir' % train_dir)
-  assert _contents(os.path.join(train_dir, 'model.ckpt-*')) == files
 
 
 @pytest.mark.parametrize('gone, newest, line', [
