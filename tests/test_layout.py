@@ -57,8 +57,7 @@ def test_every_flag_keeps_its_name_and_default():
 
 
 def test_the_root_holds_the_tutorial_and_the_package_the_rest():
-  root = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT,
-                                                                    '*.py')))
+  root = sorted(map(os.path.basename, glob.glob(os.path.join(ROOT, '*.py'))))
   assert root == sorted(ROOT_MODULES)
   assert os.path.isdir(os.path.join(ROOT, 'cifar10_support'))
   assert os.path.isdir(os.path.join(ROOT, 'cifar10'))  # the data folder

@@ -50,8 +50,7 @@ def run(script, data_dir, train_dir, *flags):
 
 def steps_and_losses(console):
   return [(m['step'], m['loss'])
-          for m in map(testutil.step_line(None).search, console.splitlines())
-          if m]
+          for m in testutil.step_line(None).finditer(console)]
 
 
 def assert_same_run(first_dir, first, second_dir, second, steps):
