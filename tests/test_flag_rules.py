@@ -5,7 +5,6 @@ rule between two flags, an unwritable --train_dir, and a read-only
 import contextlib
 import copy
 import ctypes
-import importlib
 import os
 import re
 
@@ -13,9 +12,9 @@ from absl import flags
 import pytest
 
 import cifar10  # pylint: disable=unused-import (its flags)
-import cifar10_distributed_train  # pylint: disable=unused-import (its flags)
-import cifar10_multi_gpu_train  # pylint: disable=unused-import (its flags)
-import cifar10_train  # pylint: disable=unused-import (its flags)
+import cifar10_distributed_train
+import cifar10_multi_gpu_train
+import cifar10_train
 from cifar10_support import download
 import testutil
 
@@ -46,18 +45,6 @@ def _parsed(names, *args):
   return flag_values
 
 
-@pytest.mark.parametrize('name', sorted(RANGES) + ['num_gpus'])
-def test_each_range_is_checked_as_the_command_line_is_parsed(name):
-  lowest, words = RANGES.get(name, NUM_GPUS)
-  below = lowest - 1
-  with pytest.raises(flags.IllegalFlagValueError) as e:
-    _parsed([name], '--%s=%d' % (name, below))
-  # What the script's `Flags parsing error` line says after its prefix.
-  assert str(e.value) == 'flag --%s=%d: %d is not %s' % (
-      name, below, below, words.strip('()'))
-  assert _parsed([name], '--%s=%d' % (name, lowest))[name].value == lowest
-
-
 def _help_entries(module):
   """{flag name: its entry} of what `python <module>.py --help` prints: the
   flags key to the script's module, its own and those it adopts."""
@@ -67,14 +54,20 @@ def _help_entries(module):
           for entry in entries[1:]}
 
 
-@pytest.mark.parametrize('script', ['cifar10_train', 'cifar10_multi_gpu_train',
-                                    'cifar10_distributed_train'])
-def test_help_shows_each_range(script):
-  entries = _help_entries(importlib.import_module(script))
-  ranges = dict(RANGES, **({'num_gpus': NUM_GPUS} if 'gpu' in script else {}))
-  for name, (_, words) in ranges.items():
-    assert name in entries, sorted(entries)
-    assert words in entries[name], entries[name]
+@pytest.mark.parametrize('name', sorted(RANGES) + ['num_gpus'])
+def test_each_range_is_checked_as_parsed_and_shown_by_help(name):
+  lowest, words = RANGES.get(name, NUM_GPUS)
+  below = lowest - 1
+  with pytest.raises(flags.IllegalFlagValueError) as e:
+    _parsed([name], '--%s=%d' % (name, below))
+  # What the script's `Flags parsing error` line says after its prefix.
+  assert str(e.value) == 'flag --%s=%d: %d is not %s' % (
+      name, below, below, words.strip('()'))
+  assert _parsed([name], '--%s=%d' % (name, lowest))[name].value == lowest
+  # The --help of each trainer that has the flag shows it.
+  trainers = [cifar10_train, cifar10_multi_gpu_train, cifar10_distributed_train]
+  for module in trainers[1:2] if name == 'num_gpus' else trainers:
+    assert words in _help_entries(module)[name], module.__name__
 
 
 # The one process test of a flag refused as it is parsed (a range, or a

@@ -57,8 +57,7 @@ def test_every_flag_keeps_its_name_and_default():
 
 
 def test_the_root_holds_the_tutorial_and_the_package_the_rest():
-  root = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT,
-                                                                    '*.py')))
+  root = sorted(map(os.path.basename, glob.glob(os.path.join(ROOT, '*.py'))))
   assert root == sorted(ROOT_MODULES)
   assert os.path.isdir(os.path.join(ROOT, 'cifar10_support'))
   assert os.path.isdir(os.path.join(ROOT, 'cifar10'))  # the data folder
@@ -131,26 +130,22 @@ def test_no_file_uses_another_files_private_names():
   project = {os.path.basename(path)[:-len('.py')] for path in paths}
   for path in paths:
     tree = ast.parse(open(path).read())
+    imports = [(node.module if isinstance(node, ast.ImportFrom) else None,
+                alias) for node in ast.walk(tree)
+               if isinstance(node, (ast.Import, ast.ImportFrom))
+               for alias in node.names]
+    for module, alias in imports:
+      assert not (module and module.split('.')[-1] in project and
+                  alias.name.startswith('_')), (path, module, alias.name)
     # Local names bound to project modules: import x [as y], from p import x.
-    modules = set()
+    modules = {alias.asname or alias.name for _, alias in imports
+               if alias.name.split('.')[-1] in project}
     for node in ast.walk(tree):
-      if isinstance(node, ast.Import):
-        modules.update(alias.asname or alias.name for alias in node.names
-                       if alias.name.split('.')[-1] in project)
-      elif isinstance(node, ast.ImportFrom):
-        for alias in node.names:
-          if alias.name in project:
-            modules.add(alias.asname or alias.name)
-          elif (node.module and node.module.split('.')[-1] in project and
-                alias.name.startswith('_')):
-            raise AssertionError('%s imports %s from %s' % (
-                path, alias.name, node.module))
-    for node in ast.walk(tree):
-      if (isinstance(node, ast.Attribute) and node.attr.startswith('_')
-          and not node.attr.startswith('__')
-          and isinstance(node.value, ast.Name) and node.value.id in modules):
-        raise AssertionError('%s uses %s.%s' % (path, node.value.id,
-                                                 node.attr))
+      assert not (isinstance(node, ast.Attribute) and
+                  node.attr.startswith('_') and
+                  not node.attr.startswith('__') and
+                  isinstance(node.value, ast.Name) and
+                  node.value.id in modules), (path, node.value.id, node.attr)
 
 
 # What issue #32 set for the scripts, so that they stay readable top to

@@ -9,7 +9,6 @@ import tensorflow.compat.v1 as tf
 
 import cifar10
 import cifar10_multi_gpu_train as multi
-from cifar10_support import evaluation
 from cifar10_support import progress
 from cifar10_support import run_flags
 from cifar10_support import sessions
@@ -122,10 +121,9 @@ def test_each_tower_runs_on_its_own_device_and_the_variables_on_cpu0():
     sess.run(step.train_op, run_metadata=metadata,
              options=tf.RunOptions(output_partition_graphs=True))
 
-  placed = {}
-  for partition in metadata.partition_graphs:
-    for node in partition.node:
-      placed[node.name] = (node.op, node.device)
+  placed = {node.name: (node.op, node.device)
+            for partition in metadata.partition_graphs
+            for node in partition.node}
   assert len(metadata.partition_graphs) == 3
   for i in range(3):
     compute = {name: device for name, (op, device) in placed.items()
@@ -185,16 +183,15 @@ def test_logger_counts_every_tower(monkeypatch, capsys):
 
 @pytest.mark.slow  # Trains.
 def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path, capsys):
+  # The script's --num_gpus=2 --tower_device=cpu, by a call (its console and
+  # its checkpoint in cifar10_eval.py: test_console.py's multi-tower test).
   train_dir = str(tmp_path / 'train')
-
-  # The script's --num_gpus=2 --tower_device=cpu, by a call.
   testutil.train(multi.train, run_flags.TrainSettings(
       data_dir, train_dir, max_steps=6, batch_size=BATCH, log_frequency=2),
       num_towers=2, tower_device='cpu')
   first = capsys.readouterr().out
 
   assert [int(m['step']) for m in step_line().finditer(first)] == [0, 2, 4]
-  assert first.count('Filling queue with') == 1
   checkpoint = tf.train.latest_checkpoint(train_dir)
   assert checkpoint.endswith('model.ckpt-6')
   tags = event_tags(train_dir)
@@ -206,13 +203,6 @@ def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path, capsys):
           'conv1/weights/gradients',
           'prefetch_queue/fraction_of_4_full'} <= tags
   assert not [t for t in tags if t.startswith('tower_')]
-
-  # Its moving averages restore in the one-device evaluation graph.
-  result = testutil.eval_once(checkpoint, evaluation.EvalSettings(
-      data_dir, num_examples=16, batch_size=BATCH,
-      session_config=_config(1)))
-  assert result['checkpoint'] == checkpoint
-  assert re.search(r'precision @ 1 = \d\.\d{3}', capsys.readouterr().out)
 
   # GPU towers on a machine with fewer GPUs: one line, then soft placement.
   testutil.train(multi.train, run_flags.TrainSettings(
@@ -230,24 +220,20 @@ def test_two_towers_train_checkpoint_and_resume(data_dir, tmp_path, capsys):
 
 # --- --split_gpus: virtual GPUs, checked here without a GPU -------------------
 
-def _limits(config):
-  return [list(card.memory_limit_mb)
-          for card in config.gpu_options.experimental.virtual_devices]
-
-
-def test_split_config_gives_every_tower_a_virtual_gpu():
-  # One 80 GB card, four towers: 90% of it shared evenly.
-  config = towers.split_config(4, 1, 81559)
-  assert _limits(config) == [[18350.0] * 4]
+@pytest.mark.parametrize('args, limits', [
+    # One 80 GB card, four towers: 90% of it shared evenly.
+    ((4, 1, 81559), [[18350.0] * 4]),
+    # Two cards, three towers: the first card takes the extra one.
+    ((3, 2, 16000), [[7200.0] * 2, [7200.0]]),
+    ((8, 3, 16000), [[4800.0] * 3, [4800.0] * 3, [4800.0] * 2]),
+    # A size given for each: as given, card memory unknown or not.
+    ((4, 1, None, 2048), [[2048.0] * 4]),
+])
+def test_split_config_gives_every_tower_a_virtual_gpu(args, limits):
+  config = towers.split_config(*args)
+  assert [list(card.memory_limit_mb) for card in
+          config.gpu_options.experimental.virtual_devices] == limits
   assert config.allow_soft_placement
-  # Two cards, three towers: the first card takes the extra one.
-  assert _limits(towers.split_config(3, 2, 16000)) == [[7200.0] * 2,
-                                                 [7200.0]]
-  # A size given for each: as given, card memory unknown or not.
-  assert _limits(towers.split_config(4, 1, None, tower_mb=2048)) == [
-      [2048.0] * 4]
-  assert _limits(towers.split_config(8, 3, 16000)) == [[4800.0] * 3,
-                                                 [4800.0] * 3, [4800.0] * 2]
 
 
 @pytest.mark.parametrize('args, message', [
@@ -293,8 +279,6 @@ def test_split_gpus_config_refuses_a_machine_without_gpus(monkeypatch):
 
 @pytest.mark.slow  # Starts a process.
 def test_split_gpus_script_refuses_with_one_line(tmp_path):
-  # The refusal is the last line of stderr, exit status 1, before any
-  # download.
   result = run_script('cifar10_multi_gpu_train.py', [
       '--num_gpus=4', '--split_gpus', '--tower_device=cpu',
       '--train_dir=%s' % (tmp_path / 't'),

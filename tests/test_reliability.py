@@ -26,43 +26,34 @@ from testutil import trainer_process, wait_for_trainer
 
 # --- Bad data files -----------------------------------------------------------
 
-def _break_missing(path):
-  os.remove(path)
-  return 'Failed to find file: %s (expected a CIFAR-10 binary file' % path
+BAD_LABEL = ('Data file %s, record 7 (byte offset 21511): label byte is 10, '
+             'expected 0-9 (1 records in the file have a bad label)')
 
 
-def _break_empty(path):
-  open(path, 'wb').close()
-  return 'Data file %s is empty (0 bytes)' % path
-
-
-def _break_truncated(path):
-  with open(path, 'r+b') as f:
-    f.truncate(3073 * 4 + 100)
-  return ('Data file %s has 12392 bytes, which is not a whole number of '
-          '3073-byte records (4 records and 100 bytes left over)' % path)
-
-
-def _break_label(path):
+def _bad_label(path):
   with open(path, 'r+b') as f:
     f.seek(3073 * 7)
     f.write(bytes([10]))
-  return ('Data file %s, record 7 (byte offset 21511): label byte is 10, '
-          'expected 0-9 (1 records in the file have a bad label)' % path)
 
 
-@pytest.mark.parametrize('break_file', [
-    _break_missing, _break_empty, _break_truncated, _break_label])
-def test_bad_data_file_is_named_with_its_problem(tmp_path, break_file):
+@pytest.mark.parametrize('damage, problem', [
+    (os.remove, 'Failed to find file: %s (expected a CIFAR-10 binary file'),
+    (lambda path: os.truncate(path, 0), 'Data file %s is empty (0 bytes)'),
+    (lambda path: os.truncate(path, 3073 * 4 + 100),
+     'Data file %s has 12392 bytes, which is not a whole number of 3073-byte '
+     'records (4 records and 100 bytes left over)'),
+    (_bad_label, BAD_LABEL),
+], ids=['missing', 'empty', 'truncated', 'bad_label'])
+def test_bad_data_file_is_named_with_its_problem(tmp_path, damage, problem):
   root = synthetic.make_data_dir(str(tmp_path))
   paths = [os.path.join(root, 'cifar-10-batches-bin', name)
            for name in synthetic.TRAIN_FILES]
   assert data_files.check_data_files(paths) == 5 * 20  # Whole, they pass.
-  expected = break_file(paths[1])
+  damage(paths[1])
   with pytest.raises(data_files.DataError) as e:
     data_files.check_data_files(paths)
   assert isinstance(e.value, ValueError)
-  assert str(e.value).startswith(expected)
+  assert str(e.value).startswith(problem % paths[1])
 
 
 # The one process test of a run error; the others take the same way
@@ -71,14 +62,14 @@ def test_bad_data_file_is_named_with_its_problem(tmp_path, break_file):
 def test_script_reports_bad_label_without_traceback(tmp_path):
   root = synthetic.make_data_dir(str(tmp_path / 'data'))
   path = os.path.join(root, 'cifar-10-batches-bin', 'data_batch_3.bin')
-  expected = _break_label(path)
+  _bad_label(path)
   result = testutil.run_script('cifar10_train.py', [
       '--data_dir=' + root, '--train_dir=' + str(tmp_path / 'train'),
       '--max_steps=2', '--batch_size=8'], timeout=120)
   assert result.returncode == 1
   assert 'Traceback' not in result.stderr
   assert result.stderr.strip().splitlines()[-1].startswith(
-      'cifar10_train.py: ' + expected)
+      'cifar10_train.py: ' + BAD_LABEL % path)
   assert not testutil.ANY_STEP_LINE.search(result.stdout)
 
 
@@ -114,6 +105,17 @@ def test_a_failed_sessions_signal_handlers_are_not_kept_by_the_next():
   later.begin()
   later.end(None)
   assert {signum: signal.getsignal(signum) for signum in before} == before
+
+
+def _readable_checkpoint_steps(train_dir):
+  """Reads every tensor of every checkpoint the index lists; their steps."""
+  state = tf.train.get_checkpoint_state(train_dir)
+  assert state.model_checkpoint_path == state.all_model_checkpoint_paths[-1]
+  steps = [int(path.rsplit('-', 1)[1])
+           for path in state.all_model_checkpoint_paths]
+  for path, step in zip(state.all_model_checkpoint_paths, steps):
+    assert testutil.checkpoint_values(path)['global_step'] == step
+  return steps
 
 
 # --- NaN loss -----------------------------------------------------------------
@@ -152,34 +154,15 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(
       % good)
   # Checkpoints 0-7 were written, one a step; the saver keeps the newest 5.
   # A save of the NaN step would have pruned model.ckpt-3.
-  kept = [os.path.join(train_dir, 'model.ckpt-%d' % step)
-          for step in range(3, 8)]
-  state = tf.train.get_checkpoint_state(train_dir)
-  assert list(state.all_model_checkpoint_paths) == kept
-  assert state.model_checkpoint_path == good
+  assert _readable_checkpoint_steps(train_dir) == [3, 4, 5, 6, 7]
   on_disk = {name.split('.')[1] for name in os.listdir(train_dir)
              if name.startswith('model.ckpt-')}
   assert on_disk == {'ckpt-%d' % step for step in range(3, 8)}
-  reader = tf.train.load_checkpoint(good)
-  for name in reader.get_variable_to_shape_map():
-    assert np.all(np.isfinite(reader.get_tensor(name))), name
+  for name, value in testutil.checkpoint_values(good).items():
+    assert np.all(np.isfinite(value)), name
 
 
 # --- SIGKILL, SIGTERM, SIGINT -------------------------------------------------
-
-def _readable_checkpoint_steps(train_dir):
-  """Reads every tensor of every checkpoint the index lists; their steps."""
-  state = tf.train.get_checkpoint_state(train_dir)
-  assert state.model_checkpoint_path == state.all_model_checkpoint_paths[-1]
-  steps = []
-  for path in state.all_model_checkpoint_paths:
-    reader = tf.train.load_checkpoint(path)
-    for name in reader.get_variable_to_shape_map():
-      reader.get_tensor(name)
-    steps.append(int(path.rsplit('-', 1)[1]))
-    assert reader.get_tensor('global_step') == steps[-1]
-  return steps
-
 
 @pytest.mark.slow  # Starts a process.
 def test_sigkill_then_restart_resumes_and_signals_stop_cleanly(data_dir,
@@ -193,6 +176,8 @@ def test_sigkill_then_restart_resumes_and_signals_stop_cleanly(data_dir,
   wait_for_trainer(proc, lines, lambda: any(saved in line for line in lines))
   proc.kill()
   proc.wait(30)
+  # It leaves the lock file, but not the lock: the next run starts.
+  assert os.path.exists(os.path.join(train_dir, train_dirs.LOCK_NAME))
   steps = _readable_checkpoint_steps(train_dir)
   print('SIGKILL on the line %r; the index then listed steps %s'
         % (saved, steps))

@@ -1,11 +1,7 @@
 """A checkpoint of any trainer resumes in any other, and so does a train_dir
-that db22c74's trainers (before issue #53's refactor) left.
-
-The trainers run in this process (their train functions, as their scripts
-call them; a cluster's chief is a process). A resumed run first saves a
-checkpoint at its step over the one it read: what it restored (and started
-fresh) before training changed it.
-"""
+that db22c74's trainers (before issue #53's refactor) left. A resumed run
+first saves a checkpoint at its step over the one it read: what it restored
+(and started fresh) before training changed it."""
 
 import os
 import shutil
@@ -14,10 +10,7 @@ import socket
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
-import cifar10_multi_gpu_train
 from cifar10_support import checkpoints
-from cifar10_support import data_files
-from cifar10_support import run_flags
 from cifar10_support import train_dirs
 import testutil
 from testutil import BATCH
@@ -82,11 +75,8 @@ def _run(reader, data_dir, train_dir, max_steps, tmp_path):
 def _check_resumed(stdout, train_dir, saved, step, max_steps, writer, reader):
   """Asserts trainer `reader` resumed `writer`'s checkpoint (keys of
   LAYOUTS) at `step`, whose values were `saved`, and went on to max_steps."""
+  testutil.assert_resumed(stdout.splitlines(True), train_dir, step)
   checkpoint = os.path.join(train_dir, 'model.ckpt-%d' % step)
-  assert ('Resuming from checkpoint %s at step %d' % (checkpoint, step)
-          in stdout), stdout
-  assert [int(m['step'])
-          for m in testutil.step_line().finditer(stdout)][0] == step
   assert tf.train.latest_checkpoint(train_dir) == os.path.join(
       train_dir, 'model.ckpt-%d' % max_steps)
 
@@ -142,9 +132,6 @@ def _write_old_train_dir(train_dir, layout):
                                        tf.zeros_initializer(),
                                        trainable=False)
                  for name, (shape, dtype) in layout.items()}
-    feeds = {name: tf.placeholder(v.dtype.base_dtype, v.shape)
-             for name, v in variables.items()}
-    assign = [v.assign(feeds[name]) for name, v in variables.items()]
     saver = tf.train.Saver(variables)
     with tf.Session(config=testutil.session_config()) as sess:
       for step in (0, OLD_STEP):
@@ -152,7 +139,8 @@ def _write_old_train_dir(train_dir, layout):
                   else rng.normal(0, 0.01, shape).astype(np.float32)
                   for name, (shape, _) in layout.items()}
         values['global_step'] = np.int64(step)
-        sess.run(assign, {feeds[name]: values[name] for name in values})
+        for name, value in values.items():
+          variables[name].load(value, sess)
         saver.save(sess, os.path.join(train_dir, 'model.ckpt'),
                    global_step=step, write_state=False)
     tf.io.write_graph(graph, train_dir, 'graph.pbtxt')
@@ -192,33 +180,6 @@ def _listing(directory):
           for root, _, names in os.walk(directory)
           for path in (os.path.join(root, name) for name in names
                        if name != train_dirs.LOCK_NAME)}
-
-
-def test_float16_checkpoint_is_refused_and_left_as_it_was(data_dir, tmp_path,
-                                                         capsys):
-  train_dir = str(tmp_path / 'train')
-  # What a `cifar10_train.py --use_fp16` run leaves.
-  testutil.model_checkpoint(train_dir, step=2, dtype=tf.float16,
-                            trainer_state=True)
-  with open(os.path.join(train_dir, checkpoints.CLASSES_FILE), 'wb') as f:
-    f.write(data_files.class_names_text(data_files.CLASS_NAMES))
-  before = _listing(train_dir)
-
-  # (Its process prints such a line: the test of another model's below.)
-  line = testutil.trainer_line(
-      'cifar10_multi_gpu_train.py', cifar10_multi_gpu_train.train,
-      run_flags.TrainSettings(data_dir, train_dir, batch_size=BATCH,
-                              max_steps=4),
-      num_towers=2, tower_device='cpu')
-
-  assert line == (
-      'cifar10_multi_gpu_train.py: checkpoint %s/model.ckpt-2 holds '
-      'conv1/biases as float16 [64]; this model has it as float32 [64] '
-      '(--use_fp16 must be as it was when the checkpoint was written). '
-      'Nothing was changed; resume with the settings it was written with, or '
-      'train this model in another --train_dir' % train_dir)
-  assert 'Resuming' not in capsys.readouterr().out
-  assert _listing(train_dir) == before
 
 
 def _refusal(script, data_dir, train_dir):
@@ -270,29 +231,36 @@ def test_a_checkpoint_of_another_model_is_refused_in_one_line_and_left(
   assert _listing(train_dir) == before
 
 
-def _variables(shapes, averaged=()):
+def _variables(shapes, averaged=(), dtype=tf.float32):
   """The global step, zero variables of `shapes` and averages of `averaged`."""
   tf.train.get_or_create_global_step()
   for name, shape in shapes.items():
-    tf.get_variable(name, shape, initializer=tf.zeros_initializer())
+    tf.get_variable(name, shape, dtype, tf.zeros_initializer())
   for name in averaged:
     tf.get_variable(name + checkpoints.AVERAGE_SUFFIX, shapes[name],
                     initializer=tf.zeros_initializer(), trainable=False)
 
 
-@pytest.mark.parametrize('shapes, averaged, message', [
-    ({'conv1/weights': [3, 3, 3, 64]}, [],
+# A refusal ends a trainer with its line, nothing changed: the test above.
+@pytest.mark.parametrize('shapes, averaged, dtype, message', [
+    ({'conv1/weights': [3, 3, 3, 64]}, [], tf.float32,
      'holds conv1/weights as float32 [5, 5, 3, 64]; this model has it as '
      'float32 [3, 3, 3, 64]. Nothing was changed'),
-    ({'conv1/weights': [5, 5, 3, 64], 'conv9/weights': [2]}, [],
+    # Resumed with another --use_fp16 than the checkpoint was written with.
+    ({'conv1/weights': [5, 5, 3, 64]}, [], tf.float16,
+     'holds conv1/weights as float32 [5, 5, 3, 64]; this model has it as '
+     'float16 [5, 5, 3, 64] (--use_fp16 must be as it was when the '
+     'checkpoint was written). Nothing was changed; resume with the settings '
+     'it was written with, or train this model in another --train_dir'),
+    ({'conv1/weights': [5, 5, 3, 64], 'conv9/weights': [2]}, [], tf.float32,
      'has no conv9/weights, which this model needs (float32 [2]): it was '
      'written by another model. Nothing was changed'),
-    ({'conv1/weights': [5, 5, 3, 64]}, ['conv1/weights'],
+    ({'conv1/weights': [5, 5, 3, 64]}, ['conv1/weights'], tf.float32,
      'has no conv1/weights/ExponentialMovingAverage, which this model needs '
      '(float32 [5, 5, 3, 64])'),
 ])
 def test_plan_names_the_checkpoint_and_what_differs(tmp_path, shapes, averaged,
-                                                    message):
+                                                    dtype, message):
   with tf.Graph().as_default():
     _variables({'conv1/weights': [5, 5, 3, 64]})
     with tf.Session(config=testutil.session_config()) as sess:
@@ -301,7 +269,7 @@ def test_plan_names_the_checkpoint_and_what_differs(tmp_path, shapes, averaged,
                                          global_step=7)
   with tf.Graph().as_default(), pytest.raises(
       checkpoints.CheckpointMismatchError) as e:
-    _variables(shapes, averaged)
+    _variables(shapes, averaged, dtype)
     checkpoints.plan_restore(checkpoint)
   assert str(e.value).startswith('checkpoint %s ' % checkpoint)
   assert message in str(e.value)

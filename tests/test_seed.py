@@ -50,18 +50,18 @@ def run(script, data_dir, train_dir, *flags):
 
 def steps_and_losses(console):
   return [(m['step'], m['loss'])
-          for m in map(testutil.step_line(None).search, console.splitlines())
-          if m]
+          for m in testutil.step_line(None).finditer(console)]
 
 
-def checkpoint_values(train_dir):
-  return testutil.checkpoint_values(tf.train.latest_checkpoint(train_dir))
-
-
-def assert_same_values(a, b):
+def assert_same_run(first_dir, first, second_dir, second, steps):
+  """Two runs' consoles have the same `steps` step lines, and their newest
+  checkpoints the same values, to the bit."""
+  assert len(steps_and_losses(first)) == steps
+  assert steps_and_losses(first) == steps_and_losses(second)
+  a, b = (testutil.checkpoint_values(tf.train.latest_checkpoint(path))
+          for path in (first_dir, second_dir))
   assert sorted(a) == sorted(b)
-  different = [name for name in a if a[name].tobytes() != b[name].tobytes()]
-  assert not different
+  assert not [name for name in a if a[name].tobytes() != b[name].tobytes()]
 
 
 SEEDED_STEPS = 30  # Far beyond the step a SIGTERM at step 2 stops at.
@@ -89,10 +89,7 @@ def test_two_seeded_runs_write_the_same_checkpoint_and_step_lines(
     second = run('cifar10_train.py', data_dir, str(tmp_path), '--seed=3',
                  '--max_steps=%d' % SEEDED_STEPS)
   assert 'Seed: 3 (docs/training.md#seed).' in first.splitlines()
-  assert len(steps_and_losses(first)) == SEEDED_STEPS
-  assert steps_and_losses(first) == steps_and_losses(second)
-  assert_same_values(checkpoint_values(first_dir),
-                     checkpoint_values(str(tmp_path)))
+  assert_same_run(first_dir, first, str(tmp_path), second, SEEDED_STEPS)
 
 
 # Runs a script as a user does, but stops itself (SIGSTOP) just after it
@@ -144,11 +141,8 @@ def test_a_sigterm_mid_run_then_resuming_ends_as_the_unstopped_run(
                '--max_steps=%d' % SEEDED_STEPS)
   assert ('Resuming from checkpoint %s/model.ckpt-3 at step 3 ' % stopped
           in second), second
-  # Each step once: 0 to 2 before the stop, 3 on after it.
-  assert [int(step) for step, _ in steps_and_losses(first + second)] == list(
-      range(SEEDED_STEPS))
-  assert_same_values(checkpoint_values(seeded_run[0]),
-                     checkpoint_values(stopped))
+  # Each step once, as unstopped: 0 to 2 before the stop, 3 on after it.
+  assert_same_run(*seeded_run, stopped, first + second, SEEDED_STEPS)
 
 
 @pytest.mark.slow  # Trains.
@@ -159,7 +153,8 @@ def test_another_seed_trains_otherwise(data_dir, tmp_path):
         data_dir, str(tmp_path / str(seed)), max_steps=2, batch_size=8,
         save_checkpoint_secs=3600, seed=seed)
     testutil.train(cifar10_train.train, settings)
-    values.append(checkpoint_values(settings.train_dir))
+    values.append(testutil.checkpoint_values(
+        tf.train.latest_checkpoint(settings.train_dir)))
   assert all(values[0][name].tobytes() != values[1][name].tobytes()
              for name in ('conv1/weights', 'softmax_linear/biases'))
 
@@ -173,10 +168,7 @@ def test_towers_on_two_cpu_devices_repeat_beside_a_busy_process(data_dir,
   with busy_cores():
     second = run('cifar10_multi_gpu_train.py', data_dir, str(tmp_path / 'b'),
                  *flags)
-  assert len(steps_and_losses(first)) == 4
-  assert steps_and_losses(first) == steps_and_losses(second)
-  assert_same_values(checkpoint_values(str(tmp_path / 'a')),
-                     checkpoint_values(str(tmp_path / 'b')))
+  assert_same_run(str(tmp_path / 'a'), first, str(tmp_path / 'b'), second, 4)
 
 
 def test_the_seed_is_said_kept_beside_the_checkpoints_and_a_change_noted(

@@ -12,6 +12,7 @@ import tensorflow.compat.v1 as tf
 import cifar10_train
 from cifar10_support import progress
 from cifar10_support import run_flags
+from cifar10_support import train_dirs
 from testutil import event_values, histogram_tags, match_lines, run_script
 from testutil import step_line, train_args, train_console
 import testutil
@@ -85,9 +86,16 @@ def test_train_logs_checkpoints_summarizes_and_resumes(data_dir, tmp_path,
   assert 'already at --max_steps=30: nothing to train' in third
   assert _checkpoint_steps(train_dir) == [0, 20, 30]
 
+  # Anything else goes too, but the lock file: the same file, or a trainer
+  # waiting on it would lock another than the one in use.
+  os.mkdir(os.path.join(train_dir, 'old'))
+  lock = os.path.join(train_dir, train_dirs.LOCK_NAME)
+  lock_inode = os.stat(lock).st_ino
   fresh = _train_here(capsys, data_dir, train_dir, max_steps=5,
                       fresh_start=True)
   assert '--fresh_start: deleting the contents of %s' % train_dir in fresh
+  assert 'old' not in os.listdir(train_dir)
+  assert os.stat(lock).st_ino == lock_inode
   assert _steps(fresh) == [0]
   assert _checkpoint_steps(train_dir) == [0, 5]
 
@@ -115,16 +123,15 @@ def test_each_checkpoint_line_has_the_time_left_at_the_recent_speed(
   announcer = progress.SaveAnnouncer('/runs/a', 100000, label='Chief')
   for step in (10000, 22000, 23000):
     announcer.after_save(None, step)
-  lines = capsys.readouterr().out.splitlines()
-  assert len(lines) == 3
   # The first line knows no speed yet; then 12,000 steps in 10 min, and
   # 1,000 in 100 s: the most recent speed counts.
-  for line, tail in zip(lines, [
-      'model.ckpt-10000; step 10,000 of 100,000',
-      'model.ckpt-22000; step 22,000 of 100,000; about 1 h 5 min left',
-      'model.ckpt-23000; step 23,000 of 100,000; about 2 h 8 min left']):
-    assert re.fullmatch('Chief: %s: saved checkpoint /runs/a/%s' % (
-        testutil.DATE, re.escape(tail)), line), line
+  match_lines(capsys.readouterr().out, [
+      'Chief: %s: saved checkpoint /runs/a/%s' % (testutil.DATE,
+                                                  re.escape(tail))
+      for tail in [
+          'model.ckpt-10000; step 10,000 of 100,000',
+          'model.ckpt-22000; step 22,000 of 100,000; about 1 h 5 min left',
+          'model.ckpt-23000; step 23,000 of 100,000; about 2 h 8 min left']])
 
 
 class _SessionAsked(Exception):

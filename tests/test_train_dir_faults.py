@@ -35,7 +35,7 @@ def _args(data_dir, train_dir, *extra):
 # --- One trainer per train_dir ------------------------------------------------
 
 @pytest.mark.slow  # Starts processes.
-def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
+def test_second_trainer_stops_and_eval_runs_beside_it(
     data_dir, tmp_path, capsys):
   train_dir = str(tmp_path / 'train')
   first, lines, _ = start_trainer(data_dir, train_dir,
@@ -88,33 +88,6 @@ def test_second_trainer_stops_eval_runs_and_sigkill_leaves_no_lock(
   finally:
     first.kill()
     first.wait(30)
-
-  # SIGKILL leaves the lock file, but not the lock.
-  assert os.path.exists(os.path.join(train_dir, train_dirs.LOCK_NAME))
-  resume_from = checkpoints.step_of(tf.train.latest_checkpoint(train_dir))
-  testutil.train(cifar10_train.train, run_flags.TrainSettings(
-      data_dir, train_dir, max_steps=resume_from + 2, batch_size=BATCH,
-      log_frequency=1))
-  assert_resumed(capsys.readouterr().out.splitlines(True), train_dir,
-                  resume_from)
-
-
-def test_fresh_start_keeps_the_lock_file(data_dir, tmp_path, capsys):
-  train_dir = str(tmp_path / 'train')
-  (tmp_path / 'train' / 'old').mkdir(parents=True)
-  (tmp_path / 'train' / 'old.txt').write_text('deleted by --fresh_start')
-  lock = os.path.join(train_dir, train_dirs.LOCK_NAME)
-  with train_dirs.train_dir_lock(train_dir):
-    lock_inode = os.stat(lock).st_ino
-  # What every trainer claims its train_dir with.
-  with train_dirs.claim(train_dir, True, data_files.describe(data_dir)) as (
-      start):
-    assert start.checkpoint is None
-    assert os.listdir(train_dir) == [train_dirs.LOCK_NAME]
-  assert '--fresh_start: deleting the contents of %s' % train_dir in (
-      capsys.readouterr().out)
-  # The same file: a trainer waiting on it would lock the one in use.
-  assert os.stat(lock).st_ino == lock_inode
 
 
 # --- A full disk --------------------------------------------------------------
@@ -238,7 +211,7 @@ def _contents(pattern):
 
 
 @pytest.mark.parametrize('damage', sorted(DAMAGE))
-def test_damaged_newest_checkpoint_falls_back_and_is_skipped_by_eval(
+def test_damaged_checkpoints_are_skipped_and_none_left_is_one_line(
     data_dir, two_checkpoints, tmp_path, capsys, damage):
   train_dir, damaged, files = _damaged_copy(
       two_checkpoints, str(tmp_path / 'train'), damage)
@@ -265,6 +238,23 @@ def test_damaged_newest_checkpoint_falls_back_and_is_skipped_by_eval(
       capsys.readouterr().out)
   assert _contents(damaged + '.*') == files
 
+  # That one damaged too: no checkpoint restores, and nothing is changed.
+  DAMAGE[damage](start.checkpoint)
+  files = _contents(os.path.join(train_dir, 'model.ckpt-*'))
+  line = testutil.trainer_line(
+      'cifar10_train.py', cifar10_train.train,
+      run_flags.TrainSettings(data_dir, train_dir, max_steps=6,
+                              batch_size=BATCH))
+  printed = capsys.readouterr().out
+  for path in (start.checkpoint, damaged):
+    assert 'Checkpoint %s is damaged and left as it is (' % path in printed
+  assert line == (
+      'cifar10_train.py: no checkpoint in --train_dir=%s restores: all 2 are '
+      'damaged or missing (see the lines above). Nothing was changed; move '
+      'them away (or --fresh_start deletes them) to train from step 0, or give '
+      'another --train_dir' % train_dir)
+  assert _contents(os.path.join(train_dir, 'model.ckpt-*')) == files
+
 
 @pytest.mark.slow  # Trains.
 def test_training_resumes_the_checkpoint_before_a_damaged_one(
@@ -280,7 +270,7 @@ def test_training_resumes_the_checkpoint_before_a_damaged_one(
   assert 'Checkpoint %s is damaged and left as it is (' % damaged in printed
   assert_resumed(printed.splitlines(True), train_dir, 0)
   assert tf.train.latest_checkpoint(train_dir).endswith('model.ckpt-6')
-  # The trainer's index is relative: test_checkpoints_are_found_..._a_move.
+  # The trainer's index is relative: test_checkpoints_are_found_after_...
   with open(os.path.join(train_dir, 'checkpoint')) as f:
     assert f.readline() == 'model_checkpoint_path: "model.ckpt-6"\n'
   # Skipped, never deleted nor listed again.
@@ -289,62 +279,25 @@ def test_training_resumes_the_checkpoint_before_a_damaged_one(
       train_dir).all_model_checkpoint_paths
 
 
-def test_only_damaged_checkpoints_stop_with_one_line(data_dir, two_checkpoints,
-                                                     tmp_path, capsys):
-  train_dir = shutil.copytree(two_checkpoints, str(tmp_path / 'train'))
-  for step in (0, 4):
-    DAMAGE['truncated .data'](os.path.join(train_dir, 'model.ckpt-%d' % step))
-  files = _contents(os.path.join(train_dir, 'model.ckpt-*'))
-
-  line = testutil.trainer_line(
-      'cifar10_train.py', cifar10_train.train,
-      run_flags.TrainSettings(data_dir, train_dir, max_steps=6,
-                              batch_size=BATCH))
-
-  printed = capsys.readouterr().out
-  for step in (0, 4):
-    assert 'Checkpoint %s is damaged and left as it is (' % os.path.join(
-        train_dir, 'model.ckpt-%d' % step) in printed, printed
-  assert line == (
-      'cifar10_train.py: no checkpoint in --train_dir=%s restores: all 2 are '
-      'damaged or missing (see the lines above). Nothing was changed; move '
-      'them away (or --fresh_start deletes them) to train from step 0, or give '
-      'another --train_dir' % train_dir)
-  assert _contents(os.path.join(train_dir, 'model.ckpt-*')) == files
-
-
-def test_a_listed_checkpoint_whose_files_are_gone_is_skipped(
-    data_dir, two_checkpoints, tmp_path, capsys):
-  train_dir = shutil.copytree(two_checkpoints, str(tmp_path / 'train'))
-  first, gone = (os.path.join(train_dir, 'model.ckpt-%d' % value)
-                 for value in (0, 4))
-  for path in glob.glob(gone + '.*'):
-    os.remove(path)
-  assert tf.train.get_checkpoint_state(
-      train_dir).all_model_checkpoint_paths == [first, gone]
-
-  capsys.readouterr()
-  with train_dirs.claim(train_dir, False, data_files.describe(data_dir)) as (
-      start):
-    assert (start.checkpoint, start.step) == (first, 0)
-  assert capsys.readouterr().out == (
-      'Checkpoint %s is listed but its files are missing: trying the one '
-      'before it.\n' % gone)
-
-
-def test_checkpoints_are_found_without_the_index_and_after_a_move(
-    two_checkpoints, tmp_path):
-  lines = []
+@pytest.mark.parametrize('gone, newest, line', [
+    ('model.ckpt-4.*', 'model.ckpt-0', 'Checkpoint %s/model.ckpt-4 is listed '
+     'but its files are missing: trying the one before it.'),
+    ('checkpoint', 'model.ckpt-4', 'The checkpoint index of %s is missing or '
+     'unreadable: looking at the checkpoint files themselves.'),
+], ids=['listed_files', 'index'])
+def test_checkpoints_are_found_after_a_move_without_the_index_or_files(
+    two_checkpoints, tmp_path, gone, newest, line):
   # Its index is relative, as a trainer's, so TensorFlow's own lookup (the
   # original's eval) finds a moved train_dir's checkpoints too.
   moved = shutil.copytree(two_checkpoints, str(tmp_path / 'moved'))
-  newest = os.path.join(moved, 'model.ckpt-4')
-  assert tf.train.latest_checkpoint(moved) == newest
-  assert checkpoints.newest_restorable(moved, lines.append) == newest
-  os.remove(os.path.join(moved, 'checkpoint'))
-  assert checkpoints.newest_restorable(moved, lines.append) == newest
-  assert lines == ['The checkpoint index of %s is missing or unreadable: '
-                   'looking at the checkpoint files themselves.' % moved]
+  assert tf.train.latest_checkpoint(moved) == os.path.join(moved,
+                                                           'model.ckpt-4')
+  for path in glob.glob(os.path.join(moved, gone)):
+    os.remove(path)
+  lines = []  # What every trainer's claim prints.
+  assert checkpoints.newest_restorable(moved, lines.append) == os.path.join(
+      moved, newest)
+  assert lines == [line % moved]
 
 
 @pytest.mark.slow  # Trains.
@@ -377,35 +330,26 @@ def _lock_error(action, lock, reason, advice=FULL):
           % (action, lock, reason, advice))
 
 
+@pytest.mark.parametrize('code, advice', [
+    (errno.EACCES, 'give this user write permission there'),
+    (errno.EROFS, 'give a --train_dir on a writable file system'),
+    (errno.EIO, 'fix that'), (errno.ENOSPC, FULL),
+    # There, but not a file to write (root cannot either): no injection.
+    (errno.EISDIR, 'a directory has its name; move that away')])
 def test_lock_file_that_cannot_be_made_or_opened_is_one_message(
-    tmp_path, monkeypatch):
+    tmp_path, monkeypatch, code, advice):
   lock = os.path.join(str(tmp_path), train_dirs.LOCK_NAME)
-
-  def refused(code):
+  if code == errno.EISDIR:
+    os.mkdir(lock)
+  else:
     def open_lock(*args):
       raise OSError(code, os.strerror(code))
     monkeypatch.setattr(locks, 'open', open_lock, raising=False)
-    with pytest.raises(train_dirs.TrainDirLockError) as refusal:
-      with train_dirs.train_dir_lock(str(tmp_path)):
-        pass
-    monkeypatch.undo()
-    return str(refusal.value)
-
-  # Each reason with what the user can do about it; any other as it is.
-  for code, advice in ((errno.EACCES, 'give this user write permission there'),
-                       (errno.EROFS,
-                        'give a --train_dir on a writable file system'),
-                       (errno.EIO, 'fix that'), (errno.ENOSPC, FULL)):
-    assert refused(code) == _lock_error('create', lock, os.strerror(code),
-                                        advice)
-  # There, but not a file to write (root cannot either).
-  os.mkdir(lock)
-  with pytest.raises(train_dirs.TrainDirLockError) as directory:
+  with pytest.raises(train_dirs.TrainDirLockError) as refusal:
     with train_dirs.train_dir_lock(str(tmp_path)):
       pass
-  assert str(directory.value) == _lock_error(
-      'create', lock, os.strerror(errno.EISDIR),
-      'a directory has its name; move that away')
+  assert str(refusal.value) == _lock_error('create', lock, os.strerror(code),
+                                           advice)
 
 
 # Runs a script (argv: a limit in bytes, the script, its flags) with that
