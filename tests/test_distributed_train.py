@@ -86,6 +86,8 @@ def test_resolve_cluster_from_flags_or_tf_config(capsys):
                           'task': {'type': 'worker', 'index': 1}})
   assert resolve(None, 0, '', '', tf_config)[:3] == task[:3]
   assert capsys.readouterr().out == ''
+  # An evaluator needs no cluster.
+  assert resolve('evaluator', 0, '', '')[:3] == (None, 'evaluator', 0)
 
 
 @pytest.mark.parametrize('job,index,ps,message', [
@@ -272,10 +274,11 @@ def test_waits_for_a_ps_task_are_bounded_and_name_it(monkeypatch):
   # At the start (wait_for_addresses) and after a lost session.
   clock = _Clock(limit=10)
   monkeypatch.setattr(clusters, 'time', clock)
-  with socket.create_server(('127.0.0.1', 0)) as listening, (
-      testutil.refused_ports(1)) as (port,):
-    good = '127.0.0.1:%d' % listening.getsockname()[1]
-    bad = '127.0.0.1:%d' % port
+  with socket.create_server(('127.0.0.1', 0)) as s0, socket.create_server(
+      ('127.0.0.1', 0)) as s1, testutil.refused_ports(1) as (port,):
+    tasks = {'/job:ps/task:%d' % i: '127.0.0.1:%d' % s.getsockname()[1]
+             for i, s in enumerate((s0, s1))}
+    good, bad = tasks['/job:ps/task:0'], '127.0.0.1:%d' % port
     clusters.wait_for_addresses({'/job:ps/task:0': good}, wait_secs=5)
     assert clock.now == 0  # It answered at once: no wait.
     with pytest.raises(TimeoutError) as raised:
@@ -286,6 +289,15 @@ def test_waits_for_a_ps_task_are_bounded_and_name_it(monkeypatch):
     message = str(raised.value)
     assert 'No answer after 1 s from /job:ps/task:1 at %s' % bad in message
     assert '/job:ps/task:0' not in message
+    # Both ps tasks answer (each back already): TF's log line for the error
+    # names task 1, which must not be read as task 10 or the reverse.
+    assert clusters.wait_for_lost_ps_tasks(
+        'Worker 0', tasks, 5, 'An error was raised. ... UNAVAILABLE: From '
+        '/job:ps/replica:0/task:1:\nSocket closed') == (
+            'ps task 1 at %s went away and came back' % tasks['/job:ps/task:1'])
+    assert clusters.wait_for_lost_ps_tasks(
+        'Worker 0', tasks, 5, '... From /job:ps/replica:0/task:10: ...') == (
+            'a ps task restarted, or a connection to one broke')
     clock.now = 0
     with pytest.raises(TimeoutError) as raised:
       clusters.wait_for_lost_ps_tasks('Worker 1', {'/job:ps/task:0': bad}, 1,
@@ -449,29 +461,15 @@ def _finished(outputs):
 
 def _check_chief_checkpoint(train_dir, min_step, max_step, data_dir,
                             tmp_path):
-  """The chief's newest checkpoint restores into the one-device eval graph;
-  evaluated on data_dir (learnable_data_dir), the model learned."""
+  """The chief's newest checkpoint, evaluated on data_dir
+  (learnable_data_dir) by the one-device eval graph, which restores its
+  moving averages: they learned."""
   checkpoint = tf.train.latest_checkpoint(train_dir)
   step = int(checkpoint.rsplit('-', 1)[1])
   assert min_step <= step <= max_step
   # The name is the global step the save began at; asynchronous workers may
   # move it on before the values are read, never back.
   assert step <= tf.train.load_variable(checkpoint, 'global_step') <= max_step
-  with tf.Graph().as_default():
-    cifar10.inference(tf.zeros([1, 24, 24, 3]))
-    averages = tf.train.ExponentialMovingAverage(cifar10.MOVING_AVERAGE_DECAY)
-    saver = tf.train.Saver(averages.variables_to_restore())
-    weights = [v for v in tf.trainable_variables()
-               if v.op.name == 'local4/weights'][0]
-    with tf.Session(config=testutil.session_config()) as sess:
-      saver.restore(sess, checkpoint)
-      restored = sess.run(weights)
-  average = tf.train.load_variable(
-      checkpoint, 'local4/weights/ExponentialMovingAverage')
-  np.testing.assert_array_equal(restored, average)
-  # The averages were updated by training, not just initialised.
-  assert not np.array_equal(average, tf.train.load_variable(
-      checkpoint, 'local4/weights'))
   assert any(name.startswith('events.out.tfevents')
              for name in os.listdir(train_dir))
   # The index names it relative to train_dir, so a moved one still reads.
@@ -728,26 +726,6 @@ def test_a_worker_reads_the_step_it_logs_before_its_own_update(sync,
     assert updates
     for op in updates:
       assert read in _ancestors(op), op.name
-
-
-def test_a_lost_session_names_the_ps_task_tf_names():
-  # Two ps tasks, both answering (each back already); TF's log line for the
-  # error names task 1, which must not be read as task 10 or the reverse.
-  listening = [socket.create_server(('127.0.0.1', 0)) for _ in range(2)]
-  try:
-    tasks = {'/job:ps/task:%d' % i: '127.0.0.1:%d' % s.getsockname()[1]
-             for i, s in enumerate(listening)}
-    assert clusters.wait_for_lost_ps_tasks(
-        'Worker 0', tasks, 5, 'An error was raised. ... UNAVAILABLE: From '
-        '/job:ps/replica:0/task:1:\nSocket closed') == (
-            'ps task 1 at %s went away and came back'
-            % tasks['/job:ps/task:1'])
-    assert clusters.wait_for_lost_ps_tasks(
-        'Worker 0', tasks, 5, '... From /job:ps/replica:0/task:10: ...') == (
-            'a ps task restarted, or a connection to one broke')
-  finally:
-    for s in listening:
-      s.close()
 
 
 @pytest.mark.slow  # Clusters of processes.

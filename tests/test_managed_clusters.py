@@ -25,7 +25,6 @@ from testutil import LEARNING_RATE
 EVALUATOR_LINE = re.compile(
     r'^Done: (\S+) \(global step (\d+), --until_step=(\d+)\): '
     r'precision @ 1 = (\d\.\d{3})\.$')
-PRECISION_LINE = testutil.PRECISION_LINE
 
 
 class _ManagedCluster(testutil.Tasks):
@@ -161,12 +160,6 @@ def _check_trained(outputs, train_dir, chief, max_steps):
   return done[chief]
 
 
-@pytest.fixture
-def finished_run(learned_train_dir):
-  """A finished run at TRAIN_STEPS (conftest's learned_train_dir)."""
-  return learned_train_dir
-
-
 # --- TF_CONFIG of each platform, read -----------------------------------------
 
 
@@ -180,12 +173,14 @@ def resolve(tf_config):
                             operation_timeout_secs=300)
 
 
+_CHIEF_CLUSTER = {'chief': ['c:1'], 'ps': ['p:1'], 'worker': ['w:1', 'w:2']}
+_CLUSTER = {'ps': ['p:1'], 'worker': ['w:1', 'w:2']}
+
+
 def test_a_chief_job_is_the_chief_and_its_workers_count_apart():
-  tf_config = {'cluster': {'chief': ['c:1'], 'ps': ['p:1'],
-                           'worker': ['w:1', 'w:2']},
-               'task': {'type': 'worker', 'index': 1}, 'environment': 'cloud'}
-  task = resolve(tf_config)
-  cluster = tf_config['cluster']
+  cluster = _CHIEF_CLUSTER
+  task = resolve({'cluster': cluster, 'environment': 'cloud',
+                  'task': {'type': 'worker', 'index': 1}})
   assert task == (cluster, 'worker', 1, 300, 300)
   assert not clusters.Task(cluster, 'worker', 0).is_chief
   assert clusters.Task(cluster, 'chief', 0).is_chief
@@ -205,35 +200,14 @@ def test_a_chief_job_is_the_chief_and_its_workers_count_apart():
       'the chief (worker 0 at w:1)')
 
 
-def test_an_evaluator_and_a_lone_chief_are_read(monkeypatch):
-  # Vertex AI leaves the evaluator out of the cluster; a chief may be alone.
-  tf_config = {'cluster': {'chief': ['c:1'], 'ps': ['p:1']},
-               'task': {'type': 'evaluator', 'index': 0},
-               'environment': 'cloud'}
-  assert resolve(tf_config)[:3] == (tf_config['cluster'], 'evaluator', 0)
-  # The flag form needs no cluster for an evaluator.
-  monkeypatch.delenv('TF_CONFIG', raising=False)
-  assert clusters.resolve('evaluator', 0, '', '', 300, 300)[:3] == (
-      None, 'evaluator', 0)
-
-
-@pytest.mark.parametrize('task', ['chief', 'ps', 'worker', 'evaluator'])
-def test_kubeflows_evaluator_in_the_cluster_is_not_a_training_task(task):
-  # The operator lists the evaluator among the jobs of every replica's
-  # TF_CONFIG; no task's server may wait for it, so none is told of it.
-  tf_config = {'cluster': {'chief': ['c:1'], 'evaluator': ['e:1'],
-                           'ps': ['p:1'], 'worker': ['w:1', 'w:2']},
-               'task': {'type': task, 'index': 0}, 'environment': 'cloud'}
-  assert resolve(tf_config)[:3] == (
-      {'chief': ['c:1'], 'ps': ['p:1'], 'worker': ['w:1', 'w:2']}, task, 0)
-
-
 @pytest.mark.parametrize('platform', sorted(PLATFORMS))
 def test_every_platforms_tf_config_is_read_as_the_platform_wrote_it(
     platform, tmp_path):
   # The oracle is the TF_CONFIG each platform sets, as written: every
-  # task's jobs and addresses (the evaluator's job aside, which joins no
-  # cluster), its type and its index.
+  # task's jobs and addresses, its type and its index. Kubeflow's operator
+  # lists the evaluator among every replica's jobs; no task's server may
+  # wait for it, so none is told of it. Vertex AI leaves it out of the
+  # cluster; a chief may be alone.
   setup = PLATFORMS[platform]()
   cluster = _ManagedCluster(tmp_path, flags=[], **setup)
   for task in cluster.tasks:
@@ -250,15 +224,14 @@ def test_tf_config_is_read_as_tensorflow_reads_it():
   # As TensorFlow's TFConfigClusterResolver reads them: the cluster, the
   # task type and its index (an int, or a string of one); "environment",
   # "rpc_layer" (the tasks speak gRPC) and any other key change nothing.
-  cluster = {'ps': ['p:1'], 'worker': ['w:1', 'w:2']}
-  assert resolve({'cluster': cluster, 'rpc_layer': 'grpc',
+  assert resolve({'cluster': _CLUSTER, 'rpc_layer': 'grpc',
                   'environment': 'google', 'task': {'type': 'worker',
                                                     'index': '1'}})[:3] == (
-                                                        cluster, 'worker', 1)
+                                                        _CLUSTER, 'worker', 1)
   # A map of every task's index is the same cluster as its list.
   assert resolve({'cluster': {'ps': {'0': 'p:1'}, 'worker': {
       '1': 'w:2', '0': 'w:1'}}, 'task': {'type': 'ps'}})[:3] == (
-          cluster, 'ps', 0)
+          _CLUSTER, 'ps', 0)
 
 
 # Bad TF_CONFIGs and the one line each ends a task with, whole.
@@ -370,7 +343,7 @@ def _check_evaluated(outputs, train_dir, tmp_path, max_steps):
   assert last, evaluated[-2000:]
   assert int(last.group(2)) >= max_steps
   assert last.group(1) in checkpoints.listed(train_dir)
-  assert last.group(4) == PRECISION_LINE.findall(evaluated)[-1]
+  assert last.group(4) == testutil.PRECISION_LINE.findall(evaluated)[-1]
   assert glob.glob(str(tmp_path / 'eval' / 'events.out.tfevents.*'))
 
 
@@ -453,31 +426,31 @@ def test_a_master_cluster_trains_and_every_task_reads_the_data_set_flag(
 
 @pytest.mark.slow  # A process.
 def test_an_evaluator_from_the_flags_evaluates_up_to_max_steps(
-    data_dir, tmp_path, finished_run):
+    data_dir, tmp_path, learned_train_dir):
   # --job_name=evaluator, the flag form: no cluster, only --train_dir, here
   # a finished run.
   result = testutil.run_script('cifar10_distributed_train.py', [
       '--job_name=evaluator', '--data_dir=%s' % data_dir,
-      '--train_dir=%s' % finished_run, '--max_steps=%d' % TRAIN_STEPS,
+      '--train_dir=%s' % learned_train_dir, '--max_steps=%d' % TRAIN_STEPS,
       '--eval_dir=%s' % (tmp_path / 'eval'), '--num_examples=20',
       '--batch_size=8'])
   assert result.returncode == 0, result.stderr[-3000:]
   assert result.stderr == ''
   last = EVALUATOR_LINE.fullmatch(result.stdout.strip().splitlines()[-1])
   assert last, result.stdout[-2000:]
-  assert last.group(1) == checkpoints.newest(finished_run)
+  assert last.group(1) == checkpoints.newest(learned_train_dir)
   assert int(last.group(2)) == TRAIN_STEPS
 
 
 @pytest.mark.slow  # Processes and a signal.
 def test_an_evaluator_stopped_by_sigterm_stops_its_cifar10_eval(
-    data_dir, tmp_path, finished_run):
+    data_dir, tmp_path, learned_train_dir):
   # The task runs cifar10_eval.py as a child: SIGTERM to the task (a pod
   # stopped) reaches it, and the task ends with its status, leaving none.
   log = str(tmp_path / 'evaluator.log')
   task = testutil.start_script('cifar10_distributed_train.py', [
       '--job_name=evaluator', '--data_dir=%s' % data_dir,
-      '--train_dir=%s' % finished_run, '--max_steps=%d' % (TRAIN_STEPS + 100),
+      '--train_dir=%s' % learned_train_dir, '--max_steps=%d' % (TRAIN_STEPS + 100),
       '--eval_dir=%s' % (tmp_path / 'eval'), '--num_examples=20',
       '--batch_size=8'], log)
   try:
@@ -495,7 +468,7 @@ def test_an_evaluator_stopped_by_sigterm_stops_its_cifar10_eval(
 
 @pytest.mark.slow  # A process.
 def test_an_evaluator_stops_when_the_chief_stays_away(data_dir, tmp_path,
-                                                      finished_run):
+                                                      learned_train_dir):
   # The chief stopped before --max_steps (nobody listens at its address):
   # the evaluator evaluates what there is, then stops with one line.
   with testutil.refused_ports(2) as ports:
@@ -503,13 +476,13 @@ def test_an_evaluator_stops_when_the_chief_stays_away(data_dir, tmp_path,
     tf_config = json.dumps({'cluster': {'chief': [chief], 'ps': [ps]},
                             'task': {'type': 'evaluator', 'index': 0}})
     result = testutil.run_script('cifar10_distributed_train.py', [
-        '--data_dir=%s' % data_dir, '--train_dir=%s' % finished_run,
+        '--data_dir=%s' % data_dir, '--train_dir=%s' % learned_train_dir,
         '--max_steps=%d' % (TRAIN_STEPS + 100), '--startup_wait_secs=2',
         '--eval_interval_secs=1', '--eval_dir=%s' % (tmp_path / 'eval'),
         '--num_examples=20', '--batch_size=8'], TF_CONFIG=tf_config)
   assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
   assert 'Traceback' not in result.stderr
-  assert PRECISION_LINE.search(result.stdout)  # It evaluated what there was.
+  assert testutil.PRECISION_LINE.search(result.stdout)  # It evaluated what there was.
   assert result.stderr.strip().splitlines()[-1] == (
       'Evaluator: the chief (chief at %s) has not answered for 2 s '
       '(--startup_wait_secs) and no checkpoint at --max_steps has come: '
