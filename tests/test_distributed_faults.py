@@ -1,10 +1,8 @@
 """cifar10_distributed_train.py survives its faults (docs/distributed.md's
-table): real processes of a 1-ps, 2-worker cluster on 127.0.0.1, killed with
-SIGKILL and started again, or lost for good; the chief reaches the ps through
-a TCP proxy of the test (_Proxy), which can cut its connections while the ps
-runs. Every cluster ends with a task lost for good, before --max_steps: no
-fault has to land before the run's end, however loaded the machine.
-"""
+table): a 1-ps, 2-worker cluster on 127.0.0.1 whose tasks are killed (SIGKILL)
+and started again, or lost for good; the chief reaches the ps through a proxy
+(_Proxy) that can cut its connections. Each cluster ends with a task lost for
+good, before --max_steps, so no fault has to beat the run's end under load."""
 
 import glob
 import os
@@ -25,13 +23,11 @@ pytestmark = pytest.mark.slow
 
 SAVE_STEPS = 10
 MAX_STEPS = 100000  # Never reached: a task lost for good ends each cluster.
-# --startup_wait_secs and --operation_timeout_secs while a cluster starts or
-# a task is away for a restart: a (re)start on a loaded machine (10 to 25 s
-# seen on a shared 2-core one).
+# --startup_wait_secs and --operation_timeout_secs while a task (re)starts
+# (10 to 25 s seen on a loaded, shared 2-core machine).
 START_WAIT_SECS = 180
-# The waits for a task that stays away, given only to the tasks that wait
-# for it. --startup_wait_secs bounds nothing else once the ps listens and the
-# chief has initialised the variables, so it is as short as can be.
+# The waits for a task that stays away, given only to the tasks that wait for
+# it (--startup_wait_secs bounds nothing else once the variables exist).
 GONE_WAIT_SECS = 2
 # --operation_timeout_secs, a synchronous worker's wait of its next update,
 # bounds its first run too (up to 4.4 s seen at a load of 16).
@@ -39,18 +35,17 @@ GONE_OPERATION_SECS = 15
 
 
 def _lost(ps_address):
-  """How a worker says why it lost its session to a ps task restarted at
-  ps_address: naming it where it can tell (TF's error named it, or it was
-  still down), else the general reason; docs/distributed.md promises either
-  ("Which ps task"), each matched whole."""
+  """Why a worker says it lost its session to a ps task restarted at
+  ps_address: naming it where it can tell, else the general reason
+  (docs/distributed.md, "Which ps task"), each whole."""
   return (r'session lost \((?:ps task 0 at %s went away and came back|a ps '
           r'task restarted, or a connection to one broke)\)'
           % re.escape(ps_address))
 
 
 def _restored(ps_address):
-  """The chief's line as it restores its newest checkpoint into a session
-  lost to the ps at ps_address (groups: the checkpoint's step, global step)."""
+  """The chief's line as it restores its newest checkpoint after losing the
+  ps at ps_address (groups: the checkpoint's step, the global step)."""
   return (r'^Worker 0: %s: restored model\.ckpt-(\d+), global step (\d+); '
           r'steps since then are lost\.$' % _lost(ps_address))
 
@@ -63,11 +58,9 @@ TF_LOG_LINE = re.compile(r'^((INFO|WARNING|ERROR):tensorflow|[IWEF]\d{4} )',
 
 
 class _Proxy(object):
-  """A TCP proxy of this process from 127.0.0.1:`port` to `target`
-  ('host:port'), each connection forwarded by two threads: a way to the ps
-  that the test can cut() while the ps runs (its port closed and every
-  connection through it, so that new ones are refused) and reopen(), on the
-  same port."""
+  """A TCP proxy from 127.0.0.1:`port` to `target` ('host:port'), two
+  threads a connection, that the test can cut() (its port and every
+  connection closed: new ones refused) and reopen() on the same port."""
 
   # A chunk this large is part of a tensor (the model's variables are 4 MB
   # in all; a call's other messages are far smaller).
@@ -146,11 +139,9 @@ class _Proxy(object):
 
 
 class _Cluster(testutil.Tasks):
-  """Tasks 'ps', 'w0' (the chief) and 'w1'; the chief reaches the ps through
-  self.proxy, at self.addresses['proxy']. waits: {worker: {flag: secs}} of
-  its startup_wait_secs and operation_timeout_secs, START_WAIT_SECS where
-  not given; self.waits gives each start its flags (a test may change them
-  before a restart)."""
+  """Tasks 'ps', 'w0' (the chief, through self.proxy) and 'w1'. waits:
+  {worker: {flag: secs}} of startup_wait_secs and operation_timeout_secs
+  (else START_WAIT_SECS), read at each start (a test may change them)."""
 
   def __init__(self, tmp_path, data_dir, extra_flags, waits=None):
     super().__init__({task: str(tmp_path / (task + '.log'))
@@ -177,8 +168,6 @@ class _Cluster(testutil.Tasks):
     shutil.rmtree(self.train_dir, ignore_errors=True)
 
   def start(self, task):
-    """Starts `task` with LEARNING_RATE, as a user would; the chief is given
-    the proxy's address for the ps."""
     cluster = ['--ps_hosts=' + self.addresses['proxy' if task == 'w0'
                                               else 'ps'],
                '--worker_hosts=%s,%s' % (self.addresses['w0'],
@@ -195,9 +184,8 @@ class _Cluster(testutil.Tasks):
 
   def start_in_stages(self, stages, paused=()):
     """Starts each stage, [(tasks, what, ready)], once the one before is
-    ready: its tasks listen and ready() (if not None) is true. The tasks in
-    `paused` are stopped (SIGSTOP) once their stage is ready, continued once
-    the next stage's listen. Again afresh while a port was taken."""
+    ready (listening, and ready() if given); tasks in `paused` are stopped
+    (SIGSTOP) from their stage's readiness until the next stage listens."""
 
     def attempt():
       stopped = []
@@ -225,8 +213,8 @@ class _Cluster(testutil.Tasks):
     self.proxy.cut()
 
   def check_console(self):
-    """No traceback, nor TensorFlow's own log lines, in any task's output:
-    what a fault costs, each task says in its own words."""
+    """No traceback, nor TF's own log lines, in any task's output: each says
+    what a fault costs in its own words."""
     for task in self.logs:
       output = self.log(task)
       assert 'Traceback' not in output, '%s:\n%s' % (task, output[-3000:])
@@ -247,8 +235,8 @@ _CHIEF_GONE_WAITS = {'async': dict(startup_wait_secs=GONE_WAIT_SECS),
 
 
 def _check_stopped_naming(cluster, task, named, wait):
-  """The task's last line names the task lost for good, and the wait it
-  stopped after (`wait`: {its flag: secs})."""
+  """The task's last line names the task lost for good, and the wait
+  ({flag: secs}) it stopped after."""
   output = cluster.log(task)
   last = output.rstrip('\n').rsplit('\n', 1)[-1]
   assert last.startswith('Worker %s: ' % task[1]), output[-3000:]
@@ -258,8 +246,8 @@ def _check_stopped_naming(cluster, task, named, wait):
 
 
 def _waits_or_trains(cluster, task, quiet_secs=5):
-  """A condition that comes true once `task` has printed two step lines
-  ('trains') or nothing for quiet_secs ('waits'), from now on."""
+  """A condition, true once `task` printed two step lines ('trains') or
+  nothing for quiet_secs ('waits') from now on."""
   offset = len(cluster.log(task))
   last = [offset, time.monotonic()]  # The output's length, and since when.
 
