@@ -28,11 +28,10 @@ EVALUATOR_LINE = re.compile(
 
 
 class _ManagedCluster(testutil.Tasks):
-  """One process per task, each with the same command, `flags`, and its
-  TF_CONFIG: `jobs`, {job: its number of tasks}, the cluster (an
-  'evaluator' job where the platform lists it); evaluator, an evaluator
-  task outside it too; extra, the keys TF_CONFIG carries beside cluster and
-  task ('environment', ...); task_extra, beside type and index."""
+  """A process per task, each the same command (`flags`), its TF_CONFIG of
+  `jobs`, {job: tasks} (the cluster); evaluator: an evaluator outside it
+  too; extra: TF_CONFIG's keys beside cluster and task; task_extra: the
+  task's beside type and index."""
 
   def __init__(self, tmp_path, jobs, flags, evaluator=False, extra=None,
                task_extra=None):
@@ -45,8 +44,7 @@ class _ManagedCluster(testutil.Tasks):
     self.afresh()
 
   def afresh(self):
-    """Every task's address picked anew; nothing left of an attempt on the
-    old ones."""
+    """New addresses; nothing left of an attempt on the old ones."""
     ports = iter(testutil.free_ports(sum(self.jobs.values())))
     self.cluster = {job: ['127.0.0.1:%d' % next(ports) for _ in range(n)]
                     for job, n in self.jobs.items()}
@@ -87,9 +85,8 @@ def _tfjob_items():
 
 
 def _tfjob_jobs():
-  """The shipped TFJob's cluster as the Training Operator (v1.x) lists it
-  in every replica's TF_CONFIG (genClusterSpec): each replica type,
-  lower-cased, the evaluator included, one address per replica."""
+  """The shipped TFJob's jobs as the Training Operator (v1.x) lists them in
+  every replica's TF_CONFIG (genClusterSpec): each type lower-cased."""
   replicas = _tfjob_items()['TFJob']['spec']['tfReplicaSpecs']
   return {kind.lower(): spec['replicas'] for kind, spec in replicas.items()}
 
@@ -100,9 +97,6 @@ def _tfjob_jobs():
 PLATFORMS = {
     'kubeflow': lambda: dict(jobs=_tfjob_jobs(),
                              extra={'environment': 'cloud'}),
-    'kubeflow_without_evaluator': lambda: dict(
-        jobs={'chief': 1, 'ps': 1, 'worker': 2},
-        extra={'environment': 'cloud'}),
     'vertex_ai': lambda: dict(
         jobs={'chief': 1, 'worker': 1, 'ps': 1}, evaluator=True,
         extra={'environment': 'cloud', 'job': {'worker_pool_specs': []}},
@@ -126,8 +120,8 @@ def _platform_cluster(platform, data_dir, tmp_path, max_steps, *extra):
 
 
 def _run(cluster, order, meanwhile=lambda: None):
-  """Starts the tasks in `order` (again on new ports if one found its port
-  taken), calls meanwhile(), waits for all but the ps; their logs."""
+  """Starts the tasks in `order`, calls meanwhile(), waits for all but the
+  ps; their logs."""
   try:
     cluster.start_all(order)
     meanwhile()
@@ -333,10 +327,9 @@ def test_a_task_given_bad_tf_config_prints_one_line_and_exits_1():
 
 
 def _check_evaluated(outputs, train_dir, tmp_path, max_steps):
-  """The evaluator joined no cluster; it evaluated the chief's checkpoints
-  as cifar10_eval.py does and ended with the first one at or past
-  --max_steps it saw (the chief's last, or a periodic one that got there
-  first): that one's precision."""
+  """The evaluator joined no cluster, evaluated the chief's checkpoints as
+  cifar10_eval.py does and ended with the first it saw at or past
+  --max_steps: that one's precision."""
   evaluated = outputs['evaluator0']
   assert 'This task' not in evaluated
   last = EVALUATOR_LINE.fullmatch(evaluated.strip().splitlines()[-1])
