@@ -212,18 +212,20 @@ class _Cluster(testutil.Tasks):
     super().stop()
     self.proxy.cut()
 
-  def check_console(self):
-    """No traceback, nor TF's own log lines, in any task's output: each says
-    what a fault costs in its own words."""
+  def saved(self):
+    return set(glob.glob(os.path.join(self.train_dir, 'model.ckpt-*.index')))
+
+  def check_end(self, saved):
+    """No traceback, nor TF's own log lines, in any task's output (each says
+    what a fault costs in its own words); the checkpoints `saved` kept, and
+    every checkpoint restores."""
     for task in self.logs:
       output = self.log(task)
       assert 'Traceback' not in output, '%s:\n%s' % (task, output[-3000:])
       assert 'Exception in thread' not in output, output[-3000:]
       assert not TF_LOG_LINE.search(output), '%s:\n%s' % (task, output)
-
-
-def _index_files(train_dir):
-  return set(glob.glob(os.path.join(train_dir, 'model.ckpt-*.index')))
+    assert saved <= self.saved()
+    testutil.check_checkpoints_restore(self.train_dir)
 
 
 # The wait a task left stops after (docs/distributed.md): for a ps task,
@@ -370,16 +372,14 @@ def test_chief_ps_and_worker_killed_and_restarted(data_dir, tmp_path, mode):
     # The chief, for good: worker 1 stops with one line naming it, after
     # its wait, and every checkpoint is kept.
     cluster.kill('w0')
-    saved = _index_files(cluster.train_dir)
+    saved = cluster.saved()
     assert cluster.finish(['w1']) == {'w1': 1}, cluster.tails()
   finally:
     cluster.stop()
   _check_stopped_naming(cluster, 'w1',
                         'the chief (worker 0 at %s)' % cluster.addresses['w0'],
                         _CHIEF_GONE_WAITS[mode])
-  cluster.check_console()
-  assert saved <= _index_files(cluster.train_dir)
-  testutil.check_checkpoints_restore(cluster.train_dir)
+  cluster.check_end(saved)
 
 
 # (The chief lost for good: the end of
@@ -410,7 +410,7 @@ def test_a_task_that_does_not_come_back_is_named(data_dir, tmp_path, mode):
     # Paused while the chief goes, worker 1 does not stop naming the chief.
     cluster.processes['w1'].send_signal(signal.SIGSTOP)
     cluster.proxy.cut()
-    saved = _index_files(cluster.train_dir)
+    saved = cluster.saved()
     assert cluster.finish(['w0']) == {'w0': 1}, cluster.tails()
     cluster.kill('ps')
     cluster.processes['w1'].send_signal(signal.SIGCONT)
@@ -420,7 +420,4 @@ def test_a_task_that_does_not_come_back_is_named(data_dir, tmp_path, mode):
   for task in ('w0', 'w1'):
     _check_stopped_naming(cluster, task, 'ps task 0 at %s' % cluster.addresses[
         'proxy' if task == 'w0' else 'ps'], _PS_GONE_WAITS)
-  cluster.check_console()
-  # Nothing was deleted, and everything there restores.
-  assert saved <= _index_files(cluster.train_dir)
-  testutil.check_checkpoints_restore(cluster.train_dir)
+  cluster.check_end(saved)

@@ -27,15 +27,12 @@ from cifar10_support import train_dirs
 import synthetic
 import testutil
 
-# The cluster runs train as users do (batch 128, the scripts' learning rate
-# where it is stable) on learnable data, long enough to learn with a margin
-# (docs/reliability.md, "The learning tests": at 100 synchronous updates
-# some runs ended at 0.70).
+# The learning clusters train as users do (batch 128) on learnable data, long
+# enough to learn with a margin (docs/reliability.md, "The learning tests":
+# at 100 synchronous updates some runs ended at 0.70).
 LEARN_STEPS = 200
-# Two asynchronous workers apply gradients taken one update before, on
-# average: on the synthetic colours that staleness tips the original's 0.1,
-# at the edge of plain SGD's stability, over (the run ends near chance or
-# diverges; delay-1 SGD on one device does the same); at 0.05 both learn.
+# Two asynchronous workers' gradients are one update stale on average, which
+# tips the original's 0.1 (the edge of SGD's stability) over; 0.05 learns.
 ASYNC_LEARNING_RATE = 0.05
 
 
@@ -63,18 +60,9 @@ def test_malformed_host_lists_are_named(value, message):
     clusters.parse_hosts(value, '--ps_hosts', ValueError)
 
 
-def resolve(job_name, task_index, ps_hosts, worker_hosts, tf_config=None):
-  """clusters.resolve with TF_CONFIG set to tf_config (None: unset)."""
-  with pytest.MonkeyPatch.context() as patch:
-    patch.delenv('TF_CONFIG', raising=False)
-    if tf_config is not None:
-      patch.setenv('TF_CONFIG', tf_config)
-    return clusters.resolve(job_name, task_index, ps_hosts, worker_hosts,
-                            startup_wait_secs=120, operation_timeout_secs=60)
-
-
 def test_resolve_cluster_from_flags_or_tf_config(capsys):
-  task = resolve('worker', 1, 'h0:1', 'h1:1,h2:1', '{"ignored": true}')
+  task = testutil.resolve('{"ignored": true}', 'worker', 1, 'h0:1',
+                          'h1:1,h2:1')
   assert task == ({'ps': ['h0:1'], 'worker': ['h1:1', 'h2:1']}, 'worker', 1,
                   120, 60)
   assert (task.name, task.device, task.label, task.is_chief) == (
@@ -84,10 +72,11 @@ def test_resolve_cluster_from_flags_or_tf_config(capsys):
   tf_config = json.dumps({'cluster': {'ps': ['h0:1'],
                                       'worker': ['h1:1', 'h2:1']},
                           'task': {'type': 'worker', 'index': 1}})
-  assert resolve(None, 0, '', '', tf_config)[:3] == task[:3]
+  assert testutil.resolve(tf_config)[:3] == task[:3]
   assert capsys.readouterr().out == ''
   # An evaluator needs no cluster.
-  assert resolve('evaluator', 0, '', '')[:3] == (None, 'evaluator', 0)
+  assert testutil.resolve(None, 'evaluator', 0, '', '')[:3] == (
+      None, 'evaluator', 0)
 
 
 @pytest.mark.parametrize('job,index,ps,message', [
@@ -102,7 +91,7 @@ def test_resolve_cluster_from_flags_or_tf_config(capsys):
 def test_cluster_flags_no_task_could_run_with_are_usage_errors(
     job, index, ps, message):
   with pytest.raises(app.UsageError, match=message):
-    resolve(job, index, ps, 'h1:1,h2:1')
+    testutil.resolve(None, job, index, ps, 'h1:1,h2:1')
 
 
 @pytest.mark.parametrize('args,error,message', [
@@ -133,8 +122,6 @@ def test_flags_no_task_could_run_with_are_refused(args, error, message):
 
 
 def test_xdist_workers_pick_ports_apart(monkeypatch):
-  # Two pytest-xdist workers never pick the same port, so neither can take
-  # one the other picked before its task binds it.
   monkeypatch.setenv('PYTEST_XDIST_WORKER_COUNT', '2')
   shares = []
   for worker in ('gw0', 'gw1'):
@@ -158,9 +145,8 @@ def test_a_run_whose_port_was_taken_runs_again_up_to_3_times():
   assert runs == [0, 1, 2]
 
 
-# A stand-in for the script, for testutil.Tasks: it listens on the port
-# given, saying so as the script does, or says that the port is taken and
-# ends, as the script does.
+# The script's stand-in for testutil.Tasks: it listens on the port given and
+# says so, or says the port is taken and ends, as the script does.
 _SERVE = """
 import socket, sys, time
 s = socket.socket()
@@ -176,8 +162,8 @@ time.sleep(600)
 
 
 class _StandIns(testutil.Tasks):
-  """Tasks of the stand-in; another process (self.others) takes the port
-  of each task in `taken` just before that task first starts."""
+  """Stand-in tasks; a socket in self.others takes the port of each task in
+  `taken` just before it first starts."""
 
   def __init__(self, tmp_path, tasks, taken):
     super().__init__({task: str(tmp_path / (task + '.log'))
@@ -251,9 +237,8 @@ def test_tasks_whose_port_was_taken_start_again(tmp_path, monkeypatch):
 
 
 class _Clock(object):
-  """clusters' clock in a test: each sleep moves it on, no real time
-  passes, so how long a wait lasted is counted, not measured on a machine
-  whose load decides it."""
+  """clusters' clock: each sleep moves it on, no real time passes (a wait's
+  length is counted, not measured under load)."""
 
   def __init__(self, limit):
     self.now = 0.0
@@ -391,12 +376,11 @@ def test_worker_gives_up_on_an_unreachable_ps_naming_it(data_dir, tmp_path):
 
 def _run_cluster(tmp_path, worker_args, tf_config_worker_1=False,
                  after=lambda ports, chief_args: None):
-  """Starts a ps, worker 1, then worker 0 (the chief), as a user would, on
-  new ports, worker i with the cluster flags (or, worker 1 if
-  tf_config_worker_1, TF_CONFIG) and worker_args[i]; once both workers have
-  ended, calls after(ports, the chief's arguments), the ps still serving,
-  then stops the ps (SIGTERM). The workers' exit statuses, their outputs
-  and after's result; testutil.PortTaken if a task's port was taken."""
+  """Starts a ps, worker 1, then worker 0 (the chief) on new ports, worker i
+  with the cluster flags (worker 1: TF_CONFIG if tf_config_worker_1) and
+  worker_args[i]; once they ended, calls after(ports, the chief's args) and
+  stops the ps (SIGTERM). The workers' exit statuses, outputs, and after's
+  result; testutil.PortTaken if a task's port was taken."""
   ports = testutil.free_ports(3)
   hosts = ['127.0.0.1:%d' % port for port in ports]
   cluster = ['--ps_hosts=' + hosts[0], '--worker_hosts=' + ','.join(hosts[1:])]
@@ -433,9 +417,8 @@ def _run_cluster(tmp_path, worker_args, tf_config_worker_1=False,
 
 
 def _run_task(args, port=None):
-  """testutil.run_script of a task; testutil.PortTaken if another process
-  bound its port first. port: its server's, a task's that has ended, once
-  it can be bound."""
+  """testutil.run_script of a task (once `port`, an ended task's, can be
+  bound); testutil.PortTaken if another process bound its port first."""
   if port:
     testutil.wait_for('port %d to be free' % port,
                       lambda: testutil.port_bindable(port), [], secs=60)
@@ -453,9 +436,8 @@ def _finished(outputs):
     assert len(lines) == 1 and lines[0][0] == 'Worker %d' % index, (
         output[-3000:])
     done[index] = (int(lines[0][1]), int(lines[0][2]))
-    # Each worker that ran a step logged (its first step, at least) in the
-    # original format, under its own index. Which worker runs how many steps
-    # is the machine's business: either may run all of them.
+    # A worker that ran a step logged it, under its own index (either may
+    # run all of them).
     logged = list(testutil.step_line(r'Worker \d').finditer(output))
     assert bool(logged) == (done[index][1] > 0), output[-3000:]
     assert all(m['label'] == 'Worker %d' % index for m in logged), (
@@ -486,9 +468,8 @@ def _check_chief_checkpoint(train_dir, min_step, max_step, data_dir,
 
 
 def _listening(pid='self'):
-  """{socket inode: (address, port)} of every TCP socket listening in the
-  network namespace of process `pid`, as /proc lists them (address in hex,
-  all zeros for every address, IPv4 or IPv6)."""
+  """{socket inode: (hex address, port)} of every TCP socket listening in
+  process `pid`'s network namespace (address all zeros: every address)."""
   found = {}
   for table in ('tcp', 'tcp6'):
     with open('/proc/%s/net/%s' % (pid, table)) as f:
@@ -501,8 +482,8 @@ def _listening(pid='self'):
 
 
 def _own_wildcard_ports(pid):
-  """{socket inode: port} of process `pid`'s own sockets that listen on
-  every address of its network namespace."""
+  """{socket inode: port} of process `pid`'s sockets listening on every
+  address."""
   own = set()
   for fd in os.listdir('/proc/%d/fd' % pid):
     try:

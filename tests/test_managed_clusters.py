@@ -157,14 +157,7 @@ def _check_trained(outputs, train_dir, chief, max_steps):
 # --- TF_CONFIG of each platform, read -----------------------------------------
 
 
-def resolve(tf_config):
-  """The clusters.Task that TF_CONFIG (a dict, or its text) gives with no
-  cluster flag."""
-  with pytest.MonkeyPatch.context() as patch:
-    patch.setenv('TF_CONFIG', tf_config if isinstance(tf_config, str) else
-                 json.dumps(tf_config))
-    return clusters.resolve(None, 0, '', '', startup_wait_secs=300,
-                            operation_timeout_secs=300)
+resolve = testutil.resolve
 
 
 _CHIEF_CLUSTER = {'chief': ['c:1'], 'ps': ['p:1'], 'worker': ['w:1', 'w:2']}
@@ -175,7 +168,7 @@ def test_a_chief_job_is_the_chief_and_its_workers_count_apart():
   cluster = _CHIEF_CLUSTER
   task = resolve({'cluster': cluster, 'environment': 'cloud',
                   'task': {'type': 'worker', 'index': 1}})
-  assert task == (cluster, 'worker', 1, 300, 300)
+  assert task == (cluster, 'worker', 1, 120, 60)
   assert not clusters.Task(cluster, 'worker', 0).is_chief
   assert clusters.Task(cluster, 'chief', 0).is_chief
   assert list(task.training_tasks) == [

@@ -4,6 +4,7 @@ import contextlib
 import fcntl
 import glob
 import io
+import json
 import logging
 import os
 import random
@@ -36,15 +37,19 @@ def config_threads(config):
   return config.intra_op_parallelism_threads, inter
 
 
-def _save(path, step, assigns=()):
-  """Saves the default graph's variables, initialised, then `assigns` run
-  and a global step of `step`, at path-step; returns that path."""
-  assigns = list(assigns) + [
-      tf.train.get_or_create_global_step().assign(step)]
+def _save(path, step, assigns=(), **saver):
+  """Saves the default graph's variables, initialised and `assigns` run, at
+  global step `step` (a tuple: at each) to path-step; the last one's path."""
+  value = tf.placeholder(tf.int64, [])
+  assign = tf.train.get_or_create_global_step().assign(value)
+  saver = tf.train.Saver(**saver)
   with tf.Session(config=session_config()) as sess:
     sess.run(tf.global_variables_initializer())
-    sess.run(assigns)
-    return tf.train.Saver().save(sess, path, global_step=step)
+    sess.run(list(assigns))
+    for each in step if isinstance(step, tuple) else (step,):
+      sess.run(assign, {value: each})
+      saved = saver.save(sess, path, global_step=each)
+  return saved
 
 
 def another_models_checkpoint(directory, step=5):
@@ -55,6 +60,20 @@ def another_models_checkpoint(directory, step=5):
                               initializer=tf.zeros_initializer())
     tf.train.ExponentialMovingAverage(0.9).apply([weights])
     return _save(os.path.join(directory, 'model.ckpt'), step)
+
+
+def resolve(tf_config=None, *flags):
+  """clusters.resolve of the cluster flags (job_name, task_index, ps_hosts,
+  worker_hosts; default none) and TF_CONFIG (a dict, its text; None unset),
+  waits of 120 and 60 s."""
+  from cifar10_support import clusters  # pylint: disable=g-import-not-at-top
+  with pytest.MonkeyPatch.context() as patch:
+    patch.delenv('TF_CONFIG', raising=False)
+    if tf_config is not None:
+      patch.setenv('TF_CONFIG', tf_config if isinstance(tf_config, str) else
+                   json.dumps(tf_config))
+    return clusters.resolve(*(flags or (None, 0, '', '')),
+                            startup_wait_secs=120, operation_timeout_secs=60)
 
 
 def script_env(**overrides):
@@ -321,7 +340,7 @@ def model_checkpoint(directory, step=1, num_classes=10, dtype=tf.float32,
   with tf.Graph().as_default():
     if seed is not None:
       tf.set_random_seed(seed)
-    global_step = tf.train.get_or_create_global_step()
+    tf.train.get_or_create_global_step()  # First, as a trainer's.
     cifar10.inference(tf.zeros([1, 24, 24, 3], dtype),
                       num_classes=num_classes)
     tf.train.ExponentialMovingAverage(cifar10.MOVING_AVERAGE_DECAY).apply(
@@ -331,16 +350,8 @@ def model_checkpoint(directory, step=1, num_classes=10, dtype=tf.float32,
                    'total_loss'):
         tf.get_variable(name + '/avg', [], dtype, tf.zeros_initializer(),
                         trainable=False)
-    value = tf.placeholder(tf.int64, [])
-    assign = global_step.assign(value)
-    saver = tf.train.Saver(save_relative_paths=True)
-    with tf.Session(config=session_config()) as sess:
-      sess.run(tf.global_variables_initializer())
-      for each in (step if isinstance(step, tuple) else (step,)):
-        sess.run(assign, {value: each})
-        path = saver.save(sess, os.path.join(directory, 'model.ckpt'),
-                          global_step=each)
-      return path
+    return _save(os.path.join(directory, 'model.ckpt'), step,
+                 save_relative_paths=True)
 
 
 def colour_checkpoint(directory, step=1):
