@@ -95,9 +95,7 @@ def test_cluster_flags_no_task_could_run_with_are_usage_errors(
 
 
 @pytest.mark.parametrize('args,error,message', [
-    # Refused by main, as usage errors.
-    (['--job_name=worker', '--ps_hosts=localhost', '--worker_hosts=h:2'],
-     app.UsageError, r"--ps_hosts entry 'localhost' is not host:port"),
+    # Refused by main, as a usage error (each: test_cluster_flags_...).
     (['--job_name=worker', '--ps_hosts=h:1', '--worker_hosts=h:2',
       '--task_index=3'], app.UsageError, r'--task_index=3 is out of range'),
     # Refused as the flags are parsed.
