@@ -9,8 +9,6 @@ import numpy as np
 TRAIN_FILES = ['data_batch_%d.bin' % i for i in range(1, 6)]
 TEST_FILE = 'test_batch.bin'
 CIFAR100_DIR = 'cifar-100-binary'
-CIFAR100_FILES = ['train.bin', 'test.bin']
-CIFAR100_FINE_CLASSES, CIFAR100_COARSE_CLASSES = 100, 20
 
 
 def write_records(path, labels, images):
@@ -87,16 +85,14 @@ def make_cifar100_dir(root, records=100, seed=0, test_records=None):
   rng = np.random.RandomState(seed)
   directory = os.path.join(root, CIFAR100_DIR)
   os.makedirs(directory, exist_ok=True)
-  for name, count in zip(CIFAR100_FILES, (records, test_records or records)):
-    fine = rng.permutation(np.arange(count) % CIFAR100_FINE_CLASSES)
-    images = visible_label_images(fine, rng,
-                                  num_classes=CIFAR100_FINE_CLASSES)
+  for name, count in (('train.bin', records),
+                      ('test.bin', test_records or records)):
+    fine = rng.permutation(np.arange(count) % 100)
     write_records(os.path.join(directory, name),
-                  np.stack([fine // 5, fine], axis=1), images)
-  for name, prefix, count in (
-      ('fine_label_names.txt', 'fine', CIFAR100_FINE_CLASSES),
-      ('coarse_label_names.txt', 'coarse', CIFAR100_COARSE_CLASSES)):
-    with open(os.path.join(directory, name), 'w') as f:
+                  np.stack([fine // 5, fine], axis=1),
+                  visible_label_images(fine, rng, num_classes=100))
+  for prefix, count in (('fine', 100), ('coarse', 20)):
+    with open(os.path.join(directory, prefix + '_label_names.txt'), 'w') as f:
       f.write(''.join('%s_%d\n' % (prefix, i) for i in range(count)))
   return root
 

@@ -265,11 +265,10 @@ def _waits_or_trains(cluster, task, quiet_secs=5):
 
 @pytest.mark.parametrize('mode', ['async', 'sync'])
 def test_chief_ps_and_worker_killed_and_restarted(data_dir, tmp_path, mode):
-  """Each task killed and started again, in turn, and the chief cut from
-  the ps while the ps runs; worker 1 away, which the chief trains on
-  without, naming it (the table's "a non-chief worker that does not come
-  back"); then the chief lost for good, which worker 1 names as it stops
-  (the table's "a chief that does not come back")."""
+  """Each task killed and restarted in turn; the chief cut from the running
+  ps; worker 1 away, the chief training on, naming it (the table's "a
+  non-chief worker that does not come back"); then the chief gone for good,
+  which worker 1 names as it stops ("a chief that does not come back")."""
   cluster = _Cluster(tmp_path, data_dir,
                      ['--sync_replicas'] if mode == 'sync' else [])
   try:
@@ -288,8 +287,8 @@ def test_chief_ps_and_worker_killed_and_restarted(data_dir, tmp_path, mode):
     assert int(resumed.group(1)) >= before
     resumed_from = os.path.join(cluster.train_dir,
                                 'model.ckpt-' + resumed.group(1))
-    # Trained on until the checkpoint it resumed from is pruned: the
-    # reported failure restored that one again after a ps restart.
+    # On until that checkpoint is pruned (a reported failure restored it
+    # again after a ps restart).
     cluster.wait_for('the resumed-from checkpoint to be pruned', lambda: (
         not os.path.exists(resumed_from + '.index')))
 
@@ -315,9 +314,8 @@ def test_chief_ps_and_worker_killed_and_restarted(data_dir, tmp_path, mode):
     cluster.wait_for('a checkpoint after the restore',
                      lambda: cluster.newest_step() > checkpoint)
 
-    # The chief's connections to the ps cut, the ps running on, and new
-    # ones let through again: the chief restores its newest checkpoint into
-    # a new session, as after a restart, and both workers train on.
+    # The chief's connections to the running ps cut, then new ones let
+    # through: it restores its newest checkpoint, and both train on.
     before = cluster.newest_step()
     offset = len(cluster.log('w0'))
     cluster.proxy.cut_midway()
@@ -332,12 +330,10 @@ def test_chief_ps_and_worker_killed_and_restarted(data_dir, tmp_path, mode):
                          testutil.step_line(r'Worker \d').search(
                              cluster.log('w1', offset))))
 
-    # Worker 1 away: the chief trains on without it, says so once, and says
-    # when it is back; started again, worker 1 trains. Paused first
-    # (SIGSTOP), a synchronous worker 1 keeps any token it took, so the kill
-    # lands while it holds one whenever it can (the chief then waits, printing
-    # nothing; without, it takes the spare token). Worker 1 restarts with the
-    # short wait it waits the chief out with below.
+    # Worker 1 away: the chief trains on without it, says so once, and when
+    # it is back; restarted (with the short wait for the chief's end below),
+    # it trains. Paused first (SIGSTOP), a synchronous worker 1 keeps any
+    # token it took, so the kill lands while it holds one if it can.
     cluster.processes['w1'].send_signal(signal.SIGSTOP)
     cluster.wait_for('the chief to wait, or train alone',
                      _waits_or_trains(cluster, 'w0'))
@@ -387,17 +383,16 @@ def test_chief_ps_and_worker_killed_and_restarted(data_dir, tmp_path, mode):
 # not come back, which stops nothing.)
 @pytest.mark.parametrize('mode', ['async', 'sync'], ids=['async-ps', 'sync-ps'])
 def test_a_task_that_does_not_come_back_is_named(data_dir, tmp_path, mode):
-  """A ps task lost for good: both workers stop, each with one line naming
-  it, after their --startup_wait_secs; the chief first, cut from the ps
-  while the ps runs, then worker 1, as the ps is killed."""
+  """A ps task lost for good: each worker stops with one line naming it
+  after --startup_wait_secs; the chief cut from the running ps first, then
+  worker 1 as the ps is killed."""
   cluster = _Cluster(tmp_path, data_dir,
                      ['--sync_replicas'] if mode == 'sync' else [],
                      waits={'w0': _PS_GONE_WAITS, 'w1': _PS_GONE_WAITS})
-  # A task with a short --startup_wait_secs starts once what it waits for is
-  # there: the ps listening; for worker 1, the variables the chief
-  # initialises. The chief is paused (SIGSTOP) until worker 1 listens, not to
-  # train alone on the cores worker 1 starts on. The fault comes once worker
-  # 1 trains and a checkpoint of training is saved.
+  # Short waits: each starts once what it waits for is there (the ps; for
+  # worker 1, the chief's variables). The chief is paused until worker 1
+  # listens (not to train alone on the cores worker 1 starts on); the fault
+  # comes once worker 1 trains and a checkpoint of training is saved.
   initialised = ('the chief to initialise the variables',
                  lambda: cluster.newest_step() >= 0)
   training = ('worker 1 to train and a checkpoint at step %d' % SAVE_STEPS,
