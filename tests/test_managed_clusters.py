@@ -91,9 +91,8 @@ def _tfjob_jobs():
   return {kind.lower(): spec['replicas'] for kind, spec in replicas.items()}
 
 
-# Each platform's cluster, as _ManagedCluster's arguments: the operator's
-# "environment": "cloud"; Vertex AI's job and trial keys and its evaluator
-# (worker pool 3) outside the cluster.
+# Each platform's cluster, as _ManagedCluster's arguments (the keys each
+# platform's TF_CONFIG carries beside cluster and task).
 PLATFORMS = {
     'kubeflow': lambda: dict(jobs=_tfjob_jobs(),
                              extra={'environment': 'cloud'}),
@@ -190,11 +189,9 @@ def test_a_chief_job_is_the_chief_and_its_workers_count_apart():
 @pytest.mark.parametrize('platform', sorted(PLATFORMS))
 def test_every_platforms_tf_config_is_read_as_the_platform_wrote_it(
     platform, tmp_path):
-  # The oracle is the TF_CONFIG each platform sets, as written: every
-  # task's jobs and addresses, its type and its index. Kubeflow's operator
-  # lists the evaluator among every replica's jobs; no task's server may
-  # wait for it, so none is told of it. Vertex AI leaves it out of the
-  # cluster; a chief may be alone.
+  # The oracle: each platform's TF_CONFIG, as written. Kubeflow lists the
+  # evaluator among every replica's jobs, but no server may wait for it, so
+  # none is told of it; Vertex AI leaves it out; a chief may be alone.
   setup = PLATFORMS[platform]()
   cluster = _ManagedCluster(tmp_path, flags=[], **setup)
   for task in cluster.tasks:
@@ -326,11 +323,9 @@ def _check_evaluated(outputs, train_dir, tmp_path, max_steps):
 @pytest.mark.slow  # Clusters of processes.
 def test_kubeflow_tfjob_trains_its_restarted_chief_resumes_its_evaluator_follows(
     data_dir, tmp_path):
-  # The shipped TFJob (Chief 1, PS 1, Worker 2, Evaluator 1), asynchronous,
-  # with TF_CONFIG as the Training Operator sets it: every replica type in
-  # the cluster, the evaluator included. Its chief, the chief job's, is
-  # killed (SIGKILL) and started again with the same command, as the
-  # operator restarts a pod: it resumes from its newest checkpoint.
+  # The shipped TFJob, asynchronous, TF_CONFIG as the operator sets it (the
+  # evaluator in the cluster). The chief, killed and started again with the
+  # same command as a restarted pod, resumes from its newest checkpoint.
   max_steps = 200
   cluster, train_dir = _platform_cluster('kubeflow', data_dir, tmp_path,
                                          max_steps)
@@ -359,11 +354,9 @@ def test_kubeflow_tfjob_trains_its_restarted_chief_resumes_its_evaluator_follows
 
 @pytest.mark.slow  # Clusters of processes.
 def test_vertex_ai_chief_ps_workers_train_synchronously(data_dir, tmp_path):
-  # Vertex AI custom training: worker pool 0 is the chief, pool 1 the
-  # workers, pool 2 the ps, pool 3 an evaluator left out of the cluster;
-  # TF_CONFIG also carries the job and a trial. (That synchronous training
-  # learns is test_distributed_train.py's
-  # test_sync_cluster_trains_to_the_global_step_and_learns.)
+  # Worker pools 0 to 3: the chief, the workers, the ps, an evaluator out
+  # of the cluster. (That synchronous training learns: test_distributed_
+  # train.py's test_sync_cluster_trains_to_the_global_step_and_learns.)
   max_steps = 24
   cluster, train_dir = _platform_cluster('vertex_ai', data_dir, tmp_path,
                                          max_steps, '--sync_replicas')
@@ -403,8 +396,7 @@ def test_a_master_cluster_trains_and_every_task_reads_the_data_set_flag(
 @pytest.mark.slow  # A process.
 def test_an_evaluator_from_the_flags_evaluates_up_to_max_steps(
     data_dir, tmp_path, learned_train_dir):
-  # --job_name=evaluator, the flag form: no cluster, only --train_dir, here
-  # a finished run.
+  # --job_name=evaluator: no cluster, only a --train_dir (a finished run).
   result = testutil.run_script('cifar10_distributed_train.py', [
       '--job_name=evaluator', '--data_dir=%s' % data_dir,
       '--train_dir=%s' % learned_train_dir, '--max_steps=%d' % TRAIN_STEPS,
