@@ -21,6 +21,7 @@ import synthetic
 import testutil
 from testutil import LEARNED_TRAIN_STEPS as TRAIN_STEPS
 from testutil import LEARNING_RATE
+from testutil import resolve
 
 EVALUATOR_LINE = re.compile(
     r'^Done: (\S+) \(global step (\d+), --until_step=(\d+)\): '
@@ -153,10 +154,7 @@ def _check_trained(outputs, train_dir, chief, max_steps):
   return done[chief]
 
 
-# --- TF_CONFIG of each platform, read -----------------------------------------
-
-
-resolve = testutil.resolve
+# --- TF_CONFIG of each platform, read ----------------------------------------
 
 
 _CHIEF_CLUSTER = {'chief': ['c:1'], 'ps': ['p:1'], 'worker': ['w:1', 'w:2']}
@@ -303,7 +301,7 @@ def test_a_task_given_bad_tf_config_prints_one_line_and_exits_1():
                                                                line + '\n')
 
 
-# --- Each platform's cluster, for real ------------------------------------------
+# --- Each platform's cluster, for real ----------------------------------------
 
 
 def _check_evaluated(outputs, train_dir, tmp_path, max_steps):
@@ -393,15 +391,21 @@ def test_a_master_cluster_trains_and_every_task_reads_the_data_set_flag(
       100, tuple('fine_%d' % i for i in range(100)))
 
 
+@pytest.fixture
+def evaluator_flags(data_dir, learned_train_dir, tmp_path):
+  """An evaluator's flags, but --max_steps, on the shared finished run."""
+  return ['--data_dir=%s' % data_dir, '--train_dir=%s' % learned_train_dir,
+          '--eval_dir=%s' % (tmp_path / 'eval'), '--num_examples=20',
+          '--batch_size=8']
+
+
 @pytest.mark.slow  # A process.
 def test_an_evaluator_from_the_flags_evaluates_up_to_max_steps(
-    data_dir, tmp_path, learned_train_dir):
+    evaluator_flags, learned_train_dir):
   # --job_name=evaluator: no cluster, only a --train_dir (a finished run).
   result = testutil.run_script('cifar10_distributed_train.py', [
-      '--job_name=evaluator', '--data_dir=%s' % data_dir,
-      '--train_dir=%s' % learned_train_dir, '--max_steps=%d' % TRAIN_STEPS,
-      '--eval_dir=%s' % (tmp_path / 'eval'), '--num_examples=20',
-      '--batch_size=8'])
+      '--job_name=evaluator', '--max_steps=%d' % TRAIN_STEPS] +
+                               evaluator_flags)
   assert result.returncode == 0, result.stderr[-3000:]
   assert result.stderr == ''
   last = EVALUATOR_LINE.fullmatch(result.stdout.strip().splitlines()[-1])
@@ -412,15 +416,13 @@ def test_an_evaluator_from_the_flags_evaluates_up_to_max_steps(
 
 @pytest.mark.slow  # Processes and a signal.
 def test_an_evaluator_stopped_by_sigterm_stops_its_cifar10_eval(
-    data_dir, tmp_path, learned_train_dir):
+    evaluator_flags, tmp_path):
   # The task runs cifar10_eval.py as a child: SIGTERM to the task (a pod
   # stopped) reaches it, and the task ends with its status, leaving none.
   log = str(tmp_path / 'evaluator.log')
   task = testutil.start_script('cifar10_distributed_train.py', [
-      '--job_name=evaluator', '--data_dir=%s' % data_dir,
-      '--train_dir=%s' % learned_train_dir, '--max_steps=%d' % (TRAIN_STEPS + 100),
-      '--eval_dir=%s' % (tmp_path / 'eval'), '--num_examples=20',
-      '--batch_size=8'], log)
+      '--job_name=evaluator', '--max_steps=%d' % (TRAIN_STEPS + 100)] +
+                               evaluator_flags, log)
   try:
     testutil.wait_for('the evaluator to wait', lambda: 'Waiting for a new '
                       'checkpoint' in (tmp_path / 'evaluator.log').read_text(),
@@ -435,8 +437,7 @@ def test_an_evaluator_stopped_by_sigterm_stops_its_cifar10_eval(
 
 
 @pytest.mark.slow  # A process.
-def test_an_evaluator_stops_when_the_chief_stays_away(data_dir, tmp_path,
-                                                      learned_train_dir):
+def test_an_evaluator_stops_when_the_chief_stays_away(evaluator_flags):
   # The chief stopped before --max_steps (nobody listens at its address):
   # the evaluator evaluates what there is, then stops with one line.
   with testutil.refused_ports(2) as ports:
@@ -444,20 +445,19 @@ def test_an_evaluator_stops_when_the_chief_stays_away(data_dir, tmp_path,
     tf_config = json.dumps({'cluster': {'chief': [chief], 'ps': [ps]},
                             'task': {'type': 'evaluator', 'index': 0}})
     result = testutil.run_script('cifar10_distributed_train.py', [
-        '--data_dir=%s' % data_dir, '--train_dir=%s' % learned_train_dir,
         '--max_steps=%d' % (TRAIN_STEPS + 100), '--startup_wait_secs=2',
-        '--eval_interval_secs=1', '--eval_dir=%s' % (tmp_path / 'eval'),
-        '--num_examples=20', '--batch_size=8'], TF_CONFIG=tf_config)
+        '--eval_interval_secs=1'] + evaluator_flags, TF_CONFIG=tf_config)
   assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
   assert 'Traceback' not in result.stderr
-  assert testutil.PRECISION_LINE.search(result.stdout)  # It evaluated what there was.
+  # It evaluated what there was.
+  assert testutil.PRECISION_LINE.search(result.stdout)
   assert result.stderr.strip().splitlines()[-1] == (
       'Evaluator: the chief (chief at %s) has not answered for 2 s '
       '(--startup_wait_secs) and no checkpoint at --max_steps has come: '
       'stopping. Start the chief again, then this evaluator.' % chief)
 
 
-# --- The documented manifests --------------------------------------------------
+# --- The documented manifests -------------------------------------------------
 
 
 IMAGE = 'YOUR_REGISTRY/cifar10-tutorial:tf2.21'
