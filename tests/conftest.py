@@ -1,11 +1,7 @@
-"""Shared test set-up: import paths, quiet TF, the data fixtures, and the
-`slow` marker.
-
-`python -m pytest -m "not slow"` is the quick loop. A test that, itself or
-in a fixture, starts a process or trains (a MonitoredSession) says so with
-`@pytest.mark.slow` (or its module's `pytestmark`); the guard below fails a
-test without the marker that does either.
-"""
+"""Import paths, quiet TF, the data fixtures, and the `slow` marker: a test
+that starts a process or trains (a MonitoredSession), itself or in a fixture,
+is marked slow (itself or by `pytestmark`), or the guard below fails it, so
+that `python -m pytest -m "not slow"` is the quick loop."""
 
 import functools
 import os
@@ -24,7 +20,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 # The kernels the scripts choose (see cifar10_train.py).
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
-# The test now being set up or run, and which, while it is not marked slow.
+# (nodeid, 'setup' or 'call') of the test now run, while it is not slow.
 _quick_test = [None]
 
 
@@ -54,11 +50,10 @@ def _guard_the_quick_loop():
         'starts a process', subprocess.Popen.__init__)
   # Every trainer's session; one of a few ops (a hook's test) is quick.
   monitored = sys.modules.get('tensorflow.python.training.monitored_session')
-  if monitored and not getattr(monitored._MonitoredSession.__init__,  # pylint: disable=protected-access
-                               'guarded', False):
-    monitored._MonitoredSession.__init__ = _refused_in_quick_tests(  # pylint: disable=protected-access
-        'trains (a MonitoredSession of the model)',
-        monitored._MonitoredSession.__init__,  # pylint: disable=protected-access
+  session = getattr(monitored, '_MonitoredSession', None)
+  if session and not getattr(session.__init__, 'guarded', False):
+    session.__init__ = _refused_in_quick_tests(
+        'trains (a MonitoredSession of the model)', session.__init__,
         _graph_holds_the_model)
 
 
@@ -91,8 +86,8 @@ def pytest_runtest_teardown(item):
 @pytest.fixture(scope='session')
 def data_dir(tmp_path_factory):
   """A synthetic data dir: 5 training files and a test file of 20 records."""
-  # Imported here: testutil loads TensorFlow, whose start-up lines the xdist
-  # controller (which runs no test) would print after the summary.
+  # Imported here: the xdist controller, which runs no test, would print
+  # TensorFlow's start-up lines after the summary.
   import synthetic  # pylint: disable=g-import-not-at-top
   import testutil  # pylint: disable=g-import-not-at-top
   return testutil.shared_dir(tmp_path_factory, 'cifar10_data',
@@ -112,8 +107,7 @@ def learnable_data_dir(tmp_path_factory):
 
 @pytest.fixture(scope='session')
 def learned_train_dir(data_dir, tmp_path_factory):
-  """testutil.learned_train_dir, for the tests whose promise is about a
-  trained model; a test that needs only a checkpoint writes one
-  (testutil.model_checkpoint, testutil.colour_checkpoint)."""
+  """testutil.learned_train_dir, for promises about a trained model (a
+  checkpoint alone: testutil.model_checkpoint, colour_checkpoint)."""
   import testutil  # pylint: disable=g-import-not-at-top
   return testutil.learned_train_dir(data_dir, tmp_path_factory)

@@ -1,10 +1,8 @@
 """cifar10_distributed_train.py survives its faults (docs/distributed.md's
-table): real processes of a 1-ps, 2-worker cluster on 127.0.0.1, killed with
-SIGKILL and started again, or lost for good; the chief reaches the ps through
-a TCP proxy of the test (_Proxy), which can cut its connections while the ps
-runs. Every cluster ends with a task lost for good, before --max_steps: no
-fault has to land before the run's end, however loaded the machine.
-"""
+table): a 1-ps, 2-worker cluster on 127.0.0.1 whose tasks are killed (SIGKILL)
+and started again, or lost for good; the chief reaches the ps through a proxy
+(_Proxy) that can cut its connections. Each cluster ends with a task lost for
+good, before --max_steps, so no fault has to beat the run's end under load."""
 
 import glob
 import os
@@ -25,13 +23,11 @@ pytestmark = pytest.mark.slow
 
 SAVE_STEPS = 10
 MAX_STEPS = 100000  # Never reached: a task lost for good ends each cluster.
-# --startup_wait_secs and --operation_timeout_secs while a cluster starts or
-# a task is away for a restart: a (re)start on a loaded machine (10 to 25 s
-# seen on a shared 2-core one).
+# --startup_wait_secs and --operation_timeout_secs while a task (re)starts
+# (10 to 25 s seen on a loaded, shared 2-core machine).
 START_WAIT_SECS = 180
-# The waits for a task that stays away, given only to the tasks that wait
-# for it. --startup_wait_secs bounds nothing else once the ps listens and the
-# chief has initialised the variables, so it is as short as can be.
+# The waits for a task that stays away, given only to the tasks that wait for
+# it (--startup_wait_secs bounds nothing else once the variables exist).
 GONE_WAIT_SECS = 2
 # --operation_timeout_secs, a synchronous worker's wait of its next update,
 # bounds its first run too (up to 4.4 s seen at a load of 16).
@@ -39,18 +35,17 @@ GONE_OPERATION_SECS = 15
 
 
 def _lost(ps_address):
-  """How a worker says why it lost its session to a ps task restarted at
-  ps_address: naming it where it can tell (TF's error named it, or it was
-  still down), else the general reason; docs/distributed.md promises either
-  ("Which ps task"), each matched whole."""
+  """Why a worker says it lost its session to a ps task restarted at
+  ps_address: naming it where it can tell, else the general reason
+  (docs/distributed.md, "Which ps task"), each whole."""
   return (r'session lost \((?:ps task 0 at %s went away and came back|a ps '
           r'task restarted, or a connection to one broke)\)'
           % re.escape(ps_address))
 
 
 def _restored(ps_address):
-  """The chief's line as it restores its newest checkpoint into a session
-  lost to the ps at ps_address (groups: the checkpoint's step, global step)."""
+  """The chief's line as it restores its newest checkpoint after losing the
+  ps at ps_address (groups: the checkpoint's step, the global step)."""
   return (r'^Worker 0: %s: restored model\.ckpt-(\d+), global step (\d+); '
           r'steps since then are lost\.$' % _lost(ps_address))
 
@@ -63,11 +58,9 @@ TF_LOG_LINE = re.compile(r'^((INFO|WARNING|ERROR):tensorflow|[IWEF]\d{4} )',
 
 
 class _Proxy(object):
-  """A TCP proxy of this process from 127.0.0.1:`port` to `target`
-  ('host:port'), each connection forwarded by two threads: a way to the ps
-  that the test can cut() while the ps runs (its port closed and every
-  connection through it, so that new ones are refused) and reopen(), on the
-  same port."""
+  """A TCP proxy from 127.0.0.1:`port` to `target` ('host:port'), two
+  threads a connection, that the test can cut() (its port and every
+  connection closed: new ones refused) and reopen() on the same port."""
 
   # A chunk this large is part of a tensor (the model's variables are 4 MB
   # in all; a call's other messages are far smaller).
@@ -146,11 +139,9 @@ class _Proxy(object):
 
 
 class _Cluster(testutil.Tasks):
-  """Tasks 'ps', 'w0' (the chief) and 'w1'; the chief reaches the ps through
-  self.proxy, at self.addresses['proxy']. waits: {worker: {flag: secs}} of
-  its startup_wait_secs and operation_timeout_secs, START_WAIT_SECS where
-  not given; self.waits gives each start its flags (a test may change them
-  before a restart)."""
+  """Tasks 'ps', 'w0' (the chief, through self.proxy) and 'w1'. waits:
+  {worker: {flag: secs}} of startup_wait_secs and operation_timeout_secs
+  (else START_WAIT_SECS), read at each start (a test may change them)."""
 
   def __init__(self, tmp_path, data_dir, extra_flags, waits=None):
     super().__init__({task: str(tmp_path / (task + '.log'))
@@ -177,8 +168,6 @@ class _Cluster(testutil.Tasks):
     shutil.rmtree(self.train_dir, ignore_errors=True)
 
   def start(self, task):
-    """Starts `task` with LEARNING_RATE, as a user would; the chief is given
-    the proxy's address for the ps."""
     cluster = ['--ps_hosts=' + self.addresses['proxy' if task == 'w0'
                                               else 'ps'],
                '--worker_hosts=%s,%s' % (self.addresses['w0'],
@@ -195,9 +184,8 @@ class _Cluster(testutil.Tasks):
 
   def start_in_stages(self, stages, paused=()):
     """Starts each stage, [(tasks, what, ready)], once the one before is
-    ready: its tasks listen and ready() (if not None) is true. The tasks in
-    `paused` are stopped (SIGSTOP) once their stage is ready, continued once
-    the next stage's listen. Again afresh while a port was taken."""
+    ready (listening, and ready() if given); tasks in `paused` are stopped
+    (SIGSTOP) from their stage's readiness until the next stage listens."""
 
     def attempt():
       stopped = []
@@ -224,18 +212,20 @@ class _Cluster(testutil.Tasks):
     super().stop()
     self.proxy.cut()
 
-  def check_console(self):
-    """No traceback, nor TensorFlow's own log lines, in any task's output:
-    what a fault costs, each task says in its own words."""
+  def saved(self):
+    return set(glob.glob(os.path.join(self.train_dir, 'model.ckpt-*.index')))
+
+  def check_end(self, saved):
+    """No traceback, nor TF's own log lines, in any task's output (each says
+    what a fault costs in its own words); the checkpoints `saved` kept, and
+    every checkpoint restores."""
     for task in self.logs:
       output = self.log(task)
       assert 'Traceback' not in output, '%s:\n%s' % (task, output[-3000:])
       assert 'Exception in thread' not in output, output[-3000:]
       assert not TF_LOG_LINE.search(output), '%s:\n%s' % (task, output)
-
-
-def _index_files(train_dir):
-  return set(glob.glob(os.path.join(train_dir, 'model.ckpt-*.index')))
+    assert saved <= self.saved()
+    testutil.check_checkpoints_restore(self.train_dir)
 
 
 # The wait a task left stops after (docs/distributed.md): for a ps task,
@@ -247,8 +237,8 @@ _CHIEF_GONE_WAITS = {'async': dict(startup_wait_secs=GONE_WAIT_SECS),
 
 
 def _check_stopped_naming(cluster, task, named, wait):
-  """The task's last line names the task lost for good, and the wait it
-  stopped after (`wait`: {its flag: secs})."""
+  """The task's last line names the task lost for good, and the wait
+  ({flag: secs}) it stopped after."""
   output = cluster.log(task)
   last = output.rstrip('\n').rsplit('\n', 1)[-1]
   assert last.startswith('Worker %s: ' % task[1]), output[-3000:]
@@ -258,8 +248,8 @@ def _check_stopped_naming(cluster, task, named, wait):
 
 
 def _waits_or_trains(cluster, task, quiet_secs=5):
-  """A condition that comes true once `task` has printed two step lines
-  ('trains') or nothing for quiet_secs ('waits'), from now on."""
+  """A condition, true once `task` printed two step lines ('trains') or
+  nothing for quiet_secs ('waits') from now on."""
   offset = len(cluster.log(task))
   last = [offset, time.monotonic()]  # The output's length, and since when.
 
@@ -275,11 +265,10 @@ def _waits_or_trains(cluster, task, quiet_secs=5):
 
 @pytest.mark.parametrize('mode', ['async', 'sync'])
 def test_chief_ps_and_worker_killed_and_restarted(data_dir, tmp_path, mode):
-  """Each task killed and started again, in turn, and the chief cut from
-  the ps while the ps runs; worker 1 away, which the chief trains on
-  without, naming it (the table's "a non-chief worker that does not come
-  back"); then the chief lost for good, which worker 1 names as it stops
-  (the table's "a chief that does not come back")."""
+  """Each task killed and restarted in turn; the chief cut from the running
+  ps; worker 1 away, the chief training on, naming it (the table's "a
+  non-chief worker that does not come back"); then the chief gone for good,
+  which worker 1 names as it stops ("a chief that does not come back")."""
   cluster = _Cluster(tmp_path, data_dir,
                      ['--sync_replicas'] if mode == 'sync' else [])
   try:
@@ -298,8 +287,8 @@ def test_chief_ps_and_worker_killed_and_restarted(data_dir, tmp_path, mode):
     assert int(resumed.group(1)) >= before
     resumed_from = os.path.join(cluster.train_dir,
                                 'model.ckpt-' + resumed.group(1))
-    # Trained on until the checkpoint it resumed from is pruned: the
-    # reported failure restored that one again after a ps restart.
+    # On until that checkpoint is pruned (a reported failure restored it
+    # again after a ps restart).
     cluster.wait_for('the resumed-from checkpoint to be pruned', lambda: (
         not os.path.exists(resumed_from + '.index')))
 
@@ -325,9 +314,8 @@ def test_chief_ps_and_worker_killed_and_restarted(data_dir, tmp_path, mode):
     cluster.wait_for('a checkpoint after the restore',
                      lambda: cluster.newest_step() > checkpoint)
 
-    # The chief's connections to the ps cut, the ps running on, and new
-    # ones let through again: the chief restores its newest checkpoint into
-    # a new session, as after a restart, and both workers train on.
+    # The chief's connections to the running ps cut, then new ones let
+    # through: it restores its newest checkpoint, and both train on.
     before = cluster.newest_step()
     offset = len(cluster.log('w0'))
     cluster.proxy.cut_midway()
@@ -342,12 +330,10 @@ def test_chief_ps_and_worker_killed_and_restarted(data_dir, tmp_path, mode):
                          testutil.step_line(r'Worker \d').search(
                              cluster.log('w1', offset))))
 
-    # Worker 1 away: the chief trains on without it, says so once, and says
-    # when it is back; started again, worker 1 trains. Paused first
-    # (SIGSTOP), a synchronous worker 1 keeps any token it took, so the kill
-    # lands while it holds one whenever it can (the chief then waits, printing
-    # nothing; without, it takes the spare token). Worker 1 restarts with the
-    # short wait it waits the chief out with below.
+    # Worker 1 away: the chief trains on without it, says so once, and when
+    # it is back; restarted (with the short wait for the chief's end below),
+    # it trains. Paused first (SIGSTOP), a synchronous worker 1 keeps any
+    # token it took, so the kill lands while it holds one if it can.
     cluster.processes['w1'].send_signal(signal.SIGSTOP)
     cluster.wait_for('the chief to wait, or train alone',
                      _waits_or_trains(cluster, 'w0'))
@@ -382,16 +368,14 @@ def test_chief_ps_and_worker_killed_and_restarted(data_dir, tmp_path, mode):
     # The chief, for good: worker 1 stops with one line naming it, after
     # its wait, and every checkpoint is kept.
     cluster.kill('w0')
-    saved = _index_files(cluster.train_dir)
+    saved = cluster.saved()
     assert cluster.finish(['w1']) == {'w1': 1}, cluster.tails()
   finally:
     cluster.stop()
   _check_stopped_naming(cluster, 'w1',
                         'the chief (worker 0 at %s)' % cluster.addresses['w0'],
                         _CHIEF_GONE_WAITS[mode])
-  cluster.check_console()
-  assert saved <= _index_files(cluster.train_dir)
-  testutil.check_checkpoints_restore(cluster.train_dir)
+  cluster.check_end(saved)
 
 
 # (The chief lost for good: the end of
@@ -399,17 +383,16 @@ def test_chief_ps_and_worker_killed_and_restarted(data_dir, tmp_path, mode):
 # not come back, which stops nothing.)
 @pytest.mark.parametrize('mode', ['async', 'sync'], ids=['async-ps', 'sync-ps'])
 def test_a_task_that_does_not_come_back_is_named(data_dir, tmp_path, mode):
-  """A ps task lost for good: both workers stop, each with one line naming
-  it, after their --startup_wait_secs; the chief first, cut from the ps
-  while the ps runs, then worker 1, as the ps is killed."""
+  """A ps task lost for good: each worker stops with one line naming it
+  after --startup_wait_secs; the chief cut from the running ps first, then
+  worker 1 as the ps is killed."""
   cluster = _Cluster(tmp_path, data_dir,
                      ['--sync_replicas'] if mode == 'sync' else [],
                      waits={'w0': _PS_GONE_WAITS, 'w1': _PS_GONE_WAITS})
-  # A task with a short --startup_wait_secs starts once what it waits for is
-  # there: the ps listening; for worker 1, the variables the chief
-  # initialises. The chief is paused (SIGSTOP) until worker 1 listens, not to
-  # train alone on the cores worker 1 starts on. The fault comes once worker
-  # 1 trains and a checkpoint of training is saved.
+  # Short waits: each starts once what it waits for is there (the ps; for
+  # worker 1, the chief's variables). The chief is paused until worker 1
+  # listens (not to train alone on the cores worker 1 starts on); the fault
+  # comes once worker 1 trains and a checkpoint of training is saved.
   initialised = ('the chief to initialise the variables',
                  lambda: cluster.newest_step() >= 0)
   training = ('worker 1 to train and a checkpoint at step %d' % SAVE_STEPS,
@@ -422,7 +405,7 @@ def test_a_task_that_does_not_come_back_is_named(data_dir, tmp_path, mode):
     # Paused while the chief goes, worker 1 does not stop naming the chief.
     cluster.processes['w1'].send_signal(signal.SIGSTOP)
     cluster.proxy.cut()
-    saved = _index_files(cluster.train_dir)
+    saved = cluster.saved()
     assert cluster.finish(['w0']) == {'w0': 1}, cluster.tails()
     cluster.kill('ps')
     cluster.processes['w1'].send_signal(signal.SIGCONT)
@@ -432,7 +415,4 @@ def test_a_task_that_does_not_come_back_is_named(data_dir, tmp_path, mode):
   for task in ('w0', 'w1'):
     _check_stopped_naming(cluster, task, 'ps task 0 at %s' % cluster.addresses[
         'proxy' if task == 'w0' else 'ps'], _PS_GONE_WAITS)
-  cluster.check_console()
-  # Nothing was deleted, and everything there restores.
-  assert saved <= _index_files(cluster.train_dir)
-  testutil.check_checkpoints_restore(cluster.train_dir)
+  cluster.check_end(saved)

@@ -21,19 +21,18 @@ import synthetic
 import testutil
 from testutil import LEARNED_TRAIN_STEPS as TRAIN_STEPS
 from testutil import LEARNING_RATE
+from testutil import resolve
 
 EVALUATOR_LINE = re.compile(
     r'^Done: (\S+) \(global step (\d+), --until_step=(\d+)\): '
     r'precision @ 1 = (\d\.\d{3})\.$')
-PRECISION_LINE = testutil.PRECISION_LINE
 
 
 class _ManagedCluster(testutil.Tasks):
-  """One process per task, each with the same command, `flags`, and its
-  TF_CONFIG: `jobs`, {job: its number of tasks}, the cluster (an
-  'evaluator' job where the platform lists it); evaluator, an evaluator
-  task outside it too; extra, the keys TF_CONFIG carries beside cluster and
-  task ('environment', ...); task_extra, beside type and index."""
+  """A process per task, each the same command (`flags`), its TF_CONFIG of
+  `jobs`, {job: tasks} (the cluster); evaluator: an evaluator outside it
+  too; extra: TF_CONFIG's keys beside cluster and task; task_extra: the
+  task's beside type and index."""
 
   def __init__(self, tmp_path, jobs, flags, evaluator=False, extra=None,
                task_extra=None):
@@ -46,8 +45,7 @@ class _ManagedCluster(testutil.Tasks):
     self.afresh()
 
   def afresh(self):
-    """Every task's address picked anew; nothing left of an attempt on the
-    old ones."""
+    """New addresses; nothing left of an attempt on the old ones."""
     ports = iter(testutil.free_ports(sum(self.jobs.values())))
     self.cluster = {job: ['127.0.0.1:%d' % next(ports) for _ in range(n)]
                     for job, n in self.jobs.items()}
@@ -88,22 +86,17 @@ def _tfjob_items():
 
 
 def _tfjob_jobs():
-  """The shipped TFJob's cluster as the Training Operator (v1.x) lists it
-  in every replica's TF_CONFIG (genClusterSpec): each replica type,
-  lower-cased, the evaluator included, one address per replica."""
+  """The shipped TFJob's jobs as the Training Operator (v1.x) lists them in
+  every replica's TF_CONFIG (genClusterSpec): each type lower-cased."""
   replicas = _tfjob_items()['TFJob']['spec']['tfReplicaSpecs']
   return {kind.lower(): spec['replicas'] for kind, spec in replicas.items()}
 
 
-# Each platform's cluster, as _ManagedCluster's arguments: the operator's
-# "environment": "cloud"; Vertex AI's job and trial keys and its evaluator
-# (worker pool 3) outside the cluster.
+# Each platform's cluster, as _ManagedCluster's arguments (the keys each
+# platform's TF_CONFIG carries beside cluster and task).
 PLATFORMS = {
     'kubeflow': lambda: dict(jobs=_tfjob_jobs(),
                              extra={'environment': 'cloud'}),
-    'kubeflow_without_evaluator': lambda: dict(
-        jobs={'chief': 1, 'ps': 1, 'worker': 2},
-        extra={'environment': 'cloud'}),
     'vertex_ai': lambda: dict(
         jobs={'chief': 1, 'worker': 1, 'ps': 1}, evaluator=True,
         extra={'environment': 'cloud', 'job': {'worker_pool_specs': []}},
@@ -127,8 +120,8 @@ def _platform_cluster(platform, data_dir, tmp_path, max_steps, *extra):
 
 
 def _run(cluster, order, meanwhile=lambda: None):
-  """Starts the tasks in `order` (again on new ports if one found its port
-  taken), calls meanwhile(), waits for all but the ps; their logs."""
+  """Starts the tasks in `order`, calls meanwhile(), waits for all but the
+  ps; their logs."""
   try:
     cluster.start_all(order)
     meanwhile()
@@ -161,32 +154,18 @@ def _check_trained(outputs, train_dir, chief, max_steps):
   return done[chief]
 
 
-@pytest.fixture
-def finished_run(learned_train_dir):
-  """A finished run at TRAIN_STEPS (conftest's learned_train_dir)."""
-  return learned_train_dir
+# --- TF_CONFIG of each platform, read ----------------------------------------
 
 
-# --- TF_CONFIG of each platform, read -----------------------------------------
-
-
-def resolve(tf_config):
-  """The clusters.Task that TF_CONFIG (a dict, or its text) gives with no
-  cluster flag."""
-  with pytest.MonkeyPatch.context() as patch:
-    patch.setenv('TF_CONFIG', tf_config if isinstance(tf_config, str) else
-                 json.dumps(tf_config))
-    return clusters.resolve(None, 0, '', '', startup_wait_secs=300,
-                            operation_timeout_secs=300)
+_CHIEF_CLUSTER = {'chief': ['c:1'], 'ps': ['p:1'], 'worker': ['w:1', 'w:2']}
+_CLUSTER = {'ps': ['p:1'], 'worker': ['w:1', 'w:2']}
 
 
 def test_a_chief_job_is_the_chief_and_its_workers_count_apart():
-  tf_config = {'cluster': {'chief': ['c:1'], 'ps': ['p:1'],
-                           'worker': ['w:1', 'w:2']},
-               'task': {'type': 'worker', 'index': 1}, 'environment': 'cloud'}
-  task = resolve(tf_config)
-  cluster = tf_config['cluster']
-  assert task == (cluster, 'worker', 1, 300, 300)
+  cluster = _CHIEF_CLUSTER
+  task = resolve({'cluster': cluster, 'environment': 'cloud',
+                  'task': {'type': 'worker', 'index': 1}})
+  assert task == (cluster, 'worker', 1, 120, 60)
   assert not clusters.Task(cluster, 'worker', 0).is_chief
   assert clusters.Task(cluster, 'chief', 0).is_chief
   assert list(task.training_tasks) == [
@@ -205,35 +184,12 @@ def test_a_chief_job_is_the_chief_and_its_workers_count_apart():
       'the chief (worker 0 at w:1)')
 
 
-def test_an_evaluator_and_a_lone_chief_are_read(monkeypatch):
-  # Vertex AI leaves the evaluator out of the cluster; a chief may be alone.
-  tf_config = {'cluster': {'chief': ['c:1'], 'ps': ['p:1']},
-               'task': {'type': 'evaluator', 'index': 0},
-               'environment': 'cloud'}
-  assert resolve(tf_config)[:3] == (tf_config['cluster'], 'evaluator', 0)
-  # The flag form needs no cluster for an evaluator.
-  monkeypatch.delenv('TF_CONFIG', raising=False)
-  assert clusters.resolve('evaluator', 0, '', '', 300, 300)[:3] == (
-      None, 'evaluator', 0)
-
-
-@pytest.mark.parametrize('task', ['chief', 'ps', 'worker', 'evaluator'])
-def test_kubeflows_evaluator_in_the_cluster_is_not_a_training_task(task):
-  # The operator lists the evaluator among the jobs of every replica's
-  # TF_CONFIG; no task's server may wait for it, so none is told of it.
-  tf_config = {'cluster': {'chief': ['c:1'], 'evaluator': ['e:1'],
-                           'ps': ['p:1'], 'worker': ['w:1', 'w:2']},
-               'task': {'type': task, 'index': 0}, 'environment': 'cloud'}
-  assert resolve(tf_config)[:3] == (
-      {'chief': ['c:1'], 'ps': ['p:1'], 'worker': ['w:1', 'w:2']}, task, 0)
-
-
 @pytest.mark.parametrize('platform', sorted(PLATFORMS))
 def test_every_platforms_tf_config_is_read_as_the_platform_wrote_it(
     platform, tmp_path):
-  # The oracle is the TF_CONFIG each platform sets, as written: every
-  # task's jobs and addresses (the evaluator's job aside, which joins no
-  # cluster), its type and its index.
+  # The oracle: each platform's TF_CONFIG, as written. Kubeflow lists the
+  # evaluator among every replica's jobs, but no server may wait for it, so
+  # none is told of it; Vertex AI leaves it out; a chief may be alone.
   setup = PLATFORMS[platform]()
   cluster = _ManagedCluster(tmp_path, flags=[], **setup)
   for task in cluster.tasks:
@@ -250,15 +206,14 @@ def test_tf_config_is_read_as_tensorflow_reads_it():
   # As TensorFlow's TFConfigClusterResolver reads them: the cluster, the
   # task type and its index (an int, or a string of one); "environment",
   # "rpc_layer" (the tasks speak gRPC) and any other key change nothing.
-  cluster = {'ps': ['p:1'], 'worker': ['w:1', 'w:2']}
-  assert resolve({'cluster': cluster, 'rpc_layer': 'grpc',
+  assert resolve({'cluster': _CLUSTER, 'rpc_layer': 'grpc',
                   'environment': 'google', 'task': {'type': 'worker',
                                                     'index': '1'}})[:3] == (
-                                                        cluster, 'worker', 1)
+                                                        _CLUSTER, 'worker', 1)
   # A map of every task's index is the same cluster as its list.
   assert resolve({'cluster': {'ps': {'0': 'p:1'}, 'worker': {
       '1': 'w:2', '0': 'w:1'}}, 'task': {'type': 'ps'}})[:3] == (
-          cluster, 'ps', 0)
+          _CLUSTER, 'ps', 0)
 
 
 # Bad TF_CONFIGs and the one line each ends a task with, whole.
@@ -279,8 +234,6 @@ BAD_TF_CONFIG_LINES = [
 
 
 @pytest.mark.parametrize('tf_config,message', [
-    ({'cluster': {'chief': ['c:1'], 'master': ['m:1'], 'ps': ['p:1']},
-      'task': {'type': 'chief', 'index': 0}}, r'both a "chief" and a "master"'),
     ({'cluster': {'chief': ['c:1', 'c:2'], 'ps': ['p:1']},
       'task': {'type': 'chief', 'index': 0}},
      r'cluster "chief" lists 2 tasks; a cluster has one chief'),
@@ -327,18 +280,10 @@ BAD_TF_CONFIG_LINES = [
      '"task": {"type": "ps", "index": "first"}}',
      r"TensorFlow can read \(invalid literal for int\(\) with base 10: "
      r"'first'\)"),
-    ('{"cluster": {"ps": ["h0:1"], "worker": ["h1:1"], "boss": ["h2:1"]}, '
-     '"task": {"type": "boss", "index": 0}}', r'job\(s\) boss'),
     ('{"cluster": {"worker": ["h1:1"]}, "task": {"type": "worker"}}',
      r'needs a "ps" list'),
     ('{"cluster": {"ps": ["h0"], "worker": ["h1:1"]}, "task": {"type": "ps"}}',
      r'TF_CONFIG cluster "ps" entry \'h0\' is not host:port'),
-    ('{"cluster": {"ps": ["h0:1"], "worker": ["h1:1"]}, '
-     '"task": {"type": "chief", "index": 0}}',
-     r'task \{"type": "chief", "index": 0\} is not a task of the cluster'),
-    ('{"cluster": {"ps": ["h0:1"], "worker": ["h1:1"]}, '
-     '"task": {"type": "worker", "index": 1}}',
-     r'TF_CONFIG task index=1 is out of range for job "worker"'),
 ])
 def test_bad_tf_config_is_named(tf_config, message):
   with pytest.raises(ValueError, match=message):
@@ -356,32 +301,29 @@ def test_a_task_given_bad_tf_config_prints_one_line_and_exits_1():
                                                                line + '\n')
 
 
-# --- Each platform's cluster, for real ------------------------------------------
+# --- Each platform's cluster, for real ----------------------------------------
 
 
 def _check_evaluated(outputs, train_dir, tmp_path, max_steps):
-  """The evaluator joined no cluster; it evaluated the chief's checkpoints
-  as cifar10_eval.py does and ended with the first one at or past
-  --max_steps it saw (the chief's last, or a periodic one that got there
-  first): that one's precision."""
+  """The evaluator joined no cluster, evaluated the chief's checkpoints as
+  cifar10_eval.py does and ended with the first it saw at or past
+  --max_steps: that one's precision."""
   evaluated = outputs['evaluator0']
   assert 'This task' not in evaluated
   last = EVALUATOR_LINE.fullmatch(evaluated.strip().splitlines()[-1])
   assert last, evaluated[-2000:]
   assert int(last.group(2)) >= max_steps
   assert last.group(1) in checkpoints.listed(train_dir)
-  assert last.group(4) == PRECISION_LINE.findall(evaluated)[-1]
+  assert last.group(4) == testutil.PRECISION_LINE.findall(evaluated)[-1]
   assert glob.glob(str(tmp_path / 'eval' / 'events.out.tfevents.*'))
 
 
 @pytest.mark.slow  # Clusters of processes.
 def test_kubeflow_tfjob_trains_its_restarted_chief_resumes_its_evaluator_follows(
     data_dir, tmp_path):
-  # The shipped TFJob (Chief 1, PS 1, Worker 2, Evaluator 1), asynchronous,
-  # with TF_CONFIG as the Training Operator sets it: every replica type in
-  # the cluster, the evaluator included. Its chief, the chief job's, is
-  # killed (SIGKILL) and started again with the same command, as the
-  # operator restarts a pod: it resumes from its newest checkpoint.
+  # The shipped TFJob, asynchronous, TF_CONFIG as the operator sets it (the
+  # evaluator in the cluster). The chief, killed and started again with the
+  # same command as a restarted pod, resumes from its newest checkpoint.
   max_steps = 200
   cluster, train_dir = _platform_cluster('kubeflow', data_dir, tmp_path,
                                          max_steps)
@@ -410,11 +352,9 @@ def test_kubeflow_tfjob_trains_its_restarted_chief_resumes_its_evaluator_follows
 
 @pytest.mark.slow  # Clusters of processes.
 def test_vertex_ai_chief_ps_workers_train_synchronously(data_dir, tmp_path):
-  # Vertex AI custom training: worker pool 0 is the chief, pool 1 the
-  # workers, pool 2 the ps, pool 3 an evaluator left out of the cluster;
-  # TF_CONFIG also carries the job and a trial. (That synchronous training
-  # learns is test_distributed_train.py's
-  # test_sync_cluster_trains_to_the_global_step_and_learns.)
+  # Worker pools 0 to 3: the chief, the workers, the ps, an evaluator out
+  # of the cluster. (That synchronous training learns: test_distributed_
+  # train.py's test_sync_cluster_trains_to_the_global_step_and_learns.)
   max_steps = 24
   cluster, train_dir = _platform_cluster('vertex_ai', data_dir, tmp_path,
                                          max_steps, '--sync_replicas')
@@ -451,35 +391,38 @@ def test_a_master_cluster_trains_and_every_task_reads_the_data_set_flag(
       100, tuple('fine_%d' % i for i in range(100)))
 
 
+@pytest.fixture
+def evaluator_flags(data_dir, learned_train_dir, tmp_path):
+  """An evaluator's flags, but --max_steps, on the shared finished run."""
+  return ['--data_dir=%s' % data_dir, '--train_dir=%s' % learned_train_dir,
+          '--eval_dir=%s' % (tmp_path / 'eval'), '--num_examples=20',
+          '--batch_size=8']
+
+
 @pytest.mark.slow  # A process.
 def test_an_evaluator_from_the_flags_evaluates_up_to_max_steps(
-    data_dir, tmp_path, finished_run):
-  # --job_name=evaluator, the flag form: no cluster, only --train_dir, here
-  # a finished run.
+    evaluator_flags, learned_train_dir):
+  # --job_name=evaluator: no cluster, only a --train_dir (a finished run).
   result = testutil.run_script('cifar10_distributed_train.py', [
-      '--job_name=evaluator', '--data_dir=%s' % data_dir,
-      '--train_dir=%s' % finished_run, '--max_steps=%d' % TRAIN_STEPS,
-      '--eval_dir=%s' % (tmp_path / 'eval'), '--num_examples=20',
-      '--batch_size=8'])
+      '--job_name=evaluator', '--max_steps=%d' % TRAIN_STEPS] +
+                               evaluator_flags)
   assert result.returncode == 0, result.stderr[-3000:]
   assert result.stderr == ''
   last = EVALUATOR_LINE.fullmatch(result.stdout.strip().splitlines()[-1])
   assert last, result.stdout[-2000:]
-  assert last.group(1) == checkpoints.newest(finished_run)
+  assert last.group(1) == checkpoints.newest(learned_train_dir)
   assert int(last.group(2)) == TRAIN_STEPS
 
 
 @pytest.mark.slow  # Processes and a signal.
 def test_an_evaluator_stopped_by_sigterm_stops_its_cifar10_eval(
-    data_dir, tmp_path, finished_run):
+    evaluator_flags, tmp_path):
   # The task runs cifar10_eval.py as a child: SIGTERM to the task (a pod
   # stopped) reaches it, and the task ends with its status, leaving none.
   log = str(tmp_path / 'evaluator.log')
   task = testutil.start_script('cifar10_distributed_train.py', [
-      '--job_name=evaluator', '--data_dir=%s' % data_dir,
-      '--train_dir=%s' % finished_run, '--max_steps=%d' % (TRAIN_STEPS + 100),
-      '--eval_dir=%s' % (tmp_path / 'eval'), '--num_examples=20',
-      '--batch_size=8'], log)
+      '--job_name=evaluator', '--max_steps=%d' % (TRAIN_STEPS + 100)] +
+                               evaluator_flags, log)
   try:
     testutil.wait_for('the evaluator to wait', lambda: 'Waiting for a new '
                       'checkpoint' in (tmp_path / 'evaluator.log').read_text(),
@@ -494,8 +437,7 @@ def test_an_evaluator_stopped_by_sigterm_stops_its_cifar10_eval(
 
 
 @pytest.mark.slow  # A process.
-def test_an_evaluator_stops_when_the_chief_stays_away(data_dir, tmp_path,
-                                                      finished_run):
+def test_an_evaluator_stops_when_the_chief_stays_away(evaluator_flags):
   # The chief stopped before --max_steps (nobody listens at its address):
   # the evaluator evaluates what there is, then stops with one line.
   with testutil.refused_ports(2) as ports:
@@ -503,20 +445,19 @@ def test_an_evaluator_stops_when_the_chief_stays_away(data_dir, tmp_path,
     tf_config = json.dumps({'cluster': {'chief': [chief], 'ps': [ps]},
                             'task': {'type': 'evaluator', 'index': 0}})
     result = testutil.run_script('cifar10_distributed_train.py', [
-        '--data_dir=%s' % data_dir, '--train_dir=%s' % finished_run,
         '--max_steps=%d' % (TRAIN_STEPS + 100), '--startup_wait_secs=2',
-        '--eval_interval_secs=1', '--eval_dir=%s' % (tmp_path / 'eval'),
-        '--num_examples=20', '--batch_size=8'], TF_CONFIG=tf_config)
+        '--eval_interval_secs=1'] + evaluator_flags, TF_CONFIG=tf_config)
   assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
   assert 'Traceback' not in result.stderr
-  assert PRECISION_LINE.search(result.stdout)  # It evaluated what there was.
+  # It evaluated what there was.
+  assert testutil.PRECISION_LINE.search(result.stdout)
   assert result.stderr.strip().splitlines()[-1] == (
       'Evaluator: the chief (chief at %s) has not answered for 2 s '
       '(--startup_wait_secs) and no checkpoint at --max_steps has come: '
       'stopping. Start the chief again, then this evaluator.' % chief)
 
 
-# --- The documented manifests --------------------------------------------------
+# --- The documented manifests -------------------------------------------------
 
 
 IMAGE = 'YOUR_REGISTRY/cifar10-tutorial:tf2.21'

@@ -1,9 +1,10 @@
-"""Helpers the tests share: bounded sessions, script runs, fixtures built once."""
+"""Helpers the tests share: bounded sessions, script runs, shared fixtures."""
 
 import contextlib
 import fcntl
 import glob
 import io
+import json
 import logging
 import os
 import random
@@ -30,27 +31,49 @@ def session_config(num_cpus=1):
 
 
 def config_threads(config):
-  """(intra, inter) of a tf.ConfigProto, as sessions.thread_settings gives
-  them."""
+  """(intra, inter) of a tf.ConfigProto, as sessions.thread_settings."""
   pools = config.session_inter_op_thread_pool
   inter = pools[0].num_threads if pools else config.inter_op_parallelism_threads
   return config.intra_op_parallelism_threads, inter
 
 
+def _save(path, step, assigns=(), **saver):
+  """Saves the default graph's variables, initialised and `assigns` run, at
+  global step `step` (a tuple: at each) to path-step; the last one's path."""
+  value = tf.placeholder(tf.int64, [])
+  assign = tf.train.get_or_create_global_step().assign(value)
+  saver = tf.train.Saver(**saver)
+  with tf.Session(config=session_config()) as sess:
+    sess.run(tf.global_variables_initializer())
+    sess.run(list(assigns))
+    for each in step if isinstance(step, tuple) else (step,):
+      sess.run(assign, {value: each})
+      saved = saver.save(sess, path, global_step=each)
+  return saved
+
+
 def another_models_checkpoint(directory, step=5):
-  """The path of a checkpoint at `step` in directory that another model
-  wrote: a conv1/weights of another shape, its moving average and the
-  global step; no softmax_linear/biases (this model's last layer)."""
+  """The path of a checkpoint at `step` of another model: conv1/weights of
+  another shape, its average, the global step; no softmax_linear/biases."""
   with tf.Graph().as_default():
     weights = tf.get_variable('conv1/weights', [3, 3, 3, 8],
                               initializer=tf.zeros_initializer())
     tf.train.ExponentialMovingAverage(0.9).apply([weights])
-    global_step = tf.train.get_or_create_global_step()
-    with tf.Session(config=session_config()) as sess:
-      sess.run(tf.global_variables_initializer())
-      sess.run(global_step.assign(step))
-      return tf.train.Saver().save(
-          sess, os.path.join(directory, 'model.ckpt'), global_step=step)
+    return _save(os.path.join(directory, 'model.ckpt'), step)
+
+
+def resolve(tf_config=None, *flags):
+  """clusters.resolve of the cluster flags (job_name, task_index, ps_hosts,
+  worker_hosts; default none) and TF_CONFIG (a dict, its text; None unset),
+  waits of 120 and 60 s."""
+  from cifar10_support import clusters  # pylint: disable=g-import-not-at-top
+  with pytest.MonkeyPatch.context() as patch:
+    patch.delenv('TF_CONFIG', raising=False)
+    if tf_config is not None:
+      patch.setenv('TF_CONFIG', tf_config if isinstance(tf_config, str) else
+                   json.dumps(tf_config))
+    return clusters.resolve(*(flags or (None, 0, '', '')),
+                            startup_wait_secs=120, operation_timeout_secs=60)
 
 
 def script_env(**overrides):
@@ -64,12 +87,10 @@ def script_env(**overrides):
 
 def start_script(script, args=(), output=None, wrapper=(), env=None,
                  **popen):
-  """Starts a repository script (its file name) as a user would: the one
-  way the tests start one; the subprocess.Popen. Its output (stderr too) is
-  appended to the path `output`, or else in the text pipe proc.stdout.
-  wrapper: a Python program (and its arguments) given the script's path and
-  args, e.g. with_learning_rate's; env: over script_env's; popen: over
-  these Popen arguments."""
+  """The Popen of a repository script started as a user would (the tests'
+  one way): output, stderr too, appended to path `output`, else text in
+  proc.stdout; wrapper: a program (and args) run on the script's path and
+  args (with_learning_rate); env: over script_env; popen: over Popen's."""
   command = ([sys.executable] + list(wrapper) +
              [os.path.join(ROOT, script)] + list(args))
   popen = dict(dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -97,8 +118,8 @@ def run_script(script, args, timeout=240, wrapper=(), **env):
 
 
 def with_learning_rate(learning_rate):
-  """start_script's wrapper that runs a trainer with another initial
-  learning rate (tests/with_learning_rate.py); None: the script's own."""
+  """start_script's wrapper of a trainer at another initial learning rate;
+  None: the script's own."""
   if learning_rate is None:
     return []
   return [os.path.join(ROOT, 'tests', 'with_learning_rate.py'),
@@ -146,8 +167,8 @@ def match_lines(text, patterns):
 
 
 def train_console(batches, train_dir):
-  """The whole console of a healthy run of train_args, line by line: each
-  line once (neither TF's nor absl's handler doubles one)."""
+  """The console of a healthy run of train_args, a pattern a line: each
+  once (neither TF's nor absl's handler doubles one)."""
   train_dir = re.escape(train_dir)
   return [
       r'Data: %s, 5 files, 100 records \(checked\)\.' % re.escape(batches),
@@ -185,8 +206,8 @@ def trainer_process(data_dir, train_dir, *flags):
 
 
 def start_trainer(data_dir, train_dir, *flags):
-  """trainer_process; the process, its output lines and the thread that
-  reads them (it ends at the end of the output: join it)."""
+  """trainer_process, its output lines and their reader thread (join it:
+  it ends with the output)."""
   proc = trainer_process(data_dir, train_dir, *flags)
   lines = []
   reader = threading.Thread(target=lambda: lines.extend(proc.stdout),
@@ -196,8 +217,8 @@ def start_trainer(data_dir, train_dir, *flags):
 
 
 def wait_for_trainer(proc, lines, condition, timeout=180):
-  """Polls condition() until it is true; kills proc and fails the test,
-  showing the last of its `lines`, once proc has ended or after timeout."""
+  """Polls condition() until true; once proc ended or after timeout, kills
+  it and fails the test, showing the last of its `lines`."""
   deadline = time.time() + timeout
   while not condition():
     if proc.poll() is not None or time.time() > deadline:
@@ -221,8 +242,8 @@ def assert_resumed(lines, train_dir, step):
 
 def eval_precision(data_dir, train_dir, eval_dir):
   """The precision @ 1 (3 decimals) `cifar10_eval.py --run_once` prints for
-  train_dir's newest checkpoint on learnable_data_dir's 512 test records, by
-  a call of its evaluate in a bounded session; its summaries in eval_dir."""
+  train_dir's newest checkpoint on learnable_data_dir's 512 test records
+  (evaluate, bounded session; summaries in eval_dir)."""
   from cifar10_support import evaluation  # pylint: disable=g-import-not-at-top
   results = evaluate(train_dir, eval_dir, evaluation.EvalSettings(
       data_dir, num_examples=512, run_once=True,
@@ -233,10 +254,9 @@ def eval_precision(data_dir, train_dir, eval_dir):
 
 @contextlib.contextmanager
 def as_script(script, args=(), flag_values=None):
-  """Within the block, sys.argv is [script] + args, as the script's main
-  sees it (its one-line errors begin with its name), and flag_values (absl
-  FLAGS) are parsed from that command line; both restored after, and the
-  'tensorflow' logger, which a main quiets (console.quiet_python_logs)."""
+  """Within the block sys.argv is [script] + args (a main's errors begin
+  with its name), parsed into flag_values (absl FLAGS); both restored after,
+  and the 'tensorflow' logger a main quiets."""
   from absl.testing import flagsaver  # pylint: disable=g-import-not-at-top
   argv = [script] + list(args)
   saved_argv = sys.argv
@@ -271,14 +291,13 @@ def exit_line(function, script, args=(), flag_values=None):
 
 
 def train(train_function, settings, **kwargs):
-  """A trainer's train function of `settings`, handed the data set its main
-  hands it (download.prepare's: data_files.describe's)."""
+  """train_function(settings, the data set its main hands it)."""
   return train_function(settings, described(settings), **kwargs)
 
 
 def described(settings):
   """The data_files.DataSet of a TrainSettings' or EvalSettings' data, as
-  the scripts' mains hand it down."""
+  the mains hand it down."""
   from cifar10_support import data_files  # pylint: disable=g-import-not-at-top
   return data_files.describe(settings.data_dir, settings.dataset)
 
@@ -298,9 +317,8 @@ def evaluate(checkpoint_dir, eval_dir, settings, **kwargs):
 
 
 def trainer_line(script, train_function, settings, **kwargs):
-  """The line trainer `script` ends with (exit status 1) where its main's
-  train raises one of train_dirs.RUN_ERRORS, by a call (exit_line) through
-  its main's decorator."""
+  """exit_line of `script`'s main decorator around a train that raises one
+  of train_dirs.RUN_ERRORS."""
   # pylint: disable=g-import-not-at-top
   from cifar10_support import signals
   from cifar10_support import train_dirs
@@ -314,17 +332,15 @@ def trainer_line(script, train_function, settings, **kwargs):
 def model_checkpoint(directory, step=1, num_classes=10, dtype=tf.float32,
                      seed=None, trainer_state=False):
   """The path of a checkpoint in directory of an untrained model of
-  num_classes classes (initial values, as a trainer's first checkpoint),
-  its moving averages and global step, indexed relative to directory as the
-  trainers' are. step: a tuple writes one checkpoint at each, the last's
-  path returned; seed: the graph's; trainer_state: with the loss averages
-  one device's trainer keeps too."""
+  num_classes (as a trainer's first: averages, global step, relative
+  paths). step: a tuple writes one at each, returns the last; seed: the
+  graph's; trainer_state: with one device's trainer's loss averages too."""
   import cifar10  # pylint: disable=g-import-not-at-top
   os.makedirs(directory, exist_ok=True)
   with tf.Graph().as_default():
     if seed is not None:
       tf.set_random_seed(seed)
-    global_step = tf.train.get_or_create_global_step()
+    tf.train.get_or_create_global_step()  # First, as a trainer's.
     cifar10.inference(tf.zeros([1, 24, 24, 3], dtype),
                       num_classes=num_classes)
     tf.train.ExponentialMovingAverage(cifar10.MOVING_AVERAGE_DECAY).apply(
@@ -334,25 +350,16 @@ def model_checkpoint(directory, step=1, num_classes=10, dtype=tf.float32,
                    'total_loss'):
         tf.get_variable(name + '/avg', [], dtype, tf.zeros_initializer(),
                         trainable=False)
-    value = tf.placeholder(tf.int64, [])
-    assign = global_step.assign(value)
-    saver = tf.train.Saver(save_relative_paths=True)
-    with tf.Session(config=session_config()) as sess:
-      sess.run(tf.global_variables_initializer())
-      for each in (step if isinstance(step, tuple) else (step,)):
-        sess.run(assign, {value: each})
-        path = saver.save(sess, os.path.join(directory, 'model.ckpt'),
-                          global_step=each)
-      return path
+    return _save(os.path.join(directory, 'model.ckpt'), step,
+                 save_relative_paths=True)
 
 
 def colour_checkpoint(directory, step=1):
-  """The path of a checkpoint at `step` in directory of a model that tells
-  synthetic.py's ten colours apart untrained: its moving averages (what eval
-  and classify restore) make logit c sum how close each pixel is to colour
-  c (precision 1.000 measured on data_dir's and learnable_data_dir's
-  records); its raw weights, which nothing that uses the averages may read,
-  call colour c class c + 1 (precision 0.000)."""
+  """The path of a checkpoint at `step` of an untrained model that tells
+  synthetic.py's colours apart: its moving averages (what eval and classify
+  restore) make logit c how close each pixel is to colour c (precision
+  1.000 on data_dir and learnable_data_dir); its raw weights, which nothing
+  that uses the averages may read, say class c + 1 (precision 0.000)."""
   import cifar10  # pylint: disable=g-import-not-at-top
   import synthetic  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -362,9 +369,8 @@ def colour_checkpoint(directory, step=1):
   directions /= np.linalg.norm(directions, axis=1, keepdims=True)
 
   def weights(shapes, order):
-    """conv1's filter c is colour order[c]'s direction over its 5x5 window;
-    channel c carried through conv2's centre tap, averaged over local3's 6x6
-    positions, through local4, is logit c (times 10). Biases 0."""
+    """conv1's filter c is colour order[c]'s direction; channel c carried
+    through conv2's centre tap, local3's 6x6 mean and local4: 10 x logit c."""
     values = {name: np.zeros(shape, np.float32)
               for name, shape in shapes.items()}
     c = np.arange(classes)
@@ -376,7 +382,6 @@ def colour_checkpoint(directory, step=1):
     return values
 
   with tf.Graph().as_default():
-    global_step = tf.train.get_or_create_global_step()
     cifar10.inference(tf.zeros([1, 24, 24, 3]))
     variables = {v.op.name: v for v in tf.trainable_variables()}
     averages = tf.train.ExponentialMovingAverage(cifar10.MOVING_AVERAGE_DECAY)
@@ -384,29 +389,20 @@ def colour_checkpoint(directory, step=1):
     shapes = {name: v.shape.as_list() for name, v in variables.items()}
     averaged = weights(shapes, np.arange(classes))
     raw = weights(shapes, (np.arange(classes) - 1) % classes)
-    assigns = [global_step.assign(step)]
-    for name, variable in variables.items():
-      assigns += [variable.assign(raw[name]),
-                  averages.average(variable).assign(averaged[name])]
-    with tf.Session(config=session_config()) as sess:
-      sess.run(tf.global_variables_initializer())
-      sess.run(assigns)
-      return tf.train.Saver().save(
-          sess, os.path.join(directory, 'model.ckpt'), global_step=step)
+    return _save(os.path.join(directory, 'model.ckpt'), step, sum((
+        [v.assign(raw[name]), averages.average(v).assign(averaged[name])]
+        for name, v in variables.items()), []))
 
 
 def save_checkpoint(path, step, raw_class, shadow_class, dtype=tf.float32,
                     with_averages=True, shadow_logits=None):
-  """Saves a model whose raw weights predict raw_class for every image and
-  whose moving averages predict shadow_class (or, given shadow_logits, 10
-  numbers, give every image these logits)."""
+  """Saves a model whose raw weights say raw_class for every image and whose
+  averages shadow_class (or give every image the 10 shadow_logits)."""
   import cifar10  # pylint: disable=g-import-not-at-top
   with tf.Graph().as_default():
-    global_step = tf.train.get_or_create_global_step()
     cifar10.inference(tf.zeros([1, 24, 24, 3], dtype))
     variables = {v.op.name: v for v in tf.trainable_variables()}
-    assigns = [global_step.assign(step),
-               variables['softmax_linear/weights'].assign(
+    assigns = [variables['softmax_linear/weights'].assign(
                    tf.zeros([192, 10], dtype)),
                variables['softmax_linear/biases'].assign(
                    tf.one_hot(raw_class, 10, 10.0, dtype=dtype))]
@@ -420,10 +416,7 @@ def save_checkpoint(path, step, raw_class, shadow_class, dtype=tf.float32,
                       tf.one_hot(shadow_class, 10, 10.0, dtype=dtype)
                       if shadow_logits is None else
                       tf.constant(shadow_logits, dtype))]
-    with tf.Session(config=session_config()) as sess:
-      sess.run(tf.global_variables_initializer())
-      sess.run(assigns)
-      tf.train.Saver().save(sess, path, global_step=step)
+    _save(path, step, assigns)
 
 
 def checkpoint_values(checkpoint):
@@ -434,7 +427,7 @@ def checkpoint_values(checkpoint):
 
 
 def check_checkpoints_restore(train_dir, at_least=1):
-  """Every checkpoint in train_dir, at least `at_least` of them, restores."""
+  """Every checkpoint in train_dir (at least `at_least`) restores."""
   from cifar10_support import checkpoints  # pylint: disable=g-import-not-at-top
   indexes = glob.glob(os.path.join(train_dir, 'model.ckpt-*.index'))
   assert len(indexes) >= at_least, indexes
@@ -493,7 +486,7 @@ def run_trainer(trainer, data_dir, train_dir, max_steps):
 
 
 def run_chief(data_dir, train_dir, max_steps, sync, tmp_path):
-  """Runs a cluster of one ps and one worker (the chief) to max_steps."""
+  """Runs a cluster of one ps and its chief to max_steps."""
   ps_port, worker_port = free_ports(2)
   cluster = ['--ps_hosts=127.0.0.1:%d' % ps_port,
              '--worker_hosts=127.0.0.1:%d' % worker_port]
@@ -520,8 +513,8 @@ FIXTURE_SEED = 1
 
 
 def train_fixture(data_dir, train_dir, max_steps, batch_size, **kwargs):
-  """cifar10_train.train (kwargs: TrainSettings fields), as deterministic as
-  it can be: a graph seed, one input thread, FIXTURE_LEARNING_RATE; for
+  """cifar10_train.train (kwargs: TrainSettings fields) as deterministic as
+  can be (graph seed, one input thread, FIXTURE_LEARNING_RATE): for
   fixtures that need a model that learned, not for tests of training."""
   import cifar10  # pylint: disable=g-import-not-at-top
   import cifar10_train  # pylint: disable=g-import-not-at-top
@@ -547,9 +540,9 @@ def train_fixture(data_dir, train_dir, max_steps, batch_size, **kwargs):
 
 
 def shared_dir(tmp_path_factory, name, build):
-  """The path of directory `name`, filled by build(path) once for the whole
-  run, under a lock, by whichever pytest-xdist worker first asks (a session
-  fixture would be built once per worker); the others wait for it."""
+  """The path of directory `name`, filled by build(path) once a run, under
+  a lock, by the first pytest-xdist worker that asks (a session fixture
+  is built once per worker); the others wait for it."""
   root = tmp_path_factory.getbasetemp()
   if os.environ.get('PYTEST_XDIST_WORKER'):
     root = root.parent  # The run's directory, above every worker's.
@@ -569,9 +562,8 @@ LEARNED_TRAIN_STEPS = 250
 
 
 def learned_train_dir(data_dir, tmp_path_factory):
-  """The one trained run the tests share, built once (shared_dir), only
-  read: checkpoints 0 and LEARNED_TRAIN_STEPS on data_dir, seeded at the
-  fixtures' rate so that it learns every time (1.0 in 6 of 6 runs)."""
+  """The one trained run the tests share (shared_dir), only read: checkpoints
+  0 and LEARNED_TRAIN_STEPS on data_dir; it learns every time (6 of 6)."""
   return shared_dir(
       tmp_path_factory, 'eval_train',
       lambda path: train_fixture(data_dir, path, LEARNED_TRAIN_STEPS,
@@ -594,10 +586,9 @@ LEARNING_RATE = 0.02
 
 
 def own_ports():
-  """This pytest-xdist worker's share of TASK_PORTS: two workers of a run
-  never pick the same port (TensorFlow's servers refuse SO_REUSEPORT, so a
-  picked port cannot be held for them); two runs at once, retry_port_taken
-  covers."""
+  """This pytest-xdist worker's share of TASK_PORTS, none another's (TF's
+  servers refuse SO_REUSEPORT: a picked port cannot be held for them); two
+  runs at once, retry_port_taken covers."""
   worker = os.environ.get('PYTEST_XDIST_WORKER', 'gw0')
   count = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
   return TASK_PORTS[int(worker[len('gw'):])::count]
@@ -605,9 +596,8 @@ def own_ports():
 
 @contextlib.contextmanager
 def refused_ports(count):
-  """`count` different ports of own_ports() on 127.0.0.1, held bound, not
-  listening, while the block runs: a connection to one is refused, and no
-  other process can listen on one meanwhile."""
+  """`count` ports of own_ports() on 127.0.0.1, bound, not listening, in the
+  block: a connection is refused, no other process can listen there."""
   share, sockets = own_ports(), []
   try:
     for port in random.sample(share, min(200, len(share))):
@@ -629,20 +619,17 @@ def refused_ports(count):
 
 
 def free_ports(count):
-  """`count` different ports of own_ports() that nothing listens on now: for
-  the tasks of a test cluster, or a server."""
+  """`count` ports of own_ports() that nothing listens on now."""
   with refused_ports(count) as ports:
     return ports
 
 
 class PortTaken(Exception):
-  """A task found its port taken (by a process outside the tests) between
-  free_ports' pick and its bind."""
+  """Another process took a task's port between free_ports and its bind."""
 
 
 def retry_port_taken(run, attempts=3):
-  """run(), again while it raises PortTaken (on new ports, or on its own
-  once free again); the last attempt's PortTaken fails the test."""
+  """run(), again while it raises PortTaken; the last attempt's fails."""
   for attempt in range(attempts):
     try:
       return run()
@@ -652,9 +639,8 @@ def retry_port_taken(run, attempts=3):
 
 
 def port_bindable(port):
-  """Whether a server could listen on `port` now, bound as TensorFlow's gRPC
-  servers bind it: every interface, SO_REUSEADDR (a killed server's
-  connections in TIME_WAIT do not hold it; a listening process does)."""
+  """Whether a server could listen on `port` now, bound as TF's gRPC servers
+  bind: every interface, SO_REUSEADDR (TIME_WAIT does not hold it)."""
   try:
     s, address = socket.socket(socket.AF_INET6), '::'  # IPv4 too.
   except OSError:  # No IPv6 here.
@@ -669,8 +655,7 @@ def port_bindable(port):
 
 
 def stop(processes):
-  """Terminates (SIGTERM) the processes still running; kills one that has
-  not ended 30 s later."""
+  """SIGTERM to the processes still running; SIGKILL 30 s later."""
   for p in processes:
     if p.poll() is None:
       p.terminate()
@@ -682,11 +667,9 @@ def stop(processes):
       p.wait()
 
 
-# How long a process the tests wait on may print nothing before they call it
-# a hang and fail, showing its output: a healthy task's longest silence is its
-# start, importing TensorFlow (4 to 25 s seen on the shared 2-core machine at
-# loads of 10 to 20), or a wait the test set shorter. Inside pytest's timeout
-# (pytest.ini), so a hang fails with the output.
+# How long a watched process may print nothing before it is a hang that fails
+# with its output (within pytest.ini's timeout): a healthy task's longest
+# silence, importing TensorFlow, took 4 to 25 s at loads of 10 to 20.
 QUIET_SECS = 180
 
 
@@ -694,9 +677,8 @@ def wait_for(what, condition, logs, failed=lambda: None, secs=None,
              quiet_secs=QUIET_SECS, poll_secs=0.2):
   """Polls condition() until it returns something true; returns that. Fails
   the test, showing the end of each of `logs` (paths), once none has grown
-  for quiet_secs, once failed() returns something true (a process that
-  ended with an error, say), or after `secs` if given: no wall-clock
-  budget otherwise, which load could use up."""
+  for quiet_secs, once failed() returns something true, or after `secs` if
+  given (no wall-clock budget otherwise: load could use it up)."""
   def written():
     return sum(os.path.getsize(path) for path in logs if os.path.exists(path))
 
@@ -730,21 +712,19 @@ def _tail(path, chars=2500):
 
 
 class Tasks(object):
-  """The processes of a test cluster on 127.0.0.1, one per task, each
-  task's output appended to its log; tasks whose names begin with 'ps'
-  serve until they are stopped. A subclass gives start(task), which starts
-  the task's process into self.processes, its output to self.logs[task];
-  port(task); and afresh(), which picks every port anew and deletes what
-  the tasks wrote."""
+  """A test cluster's processes on 127.0.0.1, a task's output appended to
+  self.logs[task]; 'ps...' tasks serve until stopped. A subclass gives
+  start(task) (into self.processes), port(task) and afresh() (new ports,
+  what the tasks wrote deleted)."""
 
   def __init__(self, logs):
     self.logs = logs
     self.processes = {}
 
   def start_listening(self, tasks):
-    """Starts `tasks` and waits until every server (not an evaluator's)
-    listens. Where one finds its port taken, stops every task, deletes
-    their logs, calls afresh() and raises PortTaken."""
+    """Starts `tasks`, waits until every server (not an evaluator) listens;
+    where a port was taken, stops all, deletes the logs, afresh(), raises
+    PortTaken."""
     for task in tasks:
       self.start(task)
     servers = [task for task in tasks if not task.startswith('evaluator')]
@@ -789,14 +769,13 @@ class Tasks(object):
                      p.poll() not in (None, 0))
 
   def wait_for(self, what, condition, restarting=None, secs=None):
-    """testutil.wait_for on every task's log, failing as soon as a task
-    but a ps (and `restarting`) has ended with an error."""
+    """wait_for on every log, failing once a task but a ps (or `restarting`)
+    ended with an error."""
     return wait_for(what, condition, list(self.logs.values()),
                     lambda: self._failed(restarting), secs=secs)
 
   def finish(self, tasks=None):
-    """Waits for `tasks`, by default all but the ps tasks, to end; returns
-    {task: exit status}."""
+    """{task: exit status} of `tasks` (default: all but ps), once ended."""
     tasks = tasks or [task for task in self.processes
                       if not task.startswith('ps')]
     wait_for('%s to end' % ', '.join(tasks), lambda: all(
@@ -810,9 +789,8 @@ class Tasks(object):
     self.processes[task].wait(timeout=60)
 
   def restart(self, task):
-    """Starts `task` again on its own port, once that can be bound (a port
-    taken meanwhile may be let go soon), until it listens: again while
-    another process bound the port first (retry_port_taken)."""
+    """Starts `task` again on its own port once that can be bound, until it
+    listens; again while another process bound it first."""
     port = self.port(task)
 
     def start():
