@@ -75,8 +75,9 @@ def _ps_task(tmp_path):
   ps_port, worker_port = testutil.free_ports(2)
   cluster = ['--ps_hosts=127.0.0.1:%d' % ps_port,
              '--worker_hosts=127.0.0.1:%d' % worker_port]
-  ps = testutil.start_task(['--job_name=ps', '--task_index=0'] + cluster,
-                           str(tmp_path / 'ps.log'))
+  ps = testutil.start_script('cifar10_distributed_train.py',
+                             ['--job_name=ps', '--task_index=0'] + cluster,
+                             str(tmp_path / 'ps.log'))
   try:
     yield ['--job_name=worker', '--task_index=0'] + cluster
   finally:

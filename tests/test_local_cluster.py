@@ -46,12 +46,15 @@ def test_where_no_network_namespace_can_be_made_one_line_says_so(
 
 
 # A stand-in task: says it started, then waits for a signal, which it
-# reports and ends with as a trainer does (128 + N); with 'fail', it fails
-# at once, as a chief whose --train_dir is refused.
+# reports and ends with as a trainer does (128 + N); with 'fail LOG', it
+# fails once LOG says w1 started (its signal handled), as a chief whose
+# --train_dir is refused.
 _TASK = """
 import os, signal, sys, time
 name = sys.argv[1]
-if sys.argv[2:] == ['fail']:
+if sys.argv[2:3] == ['fail']:
+  while 'w1 started' not in open(sys.argv[3]).read():
+    time.sleep(0.05)
   sys.exit(1)
 def say(what):  # One write: the tasks share the log.
   os.write(1, ('%s %s\\n' % (name, what)).encode())
@@ -106,7 +109,8 @@ def test_a_signal_goes_to_each_worker_once_then_the_ps_is_stopped(
 @pytest.mark.slow  # Processes (stand-ins).
 def test_a_worker_that_fails_stops_the_others_and_gives_the_status(tmp_path):
   # The chief refused its --train_dir: worker 1 would wait for it.
-  launcher, log = _launch(tmp_path, [['w0', 'fail'], ['w1']])
+  launcher, log = _launch(tmp_path, [['w0', 'fail', str(tmp_path / 'log')],
+                                     ['w1']])
   try:
     assert launcher.wait(60) == 1
   finally:
