@@ -362,11 +362,17 @@ def main(argv):
   except ValueError as e:
     sys.exit(str(e))  # TF_CONFIG at fault: one line, without the usage text.
   if task.job_name == 'evaluator':
+    if FLAGS.run_once:
+      raise app.UsageError('--run_once does not apply to the evaluator task, '
+                           'which follows training until --max_steps')
     # Joins no cluster: cifar10_eval.py, given this task's flags, follows the
     # chief's checkpoints in --train_dir until the one at --max_steps; from
     # TF_CONFIG, this task stops it if the chief stays away.
-    sys.exit(clusters.run_evaluator(task, FLAGS, os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), 'cifar10_eval.py')))
+    try:
+      sys.exit(clusters.run_evaluator(task, FLAGS, os.path.join(
+          os.path.dirname(os.path.abspath(__file__)), 'cifar10_eval.py')))
+    except TimeoutError as e:
+      sys.exit('Evaluator: %s' % e)
   # Workers compute on their CPUs (clusters.Task.device): float16 never
   # arises. Only the chief writes --train_dir.
   settings = run_flags.from_flags(FLAGS, gpu=False,

@@ -204,9 +204,9 @@ def eval_once(checkpoint_path, settings, data_set, eval_dir=None):
 def evaluate(checkpoint_dir, eval_dir, settings, data_set,
              max_evaluations=None, sleep=time.sleep):
   """Evaluates the newest checkpoint in checkpoint_dir once (run_once), or
-  each new one as training writes them, skipping, with a line, one that was
-  pruned or half written when read or holds another model; returns the list
-  of `eval_once` results.
+  each new one as training writes them (until one at settings.until_step, if
+  set), skipping, with a line, one that was pruned or half written when read
+  or holds another model; returns the list of `eval_once` results.
 
   Args:
     eval_dir: where summaries go; created if missing, never deleted.

@@ -401,39 +401,51 @@ class ChiefWatch(tf.train.SessionRunHook):
 
 def run_evaluator(task, flag_values, eval_script):
   """Runs eval_script (cifar10_eval.py) with the flags set, following
-  --train_dir until --max_steps, its lines and SIGINT, SIGTERM and SIGHUP
-  passed on; from TF_CONFIG, stops it once it waits, the chief has been away
-  task.startup_wait_secs and no checkpoint is at --max_steps. Returns its
-  exit status (128 + N for signal N), or the line saying why it stopped."""
-  train_dir, max_steps = flag_values.train_dir, flag_values.max_steps
+  --train_dir until --max_steps; returns its exit status (128 + N for
+  signal N). By the flags, this process becomes it. From TF_CONFIG, as a
+  child whose lines and SIGINT, SIGTERM and SIGHUP are passed on: once it
+  waits for a checkpoint and the chief has been away task.startup_wait_secs,
+  it is stopped and TimeoutError says why (never while a checkpoint at
+  --max_steps waits to be looked at)."""
   given = run_flags.given(flag_values)
+  given.pop('use_fp16', None)  # Its note would only puzzle here.
   command = ([sys.executable, eval_script] + list(given.values()) +
-             ['--checkpoint_dir=' + train_dir, '--until_step=%d' % max_steps,
-              '--undefok=' + ','.join(given)])  # This script's own flags.
-  evaluator = subprocess.Popen(command, start_new_session=True, text=True,
+             ['--checkpoint_dir=' + flag_values.train_dir,
+              '--until_step=%d' % flag_values.max_steps,
+              '--undefok=' + ','.join(given)])  # Those it does not take.
+  if not task.cluster:
+    os.execv(sys.executable, command)
+  # Its own session: a signal at the terminal reaches it once, from here.
+  evaluator = subprocess.Popen(command, start_new_session=True,
                                stdout=subprocess.PIPE)
   for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-    signal.signal(signum, lambda signum, _: evaluator.send_signal(signum))
-  watch, waiting = ChiefWatch(task) if task.cluster else None, False
+    if signal.getsignal(signum) is not signal.SIG_IGN:  # Ignored: it too.
+      signal.signal(signum, lambda signum, _: evaluator.send_signal(signum))
+  watch, waiting, seen, pending = ChiefWatch(task), False, None, b''
   try:
     while True:
       if select.select([evaluator.stdout], [], [], POLL_SECS)[0]:
-        line = evaluator.stdout.readline()
-        if not line:
+        data = os.read(evaluator.stdout.fileno(), 1 << 16)
+        if not data:
           code = evaluator.wait()
           return 128 - code if code < 0 else code
-        signals.print_line(line.rstrip('\n'))
-        waiting = line.startswith(('Waiting for a new', 'No checkpoint'))
-      elif watch and waiting:
+        *lines, pending = (pending + data).split(b'\n')
+        for line in lines:
+          signals.print_line(line.decode(errors='replace'))
+        if lines:  # Its lines between looks (evaluation.new_checkpoints').
+          waiting = lines[-1].startswith((b'Waiting for a new', b'No check'))
+          seen = checkpoints.newest(flag_values.train_dir)
+      elif waiting:
         try:
           watch.poll_chief(' and no checkpoint at --max_steps has come: '
                            'stopping. Start the chief again, then this '
                            'evaluator.')
-        except TimeoutError as e:
-          if (checkpoints.step_of(checkpoints.newest(train_dir)) or
-              0) < max_steps:
-            return 'Evaluator: %s' % e
-          watch = None  # The last checkpoint is written: it is evaluated.
+        except TimeoutError:
+          last = checkpoints.newest(flag_values.train_dir)
+          if (checkpoints.step_of(last) or 0) < flag_values.max_steps or (
+              last == seen):  # None there, or it was skipped.
+            raise
+          waiting = False  # It has yet to look at the last checkpoint.
   finally:
     if evaluator.poll() is None:
       evaluator.terminate()

@@ -84,7 +84,7 @@ def print_line(text):
 def script_main(errors=(), arguments=False):
   """Decorates a script's main(argv): quiet TF logs, app.UsageError for
   arguments unless `arguments`; one of `errors` exits 1 with the line
-  '<script>: <message>', a closed output at once with 141."""
+  '<script>: <message>', a closed output at once with 141, Ctrl-C with 130."""
   def decorate(main):
     @functools.wraps(main)
     def wrapped(argv):
@@ -101,5 +101,7 @@ def script_main(errors=(), arguments=False):
       except BrokenPipeError:
         silence_stdout()
         sys.exit(128 + signal.SIGPIPE)
+      except KeyboardInterrupt:  # Ctrl-C where no hook catches it: quietly.
+        sys.exit(128 + signal.SIGINT)
     return wrapped
   return decorate

@@ -5,6 +5,7 @@ import glob
 import os
 import re
 import shutil
+import signal
 
 from absl import flags
 import numpy as np
@@ -387,3 +388,20 @@ def test_bad_flags_are_refused_before_any_graph(data_dir):
     with pytest.raises(ValueError, match=message):
       evaluation.check_num_examples(num_examples,
                                     data_files.describe(data_dir), eval_data)
+
+
+@pytest.mark.slow  # A process and a signal.
+def test_ctrl_c_while_following_ends_quietly_with_130(data_dir, tmp_path):
+  log = tmp_path / 'eval.log'
+  proc = testutil.start_script('cifar10_eval.py', [
+      '--data_dir=' + data_dir, '--checkpoint_dir=%s' % (tmp_path / 'none'),
+      '--eval_dir=%s' % (tmp_path / 'eval')], str(log))
+  try:
+    testutil.wait_for('eval to wait', lambda: 'No checkpoint file found' in
+                      log.read_text(), [str(log)],
+                      lambda: proc.poll() is not None and 'it ended')
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 128 + signal.SIGINT
+  finally:
+    testutil.stop([proc])
+  assert 'Traceback' not in log.read_text()

@@ -414,43 +414,63 @@ def test_an_evaluator_from_the_flags_evaluates_up_to_max_steps(
   assert int(last.group(2)) == TRAIN_STEPS
 
 
+def _evaluator_tf_config(chief, ps):
+  return json.dumps({'cluster': {'chief': [chief], 'ps': [ps]},
+                     'task': {'type': 'evaluator', 'index': 0}})
+
+
 @pytest.mark.slow  # Processes and a signal.
 def test_an_evaluator_stopped_by_sigterm_stops_its_cifar10_eval(
     evaluator_flags, tmp_path):
-  # The task runs cifar10_eval.py as a child: SIGTERM to the task (a pod
-  # stopped) reaches it, and the task ends with its status, leaving none.
+  # From TF_CONFIG the task runs cifar10_eval.py as a child: SIGTERM to the
+  # task (a pod stopped) reaches it; the task ends with its status, leaving
+  # none.
   log = str(tmp_path / 'evaluator.log')
-  task = testutil.start_script('cifar10_distributed_train.py', [
-      '--job_name=evaluator', '--max_steps=%d' % (TRAIN_STEPS + 100)] +
-                               evaluator_flags, log)
-  try:
-    testutil.wait_for('the evaluator to wait', lambda: 'Waiting for a new '
-                      'checkpoint' in (tmp_path / 'evaluator.log').read_text(),
-                      [log], lambda: task.poll() is not None and 'it ended')
-    with open('/proc/%d/task/%d/children' % (task.pid, task.pid)) as f:
-      [evaluator] = map(int, f.read().split())
-    task.send_signal(signal.SIGTERM)
-    assert task.wait(timeout=60) == 128 + signal.SIGTERM
-    assert not os.path.exists('/proc/%d' % evaluator)
-  finally:
-    testutil.stop([task])
+  with testutil.refused_ports(2) as ports:
+    task = testutil.start_script('cifar10_distributed_train.py', [
+        '--max_steps=%d' % (TRAIN_STEPS + 100), '--startup_wait_secs=600'] +
+                                 evaluator_flags, log, env=dict(
+                                     TF_CONFIG=_evaluator_tf_config(*[
+                                         '127.0.0.1:%d' % p for p in ports])))
+    try:
+      testutil.wait_for('the evaluator to wait', lambda: 'Waiting for a new '
+                        'checkpoint' in (tmp_path / 'evaluator.log').read_text(),
+                        [log], lambda: task.poll() is not None and 'it ended')
+      with open('/proc/%d/task/%d/children' % (task.pid, task.pid)) as f:
+        [evaluator] = map(int, f.read().split())
+      task.send_signal(signal.SIGTERM)
+      assert task.wait(timeout=60) == 128 + signal.SIGTERM
+      assert not os.path.exists('/proc/%d' % evaluator)
+    finally:
+      testutil.stop([task])
 
 
 @pytest.mark.slow  # A process.
-def test_an_evaluator_stops_when_the_chief_stays_away(evaluator_flags):
-  # The chief stopped before --max_steps (nobody listens at its address):
-  # the evaluator evaluates what there is, then stops with one line.
+@pytest.mark.parametrize('last', ['before_max_steps', 'damaged'])
+def test_an_evaluator_stops_when_the_chief_stays_away(
+    evaluator_flags, learned_train_dir, tmp_path, last):
+  # The chief stopped (nobody listens at its address) before --max_steps, or
+  # its checkpoint there cannot be read: the evaluator evaluates what there
+  # is, then stops with one line.
+  max_steps = TRAIN_STEPS + 100
+  if last == 'damaged':
+    train_dir, max_steps = str(tmp_path / 'train'), TRAIN_STEPS
+    shutil.copytree(learned_train_dir, train_dir)
+    [data] = glob.glob(checkpoints.newest(train_dir) + '.data-*')
+    with open(data, 'r+b') as f:
+      f.truncate(os.path.getsize(data) // 2)
+    evaluator_flags = evaluator_flags + ['--train_dir=' + train_dir]
   with testutil.refused_ports(2) as ports:
     chief, ps = ['127.0.0.1:%d' % port for port in ports]
-    tf_config = json.dumps({'cluster': {'chief': [chief], 'ps': [ps]},
-                            'task': {'type': 'evaluator', 'index': 0}})
     result = testutil.run_script('cifar10_distributed_train.py', [
-        '--max_steps=%d' % (TRAIN_STEPS + 100), '--startup_wait_secs=2',
-        '--eval_interval_secs=1'] + evaluator_flags, TF_CONFIG=tf_config)
+        '--max_steps=%d' % max_steps, '--startup_wait_secs=2',
+        '--eval_interval_secs=1'] + evaluator_flags,
+                                 TF_CONFIG=_evaluator_tf_config(chief, ps))
   assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
   assert 'Traceback' not in result.stderr
   # It evaluated what there was.
-  assert testutil.PRECISION_LINE.search(result.stdout)
+  assert (testutil.PRECISION_LINE.search(result.stdout) if last ==
+          'before_max_steps' else 'Skipping: cannot read' in result.stdout)
   assert result.stderr.strip().splitlines()[-1] == (
       'Evaluator: the chief (chief at %s) has not answered for 2 s '
       '(--startup_wait_secs) and no checkpoint at --max_steps has come: '
