@@ -313,7 +313,7 @@ def run(args, argv):
   info = machine_info(args.machine)
   print('%s; %s' % (info['cpu'], info['cpu_family_model']))
   compute_dtype = mixed_precision.compute_dtype_for_this_machine(
-      args.mixed_precision, sessions.has_gpu())
+      args.mixed_precision, sessions.visible_gpus())
   info.update(
       date=datetime.now(timezone.utc).strftime('%Y-%m-%d'),
       started=datetime.now(timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ'),

@@ -540,7 +540,7 @@ def main():
   print(describe_machine())
   print('train session %s' % describe_threads(train_config))
   print('matmul sessions %s' % describe_threads(tf.ConfigProto()))
-  on_gpu = sessions.has_gpu()
+  on_gpu = sessions.visible_gpus() > 0
   mixed, mixed_line, bf16_note = mixed_precision_rows(
       args.mixed_precision, on_gpu, mixed_precision.cpu_bf16_feature(),
       mixed_precision.gpu_capability() if on_gpu else None)

@@ -69,7 +69,7 @@ def fetch_data_then_settings(flag_values):
   return EvalSettings(
       session_config=sessions.eval_config(run_flags.threads(flag_values)),
       compute_dtype=mixed_precision.compute_dtype_for_this_machine(
-          flag_values.mixed_precision, sessions.has_gpu()),
+          flag_values.mixed_precision, sessions.visible_gpus()),
       **{name: getattr(flag_values, name) for name in flags}), data_set
 
 

@@ -148,7 +148,7 @@ def from_flags(flag_values, gpu=True, check_train_dir=True):
   if check_train_dir:
     check_flag_writable_dir('train_dir', flag_values.train_dir)
   compute_dtype = mixed_precision.compute_dtype_for_this_machine(
-      flag_values.mixed_precision, gpu and sessions.has_gpu(),
+      flag_values.mixed_precision, gpu and sessions.visible_gpus(),
       flag_values.use_fp16)
   fields = {name: getattr(flag_values, name) for name in TrainSettings._fields
             if name in flag_values}

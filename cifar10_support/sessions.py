@@ -20,13 +20,8 @@ def usable_cores():
 
 
 def visible_gpus():
-  """How many GPUs TensorFlow sees in this process."""
+  """How many GPUs TensorFlow sees in this process (0: false, none)."""
   return len(tf.config.list_physical_devices('GPU'))
-
-
-def has_gpu():
-  """Whether TensorFlow sees a GPU in this process."""
-  return visible_gpus() > 0
 
 
 def thread_settings(num_cores, gpu, num_towers=1, intra=None, inter=None,
@@ -41,7 +36,7 @@ def thread_settings(num_cores, gpu, num_towers=1, intra=None, inter=None,
 
 def set_threads(config, threads=BY_RULE, num_towers=1):
   """Sets a tf.ConfigProto's thread counts by `thread_settings`; returns it."""
-  intra, inter = thread_settings(usable_cores(), has_gpu(), num_towers,
+  intra, inter = thread_settings(usable_cores(), visible_gpus(), num_towers,
                                  *threads)
   config.intra_op_parallelism_threads = intra
   if inter:
@@ -57,7 +52,7 @@ def session_config(optimize_graph=True, threads=BY_RULE, num_towers=1,
   """`tf.ConfigProto(**kwargs)` with `set_threads`' thread counts; without a
   GPU, optimize_graph=False skips Grappler's rewrites (shorter start-up)."""
   config = set_threads(tf.ConfigProto(**kwargs), threads, num_towers)
-  if not optimize_graph and not has_gpu():
+  if not optimize_graph and not visible_gpus():
     config.graph_options.rewrite_options.disable_meta_optimizer = True
   return config
 
@@ -90,7 +85,7 @@ def worker_config(task, operation_timeout_secs, log_device_placement=False):
 
 def server_config(threads=BY_RULE):
   """A cluster task's tf.train.Server config: the threads of all its ops."""
-  intra, inter = thread_settings(usable_cores(), has_gpu(), 1, *threads,
+  intra, inter = thread_settings(usable_cores(), visible_gpus(), 1, *threads,
                                  cluster_task=True)
   return tf.ConfigProto(intra_op_parallelism_threads=intra,
                         inter_op_parallelism_threads=inter)

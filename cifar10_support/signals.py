@@ -63,9 +63,8 @@ def exit_if_stopped(signum):
 
 def silence_stdout():
   """Points standard output at os.devnull (Python docs: Note on SIGPIPE)."""
-  devnull = os.open(os.devnull, os.O_WRONLY)
-  os.dup2(devnull, sys.stdout.fileno())
-  os.close(devnull)
+  # Its descriptor stays open: the process is about to end.
+  os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def print_line(text):

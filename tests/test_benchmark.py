@@ -53,7 +53,7 @@ def test_benchmark_prints_every_variant_with_its_ratio(data_dir):
   # First this machine, the sessions' threads and the mixed rows' type
   # (bf16, fp16 on a GPU without bfloat16, or emulated), as the functions
   # the tests below pin give them here.
-  on_gpu = sessions.has_gpu()
+  on_gpu = sessions.visible_gpus() > 0
   dtype, line, note = benchmark.mixed_precision_rows(
       'bf16', on_gpu, mixed_precision.cpu_bf16_feature(),
       mixed_precision.gpu_capability() if on_gpu else None)
