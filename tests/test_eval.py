@@ -390,12 +390,21 @@ def test_bad_flags_are_refused_before_any_graph(data_dir):
                                     data_files.describe(data_dir), eval_data)
 
 
+# SIGINT as a terminal delivers it: the test process may have left it
+# ignored (a signal test in it), and a child inherits that.
+_WITH_SIGINT = ('import runpy, signal, sys; '
+                'signal.signal(signal.SIGINT, signal.default_int_handler); '
+                'sys.argv = sys.argv[1:]; '
+                'runpy.run_path(sys.argv[0], run_name="__main__")')
+
+
 @pytest.mark.slow  # A process and a signal.
 def test_ctrl_c_while_following_ends_quietly_with_130(data_dir, tmp_path):
   log = tmp_path / 'eval.log'
   proc = testutil.start_script('cifar10_eval.py', [
       '--data_dir=' + data_dir, '--checkpoint_dir=%s' % (tmp_path / 'none'),
-      '--eval_dir=%s' % (tmp_path / 'eval')], str(log))
+      '--eval_dir=%s' % (tmp_path / 'eval')], str(log),
+                               ['-c', _WITH_SIGINT])
   try:
     testutil.wait_for('eval to wait', lambda: 'No checkpoint file found' in
                       log.read_text(), [str(log)],
