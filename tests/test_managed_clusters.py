@@ -11,6 +11,9 @@ import os
 import re
 import shutil
 import signal
+import threading
+import time
+import types
 
 import pytest
 import tensorflow.compat.v1 as tf
@@ -429,12 +432,13 @@ def test_an_evaluator_stopped_by_sigterm_stops_its_cifar10_eval(
   with testutil.refused_ports(2) as ports:
     task = testutil.start_script('cifar10_distributed_train.py', [
         '--max_steps=%d' % (TRAIN_STEPS + 100), '--startup_wait_secs=600'] +
-                                 evaluator_flags, log, env=dict(
+                                 evaluator_flags + ['--train_dir=%s' % (
+                                     tmp_path / 'empty')], log, env=dict(
                                      TF_CONFIG=_evaluator_tf_config(*[
                                          '127.0.0.1:%d' % p for p in ports])))
     try:
-      testutil.wait_for('the evaluator to wait', lambda: 'Waiting for a new '
-                        'checkpoint' in (tmp_path / 'evaluator.log').read_text(),
+      testutil.wait_for('the evaluator to wait', lambda: 'No checkpoint file '
+                        'found' in (tmp_path / 'evaluator.log').read_text(),
                         [log], lambda: task.poll() is not None and 'it ended')
       with open('/proc/%d/task/%d/children' % (task.pid, task.pid)) as f:
         [evaluator] = map(int, f.read().split())
@@ -446,35 +450,74 @@ def test_an_evaluator_stopped_by_sigterm_stops_its_cifar10_eval(
 
 
 @pytest.mark.slow  # A process.
-@pytest.mark.parametrize('last', ['before_max_steps', 'damaged'])
-def test_an_evaluator_stops_when_the_chief_stays_away(
-    evaluator_flags, learned_train_dir, tmp_path, last):
-  # The chief stopped (nobody listens at its address) before --max_steps, or
-  # its checkpoint there cannot be read: the evaluator evaluates what there
-  # is, then stops with one line.
-  max_steps = TRAIN_STEPS + 100
-  if last == 'damaged':
-    train_dir, max_steps = str(tmp_path / 'train'), TRAIN_STEPS
-    shutil.copytree(learned_train_dir, train_dir)
-    [data] = glob.glob(checkpoints.newest(train_dir) + '.data-*')
-    with open(data, 'r+b') as f:
-      f.truncate(os.path.getsize(data) // 2)
-    evaluator_flags = evaluator_flags + ['--train_dir=' + train_dir]
+def test_an_evaluator_stops_when_the_chief_stays_away(evaluator_flags):
+  # The chief stopped before --max_steps (nobody listens at its address):
+  # the evaluator evaluates what there is, then stops with one line.
   with testutil.refused_ports(2) as ports:
     chief, ps = ['127.0.0.1:%d' % port for port in ports]
     result = testutil.run_script('cifar10_distributed_train.py', [
-        '--max_steps=%d' % max_steps, '--startup_wait_secs=2',
+        '--max_steps=%d' % (TRAIN_STEPS + 100), '--startup_wait_secs=2',
         '--eval_interval_secs=1'] + evaluator_flags,
                                  TF_CONFIG=_evaluator_tf_config(chief, ps))
   assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
   assert 'Traceback' not in result.stderr
   # It evaluated what there was.
-  assert (testutil.PRECISION_LINE.search(result.stdout) if last ==
-          'before_max_steps' else 'Skipping: cannot read' in result.stdout)
+  assert testutil.PRECISION_LINE.search(result.stdout)
   assert result.stderr.strip().splitlines()[-1] == (
       'Evaluator: the chief (chief at %s) has not answered for 2 s '
       '(--startup_wait_secs) and no checkpoint at --max_steps has come: '
       'stopping. Start the chief again, then this evaluator.' % chief)
+
+
+# A stand-in cifar10_eval.py, without TensorFlow: prints and sleeps as told.
+_STAND_IN_EVAL = """
+import sys, time
+for what, arg in %r:
+  if what == 'print':
+    sys.stdout.write(arg)
+    sys.stdout.flush()
+  else:
+    time.sleep(arg)
+"""
+
+
+@pytest.mark.slow  # A process (the stand-in).
+@pytest.mark.parametrize('last,steps,stops', [
+    # Its lines in one write: the task still sees it wait, and stops it.
+    (None, [('print', 'Evaluating\nWaiting for a new checkpoint\n'),
+            ('sleep', 60)], True),
+    # The checkpoint at --max_steps was there as it began to wait (it was
+    # skipped: unreadable): stopped.
+    ('before', [('print', 'Skipping: x\nWaiting for a new checkpoint\n'),
+                ('sleep', 60)], True),
+    # It came after: the stand-in's next look ends it (exit 0), not the task.
+    ('after', [('sleep', 0.5), ('print', 'No checkpoint file found\n'),
+               ('sleep', 8)], False)],
+                         ids=['one_write', 'skipped_last', 'last_after'])
+def test_the_evaluator_stops_its_eval_only_when_that_waits_for_nothing(
+    tmp_path, monkeypatch, last, steps, stops):
+  train_dir, script = tmp_path / 'train', tmp_path / 'stand_in_eval.py'
+  train_dir.mkdir()
+  script.write_text(_STAND_IN_EVAL % steps)
+  checkpoint = train_dir / 'model.ckpt-20.index'
+  if last == 'before':
+    checkpoint.write_text('')
+  elif last == 'after':
+    threading.Timer(1.5, checkpoint.write_text, ['']).start()
+  monkeypatch.setattr(clusters.run_flags, 'given', lambda _: {})
+  monkeypatch.setattr(clusters.signal, 'signal', lambda *args: None)
+  flag_values = types.SimpleNamespace(train_dir=str(train_dir), max_steps=20)
+  with testutil.refused_ports(2) as ports:
+    task = clusters.Task({'chief': ['127.0.0.1:%d' % ports[0]],
+                          'ps': ['127.0.0.1:%d' % ports[1]]}, 'evaluator', 0,
+                         startup_wait_secs=1)
+    start = time.monotonic()
+    if stops:
+      with pytest.raises(TimeoutError, match='has not answered for 1 s'):
+        clusters.run_evaluator(task, flag_values, str(script))
+      assert time.monotonic() - start < 30  # Not the stand-in's 60 s.
+    else:
+      assert clusters.run_evaluator(task, flag_values, str(script)) == 0
 
 
 # --- The documented manifests -------------------------------------------------
