@@ -434,7 +434,8 @@ def run_evaluator(task, flag_values, eval_script):
           signals.print_line(line.decode(errors='replace'))
         if lines:  # Its lines between looks (evaluation.new_checkpoints').
           waiting = lines[-1].startswith((b'Waiting for a new', b'No check'))
-          seen = checkpoints.newest(flag_values.train_dir)
+          if waiting:  # What it has looked at, read once per look.
+            seen = checkpoints.newest(flag_values.train_dir)
       elif waiting:
         try:
           watch.poll_chief(' and no checkpoint at --max_steps has come: '
